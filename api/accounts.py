@@ -1,0 +1,3 @@
+"""API routes of the accounts area."""
+
+ROUTES: list = []

@@ -1,0 +1,50 @@
+"""The Falcon application: every area's routes under /api/v1, plus the few pages outside it."""
+
+from __future__ import annotations
+
+import importlib
+
+import falcon
+
+from api.errors import handle_unexpected, serialize_falcon_error
+from config import Settings, get_settings, use_settings
+from models.db import connection, init_db
+
+BASE_PATH = "/api/v1"
+# Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
+# platform or a browser reaches, outside the versioned API and the OpenAPI document).
+AREAS = ("health", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
+         "cartera", "platform", "openapi")
+
+
+class DatabaseConnection:
+    """One pooled connection per request, returned to the pool when the response is done."""
+
+    def process_request(self, req, resp):
+        req.context.db = connection()
+        req.context.db.__enter__()
+
+    def process_response(self, req, resp, resource, req_succeeded):
+        scope = getattr(req.context, "db", None)
+        if scope is not None:
+            scope.__exit__(None, None, None)
+
+
+def area_modules():
+    return [importlib.import_module(f"api.{name}") for name in AREAS]
+
+
+def create_app(settings: Settings | None = None) -> falcon.App:
+    settings = use_settings(settings) if settings is not None else get_settings()
+    init_db(settings)
+    app = falcon.App(middleware=[DatabaseConnection()])
+    app.req_options.strip_url_path_trailing_slash = True
+    app.req_options.auto_parse_qs_csv = False
+    app.set_error_serializer(serialize_falcon_error)
+    app.add_error_handler(Exception, handle_unexpected)
+    for module in area_modules():
+        for path, resource in getattr(module, "ROUTES", []):
+            app.add_route(BASE_PATH + path, resource)
+        for path, resource in getattr(module, "ROOT_ROUTES", []):
+            app.add_route(path, resource)
+    return app

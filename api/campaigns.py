@@ -1,0 +1,3 @@
+"""API routes of the campaigns area."""
+
+ROUTES: list = []

@@ -1,0 +1,3 @@
+"""API routes of the messages area."""
+
+ROUTES: list = []

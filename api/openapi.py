@@ -1,0 +1,143 @@
+"""GET /openapi.json: the OpenAPI 3.1 document, built from the `@operation` declarations.
+
+The same pydantic models validate requests and describe them here, so the document cannot
+drift from what the service accepts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from api.errors import HTTP_CODES
+from api.operation import Reply, operation
+from api.schemas import ErrorEnvelope
+
+METHODS = ("get", "post", "put", "patch", "delete")
+ERROR_DESCRIPTIONS = {
+    401: "Key missing, invalid, revoked, or not allowed from this address",
+    403: "The key lacks the required scope",
+    404: "Absent, or owned by another company",
+    409: "Conflict (idempotency, or the resource's state)",
+    413: "Body over 8 MiB",
+    422: "Invalid payload or business rule",
+    429: "Rate limited; honour Retry-After",
+    502: "The messaging platform rejected the message",
+    503: "A dependency is unavailable",
+}
+IDEMPOTENCY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "schema": {"type": "string", "maxLength": 255},
+    "description": "Deduplicates retries of a write for 48 hours.",
+}
+
+
+def _operations():
+    from api.app import area_modules
+
+    for module in area_modules():
+        for path, resource in getattr(module, "ROUTES", []):
+            for method in METHODS:
+                responder = getattr(resource, f"on_{method}", None)
+                op = getattr(responder, "__operation__", None)
+                if op is not None:
+                    yield path, method, op
+
+
+def _schema_name(model: type[BaseModel]) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", model.__name__)
+
+
+def build_document() -> dict[str, Any]:
+    operations = list(_operations())
+    models: set[type[BaseModel]] = {ErrorEnvelope}
+    for _path, _method, op in operations:
+        if op.body is not None:
+            models.add(op.body)
+        models.update(model for model in op.responses.values() if isinstance(model, type))
+    ordered = sorted(models, key=_schema_name)
+    refs, definitions = models_json_schema(
+        [(model, "validation" if model is not None else "serialization") for model in ordered],
+        ref_template="#/components/schemas/{model}",
+    )
+    schemas = definitions.get("$defs", {})
+
+    def ref(model) -> dict:
+        return refs[(model, "validation")]
+
+    paths: dict[str, dict] = {}
+    for path, method, op in operations:
+        full_path = "/api/v1" + path
+        parameters = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string", "maxLength": 255}}
+            for name in re.findall(r"{(\w+)}", path)
+        ]
+        parameters += [
+            {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+            for name, schema, description in op.query
+        ]
+        if method != "get" and op.scope is not None:
+            header = dict(IDEMPOTENCY_HEADER, required=op.cartera)
+            parameters.append(header)
+        responses: dict[str, Any] = {}
+        for status, model in op.responses.items():
+            content = {"application/json": {"schema": ref(model)}} if model is not None else None
+            responses[str(status)] = {"description": HTTP_CODES.get(status, "Success").replace("_", " ")
+                                      if status >= 400 else "Success", **({"content": content} if content else {})}
+        for status in sorted(set(op.errors) | {413} if method != "get" else set(op.errors)):
+            responses.setdefault(str(status), {
+                "description": ERROR_DESCRIPTIONS.get(status, HTTP_CODES.get(status, "error")),
+                "content": {"application/json": {"schema": ref(ErrorEnvelope)}},
+            })
+        entry: dict[str, Any] = {
+            "summary": op.summary,
+            "operationId": f"{method}_{re.sub(r'[^a-z0-9]+', '_', path.lower()).strip('_')}",
+            "tags": list(op.tags),
+            "parameters": parameters,
+            "responses": responses,
+        }
+        if op.description:
+            entry["description"] = op.description
+        if op.scope is None:
+            entry["security"] = []
+        elif op.scope:
+            entry["x-required-scope"] = op.scope
+        if op.body is not None:
+            entry["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(op.body)}}}
+        paths.setdefault(full_path, {})[method] = entry
+
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Messaging Campaign and Receivables Service API",
+            "version": "1.1.0",
+            "description": "Numbers, templates, campaigns, single messages, credits, signed webhooks and "
+                           "receivables synchronization. Every endpoint but POST /access-requests takes "
+                           "`Authorization: Bearer svc_live_{public_id}.{secret}`.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearerAuth": []}],
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+class OpenApiResource:
+    _cached: bytes | None = None
+
+    @operation("This OpenAPI document", scope=None, tags=("meta",))
+    def on_get(self, req, resp) -> Reply:
+        if OpenApiResource._cached is None:
+            OpenApiResource._cached = orjson.dumps(build_document())
+        return Reply(200, orjson.loads(OpenApiResource._cached))
+
+
+ROUTES = [("/openapi.json", OpenApiResource())]

@@ -1,0 +1,187 @@
+"""`@operation`: one declaration per responder that drives both the request pipeline and OpenAPI.
+
+A request goes through, in order:
+1. the body-size cap (413), before anything is read;
+2. authentication and the IP allow-list (401), then the scope (403);
+3. the rate limits (429), with RateLimit-* headers from here on;
+4. the body, read once and bounded; the Idempotency-Key claim (replay or 409);
+5. validation of the body against the declared schema (422);
+6. the handler, whose reply (or domain error) is rendered and, when replayable, stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import falcon
+import orjson
+import pydantic
+
+from api import ratelimit
+from api.auth import authenticate, require_scope
+from api.errors import ApiError, render_error, validation_error
+from models import idempotency
+from models.errors import DomainError
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_IDEMPOTENCY_KEY = 255
+REPLAY_HEADER = "X-Service-Idempotent-Replay"
+# Stored for replay: every answer below 500 except these, which say nothing about the operation.
+NOT_REPLAYED = {401, 403, 413, 429}
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def ok(data: Any, status: int = 200, **extra) -> Reply:
+    return Reply(status, {"success": True, "data": data, **extra})
+
+
+@dataclass
+class Operation:
+    summary: str
+    scope: str | None
+    body: type[pydantic.BaseModel] | None = None
+    responses: dict[int, Any] = field(default_factory=dict)
+    errors: tuple[int, ...] = ()
+    rate_limit: int | None = None
+    cartera: bool = False
+    query: tuple[tuple[str, dict, str], ...] = ()
+    tags: tuple[str, ...] = ()
+    description: str | None = None
+
+
+def operation(summary: str, *, scope: str | None, body=None, responses=None, errors=(),
+              rate_limit=None, cartera=False, query=(), tags=(), description=None):
+    """Declare a responder. `scope=None` makes it public; `scope=""` needs a key but no scope.
+
+    The handler returns a `Reply`; domain errors raised inside it are rendered in the envelope.
+    """
+    op = Operation(summary, scope, body, responses or {}, tuple(errors), rate_limit, cartera,
+                   tuple(query), tuple(tags), description)
+
+    def decorate(handler: Callable) -> Callable:
+        @functools.wraps(handler)
+        def responder(resource, req: falcon.Request, resp: falcon.Response, **params):
+            _run(op, handler, resource, req, resp, params)
+
+        responder.__operation__ = op  # type: ignore[attr-defined]
+        return responder
+
+    return decorate
+
+
+def _read_body(req: falcon.Request) -> bytes:
+    if req.content_length is not None and req.content_length > MAX_BODY_BYTES:
+        raise ApiError(413, "payload_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    raw = req.bounded_stream.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, "payload_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    return raw
+
+
+def _field_path(location: tuple) -> str:
+    return ".".join(str(part) for part in location) or "body"
+
+
+def validate(model: type[pydantic.BaseModel], raw: bytes) -> pydantic.BaseModel:
+    try:
+        return model.model_validate_json(raw or b"null")
+    except pydantic.ValidationError as error:
+        errors: dict[str, list[str]] = {}
+        for item in error.errors(include_url=False, include_context=False, include_input=False):
+            if item["type"] == "json_invalid":
+                errors.setdefault("body", []).append("the body is not valid JSON")
+            elif item["type"] == "model_type" and not item["loc"]:
+                errors.setdefault("body", []).append("the body must be a JSON object")
+            else:
+                errors.setdefault(_field_path(item["loc"]), []).append(item["msg"])
+        raise validation_error(errors) from None
+
+
+def _idempotency_key(req: falcon.Request, op: Operation) -> str | None:
+    key = req.get_header("Idempotency-Key")
+    if key is None or not key.strip():
+        if op.cartera:
+            raise ApiError(422, "idempotency_key_required",
+                           "receivables writes require an Idempotency-Key header")
+        return None
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise validation_error({"Idempotency-Key": [f"at most {MAX_IDEMPOTENCY_KEY} characters"]})
+    return key
+
+
+def _render(resp: falcon.Response, reply: Reply) -> None:
+    resp.status = falcon.code_to_http_status(reply.status)
+    resp.content_type = falcon.MEDIA_JSON
+    resp.data = orjson.dumps(reply.body)
+    for name, value in reply.headers.items():
+        resp.set_header(name, value)
+
+
+def _run(op: Operation, handler, resource, req, resp, params) -> None:
+    req.context.key = None
+    req.context.tenant_id = None
+    if op.scope is not None:
+        key = authenticate(req)
+        if op.scope:
+            require_scope(key, op.scope)
+        req.context.key = key
+        req.context.tenant_id = key.tenant_id
+        ratelimit.check(ratelimit.request_limits(key, req.method, req.uri_template, op.rate_limit), resp)
+
+    writes = req.method in {"POST", "PUT", "PATCH", "DELETE"}
+    raw = _read_body(req) if writes else b""
+    claim = None
+    if writes and req.context.tenant_id is not None:
+        key_value = _idempotency_key(req, op)
+        if key_value is not None:
+            claim = idempotency.claim(req.context.tenant_id, key_value, req.method, req.path,
+                                      hashlib.sha256(raw).hexdigest())
+            if claim.conflict:
+                code = "idempotency_key_conflict" if op.cartera else "idempotency_conflict"
+                message = ("a request with this Idempotency-Key is still in progress"
+                           if claim.conflict == "in_progress"
+                           else "this Idempotency-Key was used with a different request")
+                raise ApiError(409, code, message, {"reason": claim.conflict})
+            if claim.replay is not None:
+                stored = claim.replay
+                resp.status = falcon.code_to_http_status(stored.status)
+                resp.content_type = falcon.MEDIA_JSON
+                resp.data = stored.body.encode()
+                for name, value in (stored.headers or {}).items():
+                    resp.set_header(name, value)
+                resp.set_header(REPLAY_HEADER, "true")
+                return
+
+    try:
+        req.context.body = validate(op.body, raw) if op.body is not None else None
+        reply = handler(resource, req, resp, **params)
+    except (ApiError, DomainError) as error:
+        api_error = error if isinstance(error, ApiError) else ApiError.from_domain(error)
+        render_error(resp, api_error)
+        if claim is not None and claim.record is not None:
+            _finish(claim.record, api_error.status, resp.data, api_error.headers)
+        return
+    except BaseException:
+        if claim is not None and claim.record is not None:
+            idempotency.abandon(claim.record)
+        raise
+    _render(resp, reply)
+    if claim is not None and claim.record is not None:
+        _finish(claim.record, reply.status, resp.data, reply.headers)
+
+
+def _finish(record, status: int, body: bytes, headers: dict[str, str]) -> None:
+    if status >= 500 or status in NOT_REPLAYED:
+        idempotency.abandon(record)
+    else:
+        idempotency.complete(record, status, body, headers)

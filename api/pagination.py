@@ -1,0 +1,67 @@
+"""The standard paginated envelope (`data`, `links`, `meta`) and the page parameters."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from urllib.parse import urlencode
+
+import falcon
+
+from api.errors import validation_error
+
+DEFAULT_PER_PAGE = 50
+
+
+def _positive_int(req: falcon.Request, name: str, default: int, maximum: int | None) -> int:
+    raw = req.get_param(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise validation_error({name: [f"{name} must be a whole number"]}) from None
+    if value < 1 or (maximum is not None and value > maximum):
+        bound = f"between 1 and {maximum}" if maximum else "at least 1"
+        raise validation_error({name: [f"{name} must be {bound}"]})
+    return value
+
+
+def page_params(req: falcon.Request, max_per_page: int = 100) -> tuple[int, int]:
+    return (_positive_int(req, "page", 1, None),
+            _positive_int(req, "per_page", DEFAULT_PER_PAGE, max_per_page))
+
+
+def paginate(req: falcon.Request, query, serialize: Callable, max_per_page: int = 100) -> dict:
+    """One page of `query` (already ordered) in the contract's envelope."""
+    page, per_page = page_params(req, max_per_page)
+    total = query.count()
+    last_page = max(1, math.ceil(total / per_page))
+    items = [serialize(row) for row in query.paginate(page, per_page)]
+    first_index = (page - 1) * per_page + 1
+    path = req.prefix + req.path
+    other_params = {k: v for k, v in req.params.items() if k not in {"page"}}
+
+    def link(number: int | None) -> str | None:
+        if number is None:
+            return None
+        return f"{path}?{urlencode({**other_params, 'page': number})}"
+
+    return {
+        "data": items,
+        "links": {
+            "first": link(1),
+            "last": link(last_page),
+            "prev": link(page - 1 if page > 1 else None),
+            "next": link(page + 1 if page < last_page else None),
+        },
+        "meta": {
+            "current_page": page,
+            "from": first_index if items else None,
+            "last_page": last_page,
+            "path": path,
+            "per_page": per_page,
+            "to": first_index + len(items) - 1 if items else None,
+            "total": total,
+        },
+    }

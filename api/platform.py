@@ -1,0 +1,3 @@
+"""API routes of the platform area."""
+
+ROUTES: list = []

@@ -1,0 +1,3 @@
+"""API routes of the webhooks area."""
+
+ROUTES: list = []

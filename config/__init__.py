@@ -1,0 +1,3 @@
+from config.settings import ConfigError, Settings, get_settings, load_settings, use_settings
+
+__all__ = ["ConfigError", "Settings", "get_settings", "load_settings", "use_settings"]

@@ -1,0 +1,24 @@
+"""Gunicorn settings for the API (`gunicorn -c config/gunicorn.py api.wsgi:app`).
+
+The app is imported by each worker, never by the master (no preload), so no database
+connection is ever shared across a fork.
+"""
+
+import os
+
+from config.settings import load_settings
+
+_settings = load_settings()
+
+bind = os.environ.get("SVC_BIND", "127.0.0.1:8080")
+workers = _settings.web_concurrency
+worker_class = "sync"
+preload_app = False
+keepalive = 5
+timeout = 30
+graceful_timeout = 20
+# Big enough for a 5000-recipient campaign body, which is what the 8 MiB cap is for.
+limit_request_line = 8190
+accesslog = None
+errorlog = "-"
+loglevel = "info"

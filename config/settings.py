@@ -1,0 +1,216 @@
+"""The service's settings: every `SVC_*` environment variable, parsed strictly.
+
+A value that does not parse stops start-up with one line naming the variable; nothing else in
+the project reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from cryptography.fernet import Fernet
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message names the variable."""
+
+
+def _bool(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ConfigError(f"{name}: expected true or false, got {raw!r}")
+
+
+def _int(name: str, raw: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}: expected a whole number, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name}: must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}: must be at most {maximum}, got {value}")
+    return value
+
+
+def _url(name: str, raw: str, schemes: tuple[str, ...]) -> str:
+    value = raw.strip().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in schemes or not parts.netloc:
+        raise ConfigError(f"{name}: expected a {' or '.join(schemes)} URL, got {raw!r}")
+    return value
+
+
+def _networks(name: str, raw: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    networks = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ConfigError(f"{name}: {item!r} is not an IP address or CIDR block") from None
+    return tuple(networks)
+
+
+def _hhmm(name: str, raw: str) -> tuple[int, int]:
+    try:
+        hours, minutes = (int(part) for part in raw.strip().split(":"))
+    except ValueError:
+        raise ConfigError(f"{name}: expected HH:MM, got {raw!r}") from None
+    if not (0 <= hours <= 24 and 0 <= minutes < 60):
+        raise ConfigError(f"{name}: expected HH:MM, got {raw!r}")
+    return hours, minutes
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    database_url: str | None = None
+    redis_url: str | None = None
+    queue_name: str = "svc"
+    graph_url: str = "http://127.0.0.1:8090"
+    graph_version: str = "v21.0"
+    public_url: str = "http://127.0.0.1:8080"
+    secret_key: str = ""
+    app_id: str = "sim-app"
+    app_secret: str = ""
+    verify_token: str = ""
+    signup_config_id: str = ""
+    webhook_allow_private: bool = False
+    webhook_ca_bundle: str | None = None
+    webhook_retention_days: int = 30
+    trusted_proxies: tuple = field(default_factory=tuple)
+    db_pool_size: int = 20
+    web_concurrency: int = 4
+    worker_threads: int = 16
+    quiet_hours_start: tuple[int, int] = (8, 0)
+    quiet_hours_end: tuple[int, int] = (20, 0)
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "service.db"
+
+    @property
+    def queue_path(self) -> Path:
+        return self.data_dir / "queue.db"
+
+    @property
+    def simulator_mode(self) -> bool:
+        host = urlsplit(self.graph_url).hostname or ""
+        return host in {"127.0.0.1", "localhost", "::1"}
+
+
+def _secret_key(env: Mapping[str, str], data_dir: Path) -> str:
+    """The Fernet key for secrets at rest: SVC_SECRET_KEY, else one generated once into the data dir."""
+    raw = env.get("SVC_SECRET_KEY", "").strip()
+    if raw:
+        try:
+            Fernet(raw.encode())
+        except ValueError:
+            raise ConfigError("SVC_SECRET_KEY: expected a urlsafe base64 32-byte key (Fernet)") from None
+        return raw
+    key_file = data_dir / "secret.key"
+    if key_file.exists():
+        return key_file.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = Fernet.generate_key().decode()
+    # O_EXCL: two processes starting together must end up with the same key, not two.
+    try:
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return key_file.read_text().strip()
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key)
+    return key
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    data_dir = Path(env.get("SVC_DATA_DIR", "./var")).expanduser().resolve()
+    values: dict = {"data_dir": data_dir}
+
+    if database_url := env.get("SVC_DATABASE_URL", "").strip():
+        values["database_url"] = _url("SVC_DATABASE_URL", database_url, ("postgresql", "postgres"))
+    if redis_url := env.get("SVC_REDIS_URL", "").strip():
+        values["redis_url"] = _url("SVC_REDIS_URL", redis_url, ("redis", "rediss", "unix"))
+    if queue_name := env.get("SVC_QUEUE_NAME", "").strip():
+        values["queue_name"] = queue_name
+    if graph_url := env.get("SVC_GRAPH_URL", "").strip():
+        values["graph_url"] = _url("SVC_GRAPH_URL", graph_url, ("http", "https"))
+    if graph_version := env.get("SVC_GRAPH_VERSION", "").strip():
+        values["graph_version"] = graph_version
+    if public_url := env.get("SVC_PUBLIC_URL", "").strip():
+        values["public_url"] = _url("SVC_PUBLIC_URL", public_url, ("http", "https"))
+    for name, attr in (
+        ("SVC_APP_ID", "app_id"),
+        ("SVC_APP_SECRET", "app_secret"),
+        ("SVC_VERIFY_TOKEN", "verify_token"),
+        ("SVC_SIGNUP_CONFIG_ID", "signup_config_id"),
+    ):
+        if name in env:
+            values[attr] = env[name].strip()
+    if "SVC_WEBHOOK_ALLOW_PRIVATE" in env:
+        values["webhook_allow_private"] = _bool("SVC_WEBHOOK_ALLOW_PRIVATE", env["SVC_WEBHOOK_ALLOW_PRIVATE"])
+    if ca_bundle := env.get("SVC_WEBHOOK_CA_BUNDLE", "").strip():
+        if not Path(ca_bundle).is_file():
+            raise ConfigError(f"SVC_WEBHOOK_CA_BUNDLE: no such file {ca_bundle!r}")
+        values["webhook_ca_bundle"] = ca_bundle
+    if "SVC_WEBHOOK_RETENTION_DAYS" in env:
+        values["webhook_retention_days"] = _int(
+            "SVC_WEBHOOK_RETENTION_DAYS", env["SVC_WEBHOOK_RETENTION_DAYS"], minimum=1
+        )
+    if "SVC_TRUSTED_PROXIES" in env:
+        values["trusted_proxies"] = _networks("SVC_TRUSTED_PROXIES", env["SVC_TRUSTED_PROXIES"])
+    for name, attr, low, high in (
+        ("SVC_DB_POOL_SIZE", "db_pool_size", 1, 1000),
+        ("SVC_WEB_CONCURRENCY", "web_concurrency", 1, 256),
+        ("SVC_WORKER_THREADS", "worker_threads", 1, 512),
+    ):
+        if name in env:
+            values[attr] = _int(name, env[name], minimum=low, maximum=high)
+    if "SVC_QUIET_HOURS_START" in env:
+        values["quiet_hours_start"] = _hhmm("SVC_QUIET_HOURS_START", env["SVC_QUIET_HOURS_START"])
+    if "SVC_QUIET_HOURS_END" in env:
+        values["quiet_hours_end"] = _hhmm("SVC_QUIET_HOURS_END", env["SVC_QUIET_HOURS_END"])
+
+    values["secret_key"] = _secret_key(env, data_dir)
+    if not values.get("verify_token"):
+        # Derived rather than random so every process of one installation agrees on it.
+        values["verify_token"] = "vt_" + values["secret_key"][:16]
+    if not values.get("app_secret"):
+        # Only the simulator shares this default; a real platform app always sets SVC_APP_SECRET.
+        values["app_secret"] = "as_" + values["secret_key"][16:40]
+    return Settings(**values)
+
+
+_current: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """The process-wide settings, loaded on first use."""
+    global _current
+    if _current is None:
+        _current = load_settings()
+    return _current
+
+
+def use_settings(settings: Settings) -> Settings:
+    """Install settings for this process (start-up and tests)."""
+    global _current
+    _current = settings
+    return settings
+
+
+def random_token(nbytes: int = 24) -> str:
+    return secrets.token_urlsafe(nbytes)

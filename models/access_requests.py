@@ -1,0 +1,93 @@
+"""Access requests: a company asks for access; an administrator approves (tenant + key) or rejects."""
+
+from __future__ import annotations
+
+from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
+
+from models.base import BaseModel
+from models.clock import isoformat, utcnow
+from models.db import atomic
+from models.errors import Conflict, NotFound
+from models.ids import new_id
+from models.tenants import Tenant, create_key, create_tenant
+
+
+class AccessRequest(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    company_name = CharField(max_length=255)
+    contact_name = CharField(max_length=255)
+    contact_email = CharField(max_length=255)
+    tax_id = CharField(max_length=80, null=True)
+    country = CharField(max_length=120, null=True)
+    contact_phone = CharField(max_length=60, null=True)
+    estimated_monthly_messages = IntegerField(null=True)
+    estimated_numbers_count = IntegerField(null=True)
+    use_case = TextField(null=True)
+    webhook_url = CharField(max_length=1000, null=True)
+    source_ip = CharField(max_length=64, null=True)
+    status = CharField(max_length=16, default="pending")
+    tenant = ForeignKeyField(Tenant, null=True, on_delete="SET NULL")
+    decision_reason = TextField(null=True)
+    created_at = DateTimeField(default=utcnow)
+    reviewed_at = DateTimeField(null=True)
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.public_id,
+            "company_name": self.company_name,
+            "contact_name": self.contact_name,
+            "contact_email": self.contact_email,
+            "tax_id": self.tax_id,
+            "country": self.country,
+            "contact_phone": self.contact_phone,
+            "estimated_monthly_messages": self.estimated_monthly_messages,
+            "estimated_numbers_count": self.estimated_numbers_count,
+            "use_case": self.use_case,
+            "webhook_url": self.webhook_url,
+            "status": self.status,
+            "tenant_id": self.tenant.public_id if self.tenant_id else None,
+            "decision_reason": self.decision_reason,
+            "created_at": isoformat(self.created_at),
+            "reviewed_at": isoformat(self.reviewed_at),
+        }
+
+
+def submit(fields: dict, source_ip: str | None) -> AccessRequest:
+    return AccessRequest.create(public_id=new_id("bcar_"), source_ip=source_ip, **fields)
+
+
+def get(public_id: str) -> AccessRequest:
+    request = AccessRequest.get_or_none(AccessRequest.public_id == public_id)
+    if request is None:
+        raise NotFound(f"no access request {public_id}", code="access_request_not_found")
+    return request
+
+
+def _mark_reviewed(request: AccessRequest, status: str, **changes) -> None:
+    # Conditional on still being pending: two administrators cannot both decide the same request.
+    updated = AccessRequest.update(status=status, reviewed_at=utcnow(), **changes).where(
+        (AccessRequest.id == request.id) & (AccessRequest.status == "pending")).execute()
+    if updated != 1:
+        raise Conflict(f"access request {request.public_id} was already reviewed",
+                       code="access_request_reviewed")
+
+
+def approve(public_id: str, scopes: list[str]) -> tuple[AccessRequest, Tenant, str]:
+    """Create the tenant and its first key; returns the key string, shown only now."""
+    with atomic():
+        request = get(public_id)
+        if request.status != "pending":
+            raise Conflict(f"access request {public_id} is {request.status}", code="access_request_reviewed")
+        tenant = create_tenant(request.company_name)
+        _key, key_string = create_key(tenant, scopes)
+        _mark_reviewed(request, "approved", tenant=tenant)
+    return get(public_id), tenant, key_string
+
+
+def reject(public_id: str, reason: str | None) -> AccessRequest:
+    with atomic():
+        request = get(public_id)
+        if request.status != "pending":
+            raise Conflict(f"access request {public_id} is {request.status}", code="access_request_reviewed")
+        _mark_reviewed(request, "rejected", decision_reason=reason)
+    return get(public_id)

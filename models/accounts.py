@@ -1,0 +1,136 @@
+"""Messaging numbers (accounts), their approved templates, and the 24-hour customer windows."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
+
+from models.base import BaseModel, JSONField
+from models.clock import isoformat, utcnow
+from models.errors import NotFound
+from models.tenants import Tenant
+
+COEXISTENCE_MPS = 20
+DEFAULT_MPS = 80
+MAX_MPS = 1000
+CUSTOMER_WINDOW = dt.timedelta(hours=24)
+
+
+class MessagingAccount(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    tenant = ForeignKeyField(Tenant, backref="accounts", on_delete="CASCADE")
+    label = CharField(max_length=120, null=True)
+    external_reference = CharField(max_length=160, null=True)
+    phone_number = CharField(max_length=32, null=True)
+    name = CharField(max_length=255, null=True)
+    status = CharField(max_length=16, default="active")
+    paused_reason = CharField(max_length=255, null=True)
+    connection_mode = CharField(max_length=16, default="coexistence")
+    business_account_id = CharField(max_length=64, null=True, index=True)
+    phone_id = CharField(max_length=64, null=True, index=True)
+    access_token = TextField(null=True)  # encrypted with models.secrets
+    subscribed_to_webhooks = BooleanField(default=False)
+    quality_rating = CharField(max_length=16, null=True)
+    daily_limit = IntegerField(null=True)
+    mps = IntegerField(default=COEXISTENCE_MPS)
+    contacts_synced_at = DateTimeField(null=True)
+    history_synced_at = DateTimeField(null=True)
+    templates_synced_at = DateTimeField(null=True)
+    created_at = DateTimeField(default=utcnow)
+    connected_at = DateTimeField(null=True)
+
+    @property
+    def ready(self) -> bool:
+        """Onboarding finished: the number can send."""
+        return self.connected_at is not None and bool(self.phone_id) and bool(self.access_token)
+
+    def as_dict(self, messages_sent_today: int | None = None) -> dict:
+        return {
+            "id": self.public_id,
+            "label": self.label,
+            "external_reference": self.external_reference,
+            "phone_number": self.phone_number,
+            "name": self.name,
+            "status": self.status,
+            "connection_mode": self.connection_mode,
+            "business_account_id": self.business_account_id,
+            "phone_id": self.phone_id,
+            "subscribed_to_webhooks": self.subscribed_to_webhooks,
+            "quality_rating": self.quality_rating,
+            "daily_limit": self.daily_limit,
+            "messages_sent_today": messages_sent_today,
+            "created_at": isoformat(self.created_at),
+            "connected_at": isoformat(self.connected_at),
+        }
+
+
+class Template(BaseModel):
+    account = ForeignKeyField(MessagingAccount, backref="templates", on_delete="CASCADE")
+    platform_id = CharField(max_length=64, null=True)
+    name = CharField(max_length=512)
+    language = CharField(max_length=20)
+    status = CharField(max_length=32)
+    category = CharField(max_length=32, null=True)
+    quality_score = CharField(max_length=32, null=True)
+    body_text = TextField(null=True)
+    header_type = CharField(max_length=16, null=True)
+    variable_count = IntegerField(default=0)
+    variables = JSONField(default=list)
+    components = JSONField(default=list)
+    active = BooleanField(default=True)
+    updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("account", "name", "language"), True),)
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.platform_id,
+            "name": self.name,
+            "display_name": self.name.replace("_", " ").capitalize(),
+            "language": self.language,
+            "status": self.status,
+            "category": self.category,
+            "quality_score": self.quality_score,
+            "body_text": self.body_text,
+            "header_type": self.header_type,
+            "variable_count": self.variable_count,
+            "variables": self.variables or [],
+            "components": self.components or [],
+            "updated_at": isoformat(self.updated_at),
+        }
+
+
+class ContactWindow(BaseModel):
+    """When a customer last wrote to a number: single messages are allowed for 24 hours after."""
+
+    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
+    wa_id = CharField(max_length=32)
+    last_inbound_at = DateTimeField()
+
+    class Meta:
+        indexes = ((("account", "wa_id"), True),)
+
+
+def get_account(tenant_id: int, public_id: str) -> MessagingAccount:
+    """The tenant's account; a foreign or unknown id is the same 404 (the filter is in the query)."""
+    account = MessagingAccount.get_or_none(
+        (MessagingAccount.public_id == public_id) & (MessagingAccount.tenant == tenant_id))
+    if account is None:
+        raise NotFound(f"no account {public_id}", code="account_not_found")
+    return account
+
+
+def open_window(account_id: int, wa_id: str, at: dt.datetime) -> None:
+    (ContactWindow.insert(account=account_id, wa_id=wa_id, last_inbound_at=at)
+     .on_conflict(conflict_target=[ContactWindow.account, ContactWindow.wa_id],
+                  update={ContactWindow.last_inbound_at: at},
+                  where=(ContactWindow.last_inbound_at < at))
+     .execute())
+
+
+def window_open(account_id: int, wa_id: str, now: dt.datetime | None = None) -> bool:
+    now = now or utcnow()
+    window = ContactWindow.get_or_none((ContactWindow.account == account_id) & (ContactWindow.wa_id == wa_id))
+    return window is not None and window.last_inbound_at > now - CUSTOMER_WINDOW

@@ -1,0 +1,225 @@
+"""The company-wide wallet and its ledger.
+
+Every change to a wallet is one conditional UPDATE (the condition is the invariant it keeps)
+followed by its ledger entry, inside one transaction. Concurrent callers therefore cannot
+overspend: the database applies the condition to the row as it is at the moment of the write.
+
+Ledger amounts (see docs/credits.md): `purchase`, `manual_grant`, `manual_adjust`, `consume`,
+`refund` are changes to `balance`; `reserve` and `release` are changes to `available_balance`.
+"""
+
+from __future__ import annotations
+
+from peewee import SQL, CharField, DateTimeField, ForeignKeyField, IntegerField
+
+from models.base import BaseModel
+from models.clock import utcnow
+from models.db import atomic
+from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
+from models.tenants import Tenant
+
+BALANCE_TYPES = ("purchase", "manual_grant", "manual_adjust", "consume", "refund")
+RESERVATION_TYPES = ("reserve", "release")
+LEDGER_TYPES = BALANCE_TYPES + RESERVATION_TYPES
+
+
+class Wallet(BaseModel):
+    tenant = ForeignKeyField(Tenant, unique=True, backref="wallet", on_delete="CASCADE")
+    balance = IntegerField(default=0)
+    reserved = IntegerField(default=0)
+    status = CharField(max_length=16, default="active")
+    low_balance_threshold = IntegerField(default=0)
+    updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        constraints = [SQL("CHECK (reserved >= 0)"), SQL("CHECK (balance >= reserved)")]
+
+    @property
+    def available(self) -> int:
+        return self.balance - self.reserved
+
+    def as_dict(self) -> dict:
+        return {
+            "balance": self.balance,
+            "reserved_balance": self.reserved,
+            "available_balance": self.available,
+            "status": self.status,
+            "low_balance_threshold": self.low_balance_threshold,
+        }
+
+
+class LedgerEntry(BaseModel):
+    tenant = ForeignKeyField(Tenant, backref="ledger", on_delete="CASCADE")
+    type = CharField(max_length=16)
+    amount = IntegerField()
+    balance_after = IntegerField()
+    reserved_after = IntegerField()
+    reference = CharField(max_length=255, null=True)
+    description = CharField(max_length=1000, null=True)
+    campaign_id = IntegerField(null=True)
+    messaging_account_id = IntegerField(null=True)
+    created_at = DateTimeField(default=utcnow, index=True)
+
+    def as_dict(self) -> dict:
+        from models.clock import isoformat
+
+        return {
+            "id": self.id,
+            "type": self.type,
+            "amount": self.amount,
+            "balance_after": self.balance_after,
+            "reserved_after": self.reserved_after,
+            "reference": self.reference,
+            "description": self.description,
+            "campaign_id": self.campaign_id,
+            "messaging_account_id": self.messaging_account_id,
+            "created_at": isoformat(self.created_at),
+        }
+
+
+def wallet_of(tenant_id: int) -> Wallet:
+    wallet = Wallet.get_or_none(Wallet.tenant == tenant_id)
+    if wallet is None:
+        raise NotFound("the tenant has no wallet", code="wallet_not_found")
+    return wallet
+
+
+def _apply(tenant_id: int, entry_type: str, amount: int, balance_delta: int, reserved_delta: int,
+           condition, failure: Exception, *, reference: str | None = None,
+           description: str | None = None, campaign_id: int | None = None,
+           messaging_account_id: int | None = None) -> LedgerEntry:
+    """One conditional wallet UPDATE plus its ledger entry, in one transaction."""
+    with atomic():
+        query = Wallet.update(
+            balance=Wallet.balance + balance_delta,
+            reserved=Wallet.reserved + reserved_delta,
+            updated_at=utcnow(),
+        ).where(Wallet.tenant == tenant_id)
+        if condition is not None:
+            query = query.where(condition)
+        if query.execute() != 1:
+            raise failure
+        # Our UPDATE holds the row's write lock until commit, so this read sees exactly our result.
+        wallet = Wallet.get(Wallet.tenant == tenant_id)
+        return LedgerEntry.create(
+            tenant=tenant_id,
+            type=entry_type,
+            amount=amount,
+            balance_after=wallet.balance,
+            reserved_after=wallet.reserved,
+            reference=reference,
+            description=description,
+            campaign_id=campaign_id,
+            messaging_account_id=messaging_account_id,
+        )
+
+
+def _positive(amount: int) -> int:
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+        raise Invalid("the amount must be a positive whole number of credits")
+    return amount
+
+
+def grant(tenant_id: int, amount: int, *, reason: str | None = None, purchase: bool = False,
+          reference: str | None = None) -> LedgerEntry:
+    """Add credits: an administrator's grant, or a confirmed package purchase."""
+    amount = _positive(amount)
+    return _apply(tenant_id, "purchase" if purchase else "manual_grant", amount, amount, 0, None,
+                  NotFound("the tenant has no wallet", code="wallet_not_found"),
+                  reference=reference, description=reason)
+
+
+def adjust(tenant_id: int, amount: int, *, reason: str | None = None) -> LedgerEntry:
+    """A manual correction in either direction; it can never take credits already reserved."""
+    if not isinstance(amount, int) or amount == 0:
+        raise Invalid("the adjustment must be a non-zero whole number of credits")
+    return _apply(tenant_id, "manual_adjust", amount, amount, 0,
+                  Wallet.balance + amount >= Wallet.reserved,
+                  InsufficientCredits("the adjustment would take credits that are not available"),
+                  description=reason)
+
+
+def _reserve_failure(tenant_id: int, amount: int) -> Exception:
+    wallet = wallet_of(tenant_id)
+    if wallet.status != "active":
+        return WalletPaused("the wallet is paused")
+    return InsufficientCredits(
+        f"{amount} credits needed, {wallet.available} available",
+        details={"required": amount, "available": wallet.available},
+    )
+
+
+def reserve(tenant_id: int, amount: int, *, campaign_id: int | None = None,
+            messaging_account_id: int | None = None, reference: str | None = None) -> LedgerEntry:
+    """Hold credits for messages about to be sent; fails unless the available balance covers them."""
+    amount = _positive(amount)
+    with atomic():
+        query = Wallet.update(
+            reserved=Wallet.reserved + amount, updated_at=utcnow()
+        ).where(
+            (Wallet.tenant == tenant_id)
+            & (Wallet.status == "active")
+            & (Wallet.balance - Wallet.reserved >= amount)
+        )
+        if query.execute() != 1:
+            raise _reserve_failure(tenant_id, amount)
+        wallet = Wallet.get(Wallet.tenant == tenant_id)
+        return LedgerEntry.create(
+            tenant=tenant_id, type="reserve", amount=-amount, balance_after=wallet.balance,
+            reserved_after=wallet.reserved, reference=reference, campaign_id=campaign_id,
+            messaging_account_id=messaging_account_id,
+        )
+
+
+def _reserved_failure() -> Exception:
+    return Invalid("fewer credits are reserved than the operation names", code="reservation_mismatch")
+
+
+def consume(tenant_id: int, amount: int, *, campaign_id: int | None = None,
+            messaging_account_id: int | None = None, reference: str | None = None) -> LedgerEntry:
+    """The platform accepted messages: reserved credits leave the balance."""
+    amount = _positive(amount)
+    return _apply(tenant_id, "consume", -amount, -amount, -amount, Wallet.reserved >= amount,
+                  _reserved_failure(), reference=reference, campaign_id=campaign_id,
+                  messaging_account_id=messaging_account_id)
+
+
+def release(tenant_id: int, amount: int, *, campaign_id: int | None = None,
+            messaging_account_id: int | None = None, reference: str | None = None,
+            description: str | None = None) -> LedgerEntry:
+    """Messages that never reached the platform: their reservation returns to the available balance."""
+    amount = _positive(amount)
+    return _apply(tenant_id, "release", amount, 0, -amount, Wallet.reserved >= amount,
+                  _reserved_failure(), reference=reference, description=description,
+                  campaign_id=campaign_id, messaging_account_id=messaging_account_id)
+
+
+def refund(tenant_id: int, amount: int, *, campaign_id: int | None = None,
+           messaging_account_id: int | None = None, reference: str | None = None,
+           description: str | None = None) -> LedgerEntry:
+    """A message the platform accepted and then failed: its consumed credit comes back."""
+    amount = _positive(amount)
+    return _apply(tenant_id, "refund", amount, amount, 0, None,
+                  NotFound("the tenant has no wallet", code="wallet_not_found"),
+                  reference=reference, description=description, campaign_id=campaign_id,
+                  messaging_account_id=messaging_account_id)
+
+
+def set_status(tenant_id: int, status: str) -> Wallet:
+    if status not in {"active", "paused"}:
+        raise Invalid("a wallet is active or paused")
+    Wallet.update(status=status, updated_at=utcnow()).where(Wallet.tenant == tenant_id).execute()
+    return wallet_of(tenant_id)
+
+
+def set_low_balance_threshold(tenant_id: int, threshold: int) -> Wallet:
+    if threshold < 0:
+        raise Invalid("the threshold cannot be negative")
+    Wallet.update(low_balance_threshold=threshold).where(Wallet.tenant == tenant_id).execute()
+    return wallet_of(tenant_id)
+
+
+def ledger(tenant_id: int):
+    """The tenant's ledger, newest first (a query, for pagination)."""
+    return (LedgerEntry.select().where(LedgerEntry.tenant == tenant_id)
+            .order_by(LedgerEntry.id.desc()))

@@ -1,0 +1,125 @@
+"""The one database: SQLite under the data dir by default, PostgreSQL when configured.
+
+This module is the only place that knows which engine is in use. Nothing connects at import:
+`init_db` installs the engine behind the proxy, and each request or task opens and closes its
+own connection with `connection()` (pooled, so that is cheap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from peewee import Database, DatabaseProxy
+from playhouse.migrations import Runner
+from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
+
+from config import Settings
+
+db = DatabaseProxy()
+_counters = None
+_installed_for: Settings | None = None
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",
+    "synchronous": "normal",
+    "foreign_keys": 1,
+    "cache_size": -16000,
+    "busy_timeout": 15000,
+}
+
+
+def _postgres(url: str, pool_size: int) -> PooledPostgresqlDatabase:
+    parts = urlsplit(url)
+    return PooledPostgresqlDatabase(
+        unquote(parts.path.lstrip("/")) or "postgres",
+        user=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 5432,
+        max_connections=pool_size,
+        stale_timeout=300,
+        timeout=30,
+        autoconnect=False,
+    )
+
+
+def _sqlite(path: Path, pool_size: int) -> PooledSqliteDatabase:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # lock_type IMMEDIATE: every transaction takes the write lock at BEGIN, so a second writer
+    # waits on busy_timeout instead of failing mid-transaction with "database is locked".
+    return PooledSqliteDatabase(
+        str(path),
+        pragmas=SQLITE_PRAGMAS,
+        lock_type="IMMEDIATE",
+        returning_clause=True,
+        timeout=15,
+        max_connections=pool_size,
+        stale_timeout=300,
+        autoconnect=False,
+        check_same_thread=False,
+    )
+
+
+def init_db(settings: Settings) -> Database:
+    """Install the configured engine behind `db` (no connection is opened); idempotent per settings."""
+    global _installed_for, _counters
+    if db.obj is not None and settings is _installed_for:
+        return db.obj
+    if db.obj is not None:
+        with contextlib.suppress(Exception):
+            db.obj.close_all()
+    if settings.database_url:
+        engine = _postgres(settings.database_url, settings.db_pool_size)
+    else:
+        engine = _sqlite(settings.sqlite_path, settings.db_pool_size)
+    db.initialize(engine)
+    _installed_for = settings
+    if settings.redis_url:
+        import redis
+
+        from models.counters import RedisCounters
+
+        _counters = RedisCounters(redis.Redis.from_url(settings.redis_url), settings.queue_name)
+    else:
+        from models.counters import DatabaseCounters
+
+        _counters = DatabaseCounters()
+    return engine
+
+
+def counters():
+    """The shared counter store: Redis when configured, else the database."""
+    if _counters is None:
+        raise RuntimeError("init_db() has not been called")
+    return _counters
+
+
+def is_postgres() -> bool:
+    return isinstance(db.obj, PooledPostgresqlDatabase)
+
+
+@contextlib.contextmanager
+def connection() -> Iterator[None]:
+    """Hold a connection for the duration of a request, task or command; nested uses share it."""
+    opened = db.connect(reuse_if_open=True)
+    try:
+        yield
+    finally:
+        if opened and not db.is_closed():
+            db.close()
+
+
+def atomic():
+    """A write transaction (BEGIN IMMEDIATE on SQLite, a savepoint when nested)."""
+    return db.atomic()
+
+
+def upgrade() -> list[str]:
+    """Apply pending schema migrations; returns the names applied (none when up to date)."""
+    with connection():
+        return Runner(db.obj, directory=str(MIGRATIONS_DIR)).up()

@@ -1,0 +1,64 @@
+"""The event outbox: `evt_` events written in the same transaction as the change that causes them.
+
+Nothing here talks to the network. Webhook delivery reads rows whose `fanned_out_at` is null,
+creates one delivery per subscribed endpoint, and stamps the row; a crash between the write and
+the fan-out only delays delivery, it never loses an event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from peewee import CharField, DateTimeField, ForeignKeyField
+
+from models.base import BaseModel, JSONField
+from models.clock import isoformat, utcnow
+from models.ids import new_id
+from models.tenants import Tenant
+
+CORE_EVENTS = (
+    "account.connected",
+    "campaign.created",
+    "campaign.completed",
+    "message.sent",
+    "message.delivered",
+    "message.read",
+    "message.failed",
+    "message.inbound.created",
+    "message.echo.created",
+)
+# Configured per tenant rather than by POST /webhooks/endpoints, and enveloped differently.
+PAYMENT_EVENT = "debt.payment_received"
+ALL_EVENTS = CORE_EVENTS + (PAYMENT_EVENT,)
+
+
+class Event(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    tenant = ForeignKeyField(Tenant, backref="events", on_delete="CASCADE")
+    name = CharField(max_length=64)
+    payload = JSONField()
+    created_at = DateTimeField(default=utcnow)
+    fanned_out_at = DateTimeField(null=True, index=True)
+
+
+def emit(tenant_id: int, name: str, fields: dict[str, Any]) -> Event:
+    """Record an event; call inside the transaction that makes the change it reports.
+
+    Core events are flat (`{"event": name, ...fields}`); `debt.payment_received` is enveloped
+    (`{"id", "event", "created_at", "data": fields}`) as the contract shows.
+    """
+    if name not in ALL_EVENTS:
+        raise ValueError(f"unknown event {name!r}")
+    public_id = new_id("evt_")
+    now = utcnow()
+    if name == PAYMENT_EVENT:
+        payload = {"id": public_id, "event": name, "created_at": isoformat(now), "data": fields}
+    else:
+        payload = {"event": name, **fields}
+    return Event.create(public_id=public_id, tenant=tenant_id, name=name, payload=payload,
+                        created_at=now)
+
+
+def pending_fan_out(limit: int = 500):
+    return (Event.select().where(Event.fanned_out_at.is_null())
+            .order_by(Event.id).limit(limit))

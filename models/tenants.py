@@ -1,0 +1,179 @@
+"""Tenants (companies) and their API keys.
+
+A key reads `svc_live_{public_id}.{secret}`. Only a SHA-256 of the secret is stored: the secret
+is 32 random bytes, so a slow password hash would add latency to every request and no safety.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+
+from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
+
+from models.base import BaseModel, JSONField
+from models.clock import utcnow
+from models.db import atomic
+from models.errors import Invalid, NotFound
+from models.ids import new_id
+
+KEY_PREFIX = "svc_live_"
+DEFAULT_KEY_RATE_LIMIT = 120
+
+SCOPES = (
+    "accounts:read",
+    "accounts:connect",
+    "templates:read",
+    "campaigns:read",
+    "campaigns:write",
+    "campaigns:cancel",
+    "messages:write",
+    "webhooks:read",
+    "webhooks:write",
+    "credits:read",
+    "cartera:read",
+    "cartera:write",
+)
+
+
+class Tenant(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    name = CharField(max_length=255)
+    timezone = CharField(max_length=64, default="UTC")
+    status = CharField(max_length=16, default="active")
+    created_at = DateTimeField(default=utcnow)
+
+
+class ApiKey(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    tenant = ForeignKeyField(Tenant, backref="keys", on_delete="CASCADE")
+    secret_hash = CharField(max_length=64)
+    scopes = JSONField()
+    allowed_ips = JSONField(null=True)
+    rate_limit = IntegerField(default=DEFAULT_KEY_RATE_LIMIT)
+    created_at = DateTimeField(default=utcnow)
+    rotated_at = DateTimeField(null=True)
+    revoked_at = DateTimeField(null=True)
+
+    def allows_ip(self, address: str | None) -> bool:
+        if not self.allowed_ips:
+            return True
+        if not address:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in ipaddress.ip_network(block, strict=False) for block in self.allowed_ips)
+
+
+def _hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _new_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def normalize_scopes(scopes: list[str]) -> list[str]:
+    if "all" in scopes:
+        return list(SCOPES)
+    unknown = sorted(set(scopes) - set(SCOPES))
+    if unknown:
+        raise Invalid(f"unknown scope {unknown[0]!r}; known scopes: {', '.join(SCOPES)}")
+    if not scopes:
+        raise Invalid("a key needs at least one scope")
+    return [scope for scope in SCOPES if scope in scopes]
+
+
+def normalize_networks(blocks: list[str] | None) -> list[str] | None:
+    if not blocks:
+        return None
+    normalized = []
+    for block in blocks:
+        try:
+            normalized.append(str(ipaddress.ip_network(block.strip(), strict=False)))
+        except ValueError:
+            raise Invalid(f"{block!r} is not an IP address or CIDR block") from None
+    return normalized
+
+
+def create_tenant(name: str, timezone: str = "UTC") -> Tenant:
+    from models.credits import Wallet
+
+    name = name.strip()
+    if not name or len(name) > 255:
+        raise Invalid("a tenant name is 1 to 255 characters")
+    with atomic():
+        tenant = Tenant.create(public_id=new_id("ten_"), name=name, timezone=timezone)
+        Wallet.create(tenant=tenant)
+    return tenant
+
+
+def get_tenant(public_id: str) -> Tenant:
+    tenant = Tenant.get_or_none(Tenant.public_id == public_id)
+    if tenant is None:
+        raise NotFound(f"no tenant {public_id}", code="tenant_not_found")
+    return tenant
+
+
+def create_key(tenant: Tenant, scopes: list[str], allowed_ips: list[str] | None = None,
+               rate_limit: int | None = None) -> tuple[ApiKey, str]:
+    """Create a key; returns it with the full key string, which is never shown again."""
+    if rate_limit is not None and not 1 <= rate_limit <= 1_000_000:
+        raise Invalid("the rate limit is 1 to 1000000 requests a minute")
+    secret = _new_secret()
+    key = ApiKey.create(
+        public_id=new_id("key_"),
+        tenant=tenant,
+        secret_hash=_hash_secret(secret),
+        scopes=normalize_scopes(scopes),
+        allowed_ips=normalize_networks(allowed_ips),
+        rate_limit=rate_limit or DEFAULT_KEY_RATE_LIMIT,
+    )
+    return key, f"{KEY_PREFIX}{key.public_id}.{secret}"
+
+
+def get_key(public_id: str) -> ApiKey:
+    key = ApiKey.get_or_none(ApiKey.public_id == public_id)
+    if key is None:
+        raise NotFound(f"no key {public_id}", code="key_not_found")
+    return key
+
+
+def rotate_key(public_id: str) -> tuple[ApiKey, str]:
+    """Replace the secret of a live key, keeping its id, scopes and limits."""
+    key = get_key(public_id)
+    if key.revoked_at is not None:
+        raise Invalid(f"key {public_id} is revoked", code="key_revoked")
+    secret = _new_secret()
+    key.secret_hash = _hash_secret(secret)
+    key.rotated_at = utcnow()
+    key.save()
+    return key, f"{KEY_PREFIX}{key.public_id}.{secret}"
+
+
+def revoke_key(public_id: str) -> ApiKey:
+    key = get_key(public_id)
+    if key.revoked_at is None:
+        key.revoked_at = utcnow()
+        key.save()
+    return key
+
+
+def authenticate(token: str) -> ApiKey | None:
+    """The live key this token names, or None. The secret is compared in constant time."""
+    if not token.startswith(KEY_PREFIX) or len(token) > 200:
+        return None
+    public_id, _, secret = token[len(KEY_PREFIX):].partition(".")
+    if not public_id or not secret:
+        return None
+    key = (ApiKey.select(ApiKey, Tenant).join(Tenant)
+           .where(ApiKey.public_id == public_id).first())
+    if key is None or key.revoked_at is not None or key.tenant.status != "active":
+        return None
+    if not hmac.compare_digest(key.secret_hash, _hash_secret(secret)):
+        return None
+    return key

@@ -1,0 +1,151 @@
+"""svcctl up | serve | worker: the processes of the service."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from config import ConfigError, get_settings
+from models.db import connection, init_db
+from svcctl.output import err, fail
+
+ROOT = Path(__file__).resolve().parent.parent
+GUNICORN_CONFIG = ROOT / "config" / "gunicorn.py"
+DEMO_TENANT = "Demo Company"
+DEMO_CREDITS = 1000
+PLATFORM_WEBHOOK_PATH = "/platform/webhook"
+
+
+def _split_bind(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        fail(f"--bind expects HOST:PORT, got {bind!r}")
+    return host, int(port)
+
+
+def serve(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT to listen on."),
+          workers: int = typer.Option(None, "--workers", help="Gunicorn workers (default SVC_WEB_CONCURRENCY).")):
+    """Run the API under gunicorn in the foreground."""
+    _split_bind(bind)
+    try:
+        get_settings()
+    except ConfigError as error:
+        fail(str(error))
+    env = {**os.environ, "SVC_BIND": bind}
+    if workers:
+        env["SVC_WEB_CONCURRENCY"] = str(workers)
+    args = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "--chdir", str(ROOT), "api.wsgi:app"]
+    os.execve(sys.executable, args, env)
+
+
+def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (default SVC_WORKER_THREADS)."),
+           no_periodic: bool = typer.Option(False, "--no-periodic",
+                                            help="Do not schedule periodic tasks (all consumers but one).")):
+    """Run the queue consumer (thread workers) in the foreground."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = get_settings()
+    except ConfigError as error:
+        fail(str(error))
+    from jobs.queue import huey, load_tasks
+
+    init_db(settings)
+    load_tasks()
+    consumer = huey.create_consumer(workers=threads or settings.worker_threads, worker_type="thread",
+                                    periodic=not no_periodic, check_worker_health=True, backoff=1.15,
+                                    max_delay=0.5, initial_delay=0.05)
+    consumer.run()
+
+
+def _ensure_demo_tenant() -> tuple[str, str | None]:
+    """The demo tenant's id, and its key the first time only (a key is never shown twice)."""
+    from models import credits
+    from models.tenants import Tenant, create_key, create_tenant
+
+    with connection():
+        tenant = Tenant.get_or_none(Tenant.name == DEMO_TENANT)
+        if tenant is not None:
+            return tenant.public_id, None
+        tenant = create_tenant(DEMO_TENANT)
+        credits.grant(tenant.id, DEMO_CREDITS, reason="demo credits")
+        _key, key_string = create_key(tenant, ["all"])
+        return tenant.public_id, key_string
+
+
+def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),
+       sim: bool = typer.Option(False, "--sim", help="Also run the platform simulator, wired to the API."),
+       sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator.")):
+    """Migrate, then run the API and the worker (and the simulator) in the foreground; Ctrl-C stops all."""
+    from models.db import upgrade
+
+    host, port = _split_bind(bind)
+    env = dict(os.environ)
+    env.setdefault("SVC_PUBLIC_URL", f"http://{'127.0.0.1' if host in {'0.0.0.0', '::'} else host}:{port}")
+    if sim:
+        env["SVC_GRAPH_URL"] = f"http://{sim_bind}"
+        env.setdefault("SVC_WEBHOOK_ALLOW_PRIVATE", "true")
+    os.environ.update(env)
+    try:
+        settings = get_settings()
+    except ConfigError as error:
+        fail(str(error))
+    init_db(settings)
+    applied = upgrade()
+    if applied:
+        err.print(f"applied {len(applied)} migration(s)")
+    tenant_id, key_string = _ensure_demo_tenant()
+
+    svcctl = [sys.executable, "-m", "svcctl.main"]
+    commands = {"api": svcctl + ["serve", "--bind", bind], "worker": svcctl + ["worker"]}
+    if sim:
+        commands["sim"] = svcctl + ["sim", "--bind", sim_bind, "--webhook-url",
+                                    settings.public_url + PLATFORM_WEBHOOK_PATH,
+                                    "--app-secret", settings.app_secret]
+    children = {name: subprocess.Popen(command, env=env, cwd=ROOT) for name, command in commands.items()}
+
+    base = f"{settings.public_url}/api/v1"
+    err.print(f"[green]API[/green]     {base}")
+    if sim:
+        err.print(f"[green]sim[/green]     http://{sim_bind}")
+    err.print(f"[green]tenant[/green]  {tenant_id} ({DEMO_TENANT})")
+    if key_string:
+        err.print(f"[green]key[/green]     {key_string}")
+        err.print(f"try: curl -H 'Authorization: Bearer {key_string}' {base}/health")
+    else:
+        err.print("key     shown at first start only; create another with "
+                  f"`svcctl keys create --tenant {tenant_id} --scope all`")
+
+    stopping = False
+
+    def stop(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    exit_code = 0
+    while not stopping:
+        for name, child in children.items():
+            if child.poll() is not None:
+                err.print(f"[red]{name} exited with {child.returncode}; stopping[/red]")
+                stopping, exit_code = True, 1
+                break
+        time.sleep(0.2)
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.time() + 25
+    for child in children.values():
+        try:
+            child.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+    raise typer.Exit(exit_code)

@@ -1,0 +1,54 @@
+"""svcctl tenants: create, list, show."""
+
+from __future__ import annotations
+
+import typer
+
+from models import credits
+from models.clock import isoformat
+from models.tenants import ApiKey, Tenant, create_tenant, get_tenant
+from svcctl.output import JSON_OPTION, record, show, table, with_database
+
+app = typer.Typer(help="Companies (tenants).", no_args_is_help=True)
+
+
+def tenant_dict(tenant: Tenant) -> dict:
+    wallet = credits.wallet_of(tenant.id)
+    return {
+        "id": tenant.public_id,
+        "name": tenant.name,
+        "status": tenant.status,
+        "timezone": tenant.timezone,
+        "balance": wallet.balance,
+        "available_balance": wallet.available,
+        "keys": ApiKey.select().where((ApiKey.tenant == tenant.id) & ApiKey.revoked_at.is_null()).count(),
+        "created_at": isoformat(tenant.created_at),
+    }
+
+
+@app.command("create")
+@with_database
+def create(name: str, timezone: str = typer.Option("UTC", help="The tenant's time zone (IANA name)."),
+           as_json: bool = JSON_OPTION):
+    """Create a tenant with an empty wallet."""
+    tenant = create_tenant(name, timezone=timezone)
+    data = tenant_dict(tenant)
+    show(data, as_json, lambda: record(data, "tenant created"))
+
+
+@app.command("list")
+@with_database
+def list_tenants(as_json: bool = JSON_OPTION):
+    """List tenants."""
+    data = [tenant_dict(tenant) for tenant in Tenant.select().order_by(Tenant.id)]
+    show(data, as_json, lambda: table("tenants", ("id", "name", "status", "balance", "keys", "created"),
+                                      [(t["id"], t["name"], t["status"], t["balance"], t["keys"],
+                                        t["created_at"]) for t in data]))
+
+
+@app.command("show")
+@with_database
+def show_tenant(tenant_id: str, as_json: bool = JSON_OPTION):
+    """Show one tenant."""
+    data = tenant_dict(get_tenant(tenant_id))
+    show(data, as_json, lambda: record(data))

@@ -1,0 +1,202 @@
+"""Fixtures shared by every test: a real database per test (SQLite, and PostgreSQL + Redis when
+reachable), the real Falcon app, the queue in immediate mode, and personas.
+
+Each storage test gets its own database: a copy of a migrated template (a file copy on SQLite,
+CREATE DATABASE .. TEMPLATE on PostgreSQL) and its own Redis key prefix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="svc-tests-"))
+# Before any project import: the queue and settings read the environment once.
+os.environ["SVC_DATA_DIR"] = str(_SESSION_DIR / "default")
+os.environ.setdefault("SVC_SECRET_KEY", "qVnZ0D4K7wSxg8Yb8w8i3bq0Zp9dfqg3zB5Qk0Yp2pM=")
+for _name in ("SVC_DATABASE_URL", "SVC_REDIS_URL"):
+    os.environ.pop(_name, None)
+
+import psycopg2  # noqa: E402
+import pytest  # noqa: E402
+import redis  # noqa: E402
+from falcon import testing  # noqa: E402
+
+from config import Settings, load_settings, use_settings  # noqa: E402
+from models import db as database  # noqa: E402
+
+PG_DSN = os.environ.get("SVC_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
+REDIS_URL = os.environ.get("SVC_TEST_REDIS", "redis://127.0.0.1:6379/0")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _pg_admin():
+    connection = psycopg2.connect(PG_DSN + "/postgres", connect_timeout=2)
+    connection.autocommit = True
+    return connection
+
+
+def _reachable(kind: str) -> bool:
+    try:
+        if kind == "postgres":
+            _pg_admin().close()
+        else:
+            redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+def _require(kind: str) -> None:
+    if not _reachable(kind):
+        if IN_CI:
+            pytest.fail(f"{kind} must be reachable in CI")
+        pytest.skip(f"{kind} is not reachable")
+
+
+def base_env(data_dir: Path) -> dict[str, str]:
+    return {
+        "SVC_DATA_DIR": str(data_dir),
+        "SVC_SECRET_KEY": os.environ["SVC_SECRET_KEY"],
+        "SVC_APP_SECRET": "test-app-secret",
+        "SVC_VERIFY_TOKEN": "test-verify-token",
+        "SVC_WEBHOOK_ALLOW_PRIVATE": "true",
+    }
+
+
+@pytest.fixture(scope="session")
+def sqlite_template() -> Path:
+    directory = _SESSION_DIR / "sqlite-template"
+    settings = use_settings(load_settings(base_env(directory)))
+    database.init_db(settings)
+    database.upgrade()
+    database.db.close_all()
+    return settings.sqlite_path
+
+
+@pytest.fixture(scope="session")
+def pg_template():
+    _require("postgres")
+    name = f"svc_tpl_{uuid.uuid4().hex[:10]}"
+    admin = _pg_admin()
+    admin.cursor().execute(f'CREATE DATABASE "{name}"')
+    settings = use_settings(load_settings({**base_env(_SESSION_DIR / "pg-template"),
+                                           "SVC_DATABASE_URL": f"{PG_DSN}/{name}"}))
+    database.init_db(settings)
+    database.upgrade()
+    database.db.close_all()
+    yield name
+    admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def _sqlite_settings(tmp_path: Path, template: Path) -> Settings:
+    env = base_env(tmp_path / "data")
+    settings = load_settings(env)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(template, settings.sqlite_path)
+    return settings
+
+
+@pytest.fixture(params=["sqlite", "postgres+redis"])
+def storage(request, tmp_path):
+    """Settings for a fresh, migrated database of each kind, installed for this process."""
+    if request.param == "sqlite":
+        settings = _sqlite_settings(tmp_path, request.getfixturevalue("sqlite_template"))
+        cleanup = None
+    else:
+        template = request.getfixturevalue("pg_template")
+        _require("redis")
+        name = f"svc_t_{uuid.uuid4().hex[:12]}"
+        admin = _pg_admin()
+        admin.cursor().execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        settings = load_settings({**base_env(tmp_path / "data"), "SVC_DATABASE_URL": f"{PG_DSN}/{name}",
+                                  "SVC_REDIS_URL": REDIS_URL, "SVC_QUEUE_NAME": f"svc-test-{name}"})
+
+        def cleanup():
+            client = redis.Redis.from_url(REDIS_URL)
+            for key in client.scan_iter(f"{settings.queue_name}*"):
+                client.delete(key)
+            admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.close()
+
+    use_settings(settings)
+    database.init_db(settings)
+    with database.connection():
+        yield settings
+    database.db.close_all()
+    if cleanup:
+        cleanup()
+
+
+@pytest.fixture
+def sqlite_storage(tmp_path, sqlite_template):
+    """SQLite only: for tests about the embedded default itself."""
+    settings = use_settings(_sqlite_settings(tmp_path, sqlite_template))
+    database.init_db(settings)
+    with database.connection():
+        yield settings
+    database.db.close_all()
+
+
+@pytest.fixture(autouse=True)
+def immediate_queue():
+    from jobs.queue import huey
+
+    huey.immediate = True
+    yield huey
+    huey.immediate = False
+
+
+@pytest.fixture
+def app(storage):
+    from api.app import create_app
+
+    return create_app(storage)
+
+
+@pytest.fixture
+def client(app):
+    return testing.TestClient(app)
+
+
+class Persona:
+    """A company with a key: `headers` authenticate as it."""
+
+    def __init__(self, name: str, credits: int = 0, scopes=("all",), **key_options):
+        from models import credits as wallet
+        from models.tenants import create_key, create_tenant
+
+        self.tenant = create_tenant(name)
+        self.key, self.key_string = create_key(self.tenant, list(scopes), **key_options)
+        if credits:
+            wallet.grant(self.tenant.id, credits)
+
+    @property
+    def id(self) -> int:
+        return self.tenant.id
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key_string}"}
+
+    def with_key(self, scopes, **key_options) -> dict[str, str]:
+        from models.tenants import create_key
+
+        _key, key_string = create_key(self.tenant, list(scopes), **key_options)
+        return {"Authorization": f"Bearer {key_string}"}
+
+
+@pytest.fixture
+def alice(storage) -> Persona:
+    """Owns the resources under test; every scope, 1000 credits."""
+    return Persona("Alice Corp", credits=1000)
+
+
+@pytest.fixture
+def charlie(storage) -> Persona:
+    """An outsider: another company whose ids must never reach alice's data."""
+    return Persona("Charlie Ltd", credits=1000)

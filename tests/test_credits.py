@@ -1,0 +1,142 @@
+"""Credits: the wallet operations and GET /credits/balance, /credits/ledger."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from models import credits
+from models.credits import LedgerEntry, Wallet
+from models.db import connection
+from models.errors import InsufficientCredits, Invalid, WalletPaused
+
+
+def replay_ledger(tenant_id: int) -> tuple[int, int]:
+    """Rebuild (balance, reserved) from the ledger alone, in order."""
+    balance = reserved = 0
+    for entry in LedgerEntry.select().where(LedgerEntry.tenant == tenant_id).order_by(LedgerEntry.id):
+        if entry.type in credits.BALANCE_TYPES:
+            balance += entry.amount
+        if entry.type == "reserve" or entry.type == "release":
+            reserved -= entry.amount
+        elif entry.type == "consume":
+            reserved += entry.amount
+        assert (entry.balance_after, entry.reserved_after) == (balance, reserved)
+    return balance, reserved
+
+
+def test_the_two_phases_keep_the_ledger_and_the_wallet_in_step(alice):
+    credits.reserve(alice.id, 10)
+    credits.consume(alice.id, 6)
+    credits.release(alice.id, 4)
+    credits.refund(alice.id, 1)
+    credits.adjust(alice.id, -5, reason="correction")
+    wallet = credits.wallet_of(alice.id)
+    assert (wallet.balance, wallet.reserved, wallet.available) == (990, 0, 990)
+    assert replay_ledger(alice.id) == (990, 0)
+
+
+def test_it_refuses_to_reserve_more_than_is_available(alice):
+    credits.reserve(alice.id, 600)
+    with pytest.raises(InsufficientCredits) as raised:
+        credits.reserve(alice.id, 401)
+    assert raised.value.details == {"required": 401, "available": 400}
+    assert credits.wallet_of(alice.id).reserved == 600
+
+
+def test_a_paused_wallet_refuses_reservations(alice):
+    credits.set_status(alice.id, "paused")
+    with pytest.raises(WalletPaused):
+        credits.reserve(alice.id, 1)
+
+
+def test_an_adjustment_cannot_take_reserved_credits(alice):
+    credits.reserve(alice.id, 900)
+    with pytest.raises(InsufficientCredits):
+        credits.adjust(alice.id, -101)
+    credits.adjust(alice.id, -100)
+    assert credits.wallet_of(alice.id).available == 0
+
+
+def test_it_refuses_non_positive_amounts(alice):
+    for amount in (0, -3):
+        with pytest.raises(Invalid):
+            credits.grant(alice.id, amount)
+    with pytest.raises(Invalid):
+        credits.consume(alice.id, 5)  # nothing reserved
+
+
+def test_twenty_threads_reserving_never_overspend(alice, storage):
+    # 1000 credits; 20 threads each try 10 reservations of 7: 1400 wanted, at most 994 granted.
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def reserve_many():
+        with connection():
+            for _ in range(10):
+                try:
+                    credits.reserve(alice.id, 7)
+                    result = "ok"
+                except InsufficientCredits:
+                    result = "refused"
+                with lock:
+                    outcomes.append(result)
+
+    threads = [threading.Thread(target=reserve_many) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    wallet = Wallet.get(Wallet.tenant == alice.id)
+    granted = outcomes.count("ok")
+    assert granted == 1000 // 7
+    assert wallet.reserved == granted * 7
+    assert wallet.available >= 0
+    assert replay_ledger(alice.id) == (wallet.balance, wallet.reserved)
+    assert sum(e.amount for e in LedgerEntry.select().where(
+        (LedgerEntry.tenant == alice.id) & LedgerEntry.type.in_(credits.BALANCE_TYPES))) == wallet.balance
+
+
+def test_the_balance_endpoint_shows_the_wallet(client, alice):
+    credits.reserve(alice.id, 30)
+    response = client.simulate_get("/api/v1/credits/balance", headers=alice.headers)
+    assert response.status_code == 200
+    assert response.json == {"success": True, "data": {
+        "balance": 1000, "reserved_balance": 30, "available_balance": 970, "status": "active",
+        "low_balance_threshold": 0}}
+
+
+def test_the_ledger_is_newest_first_and_paginated(client, alice):
+    for _ in range(3):
+        credits.reserve(alice.id, 1)
+    response = client.simulate_get("/api/v1/credits/ledger", params={"per_page": 2}, headers=alice.headers)
+    assert response.status_code == 200
+    body = response.json
+    assert body["meta"] == {"current_page": 1, "per_page": 2, "total": 4, "last_page": 2}
+    assert [entry["type"] for entry in body["data"]] == ["reserve", "reserve"]
+    assert body["data"][0]["id"] > body["data"][1]["id"]
+    last = client.simulate_get("/api/v1/credits/ledger", params={"page": 2, "per_page": 2},
+                               headers=alice.headers).json
+    assert [entry["type"] for entry in last["data"]] == ["reserve", "manual_grant"]
+
+
+def test_the_ledger_rejects_a_per_page_over_100(client, alice):
+    response = client.simulate_get("/api/v1/credits/ledger", params={"per_page": 101}, headers=alice.headers)
+    assert response.status_code == 422
+    assert response.json["error"]["code"] == "validation_failed"
+    assert "per_page" in response.json["error"]["details"]["errors"]
+
+
+def test_credit_reads_need_the_credits_scope(client, alice):
+    headers = alice.with_key(["campaigns:read"])
+    response = client.simulate_get("/api/v1/credits/balance", headers=headers)
+    assert response.status_code == 403
+    assert response.json["error"]["code"] == "missing_scope"
+
+
+def test_a_key_sees_only_its_own_wallet(client, alice, charlie):
+    credits.reserve(charlie.id, 500)
+    response = client.simulate_get("/api/v1/credits/balance", headers=alice.headers)
+    assert response.json["data"]["reserved_balance"] == 0
