@@ -113,6 +113,44 @@ class ContactWindow(BaseModel):
         indexes = ((("account", "wa_id"), True),)
 
 
+class BusinessInitiated(BaseModel):
+    """A user the number started a conversation with: the messaging tier counts these per moving 24 h."""
+
+    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
+    wa_id = CharField(max_length=32)
+    last_sent_at = DateTimeField(index=True)
+
+    class Meta:
+        indexes = ((("account", "wa_id"), True),)
+
+
+def record_business_sends(account_id: int, wa_ids: list[str], at: dt.datetime | None = None) -> None:
+    """Note that the platform accepted messages from this number to these users (call per batch)."""
+    at = at or utcnow()
+    rows = [{"account": account_id, "wa_id": wa_id, "last_sent_at": at} for wa_id in set(wa_ids)]
+    if rows:
+        (BusinessInitiated.insert_many(rows)
+         .on_conflict(conflict_target=[BusinessInitiated.account, BusinessInitiated.wa_id],
+                      update={BusinessInitiated.last_sent_at: at})
+         .execute())
+
+
+def messages_sent_today(account_id: int, now: dt.datetime | None = None) -> int:
+    """Unique users messaged in the moving 24 hours: what the daily limit (messaging tier) caps."""
+    since = (now or utcnow()) - CUSTOMER_WINDOW
+    return BusinessInitiated.select().where(
+        (BusinessInitiated.account == account_id) & (BusinessInitiated.last_sent_at > since)).count()
+
+
+def recently_messaged(account_id: int, wa_ids: list[str], now: dt.datetime | None = None) -> set[str]:
+    """Which of these users already count against today's limit (sending to them again is free)."""
+    since = (now or utcnow()) - CUSTOMER_WINDOW
+    query = BusinessInitiated.select(BusinessInitiated.wa_id).where(
+        (BusinessInitiated.account == account_id) & (BusinessInitiated.last_sent_at > since)
+        & BusinessInitiated.wa_id.in_(wa_ids))
+    return {row.wa_id for row in query}
+
+
 def get_account(tenant_id: int, public_id: str) -> MessagingAccount:
     """The tenant's account; a foreign or unknown id is the same 404 (the filter is in the query)."""
     account = MessagingAccount.get_or_none(

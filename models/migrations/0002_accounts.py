@@ -1,7 +1,7 @@
 """Messaging accounts (numbers), templates and customer-service windows."""
 
-from models.accounts import ContactWindow, MessagingAccount, Template
+from models.accounts import BusinessInitiated, ContactWindow, MessagingAccount, Template
 
 
 def up(migrator, db):
-    db.create_tables([MessagingAccount, Template, ContactWindow])
+    db.create_tables([MessagingAccount, Template, ContactWindow, BusinessInitiated])
