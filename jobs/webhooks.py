@@ -1,0 +1,492 @@
+"""Delivering outbox events to webhook endpoints.
+
+Flow:
+1. `notify_new_events()` (called by any area after committing events) enqueues `fan_out_task`,
+   coalesced to at most two tasks a second; `sweep` does the same every minute as a safety net.
+2. The fan-out turns events into deliveries (models.webhooks.fan_out) and enqueues a drain for
+   each endpoint that got some.
+3. A drain owns one endpoint for a while (a lease in the database): it claims due deliveries,
+   POSTs them through ENDPOINT_CONCURRENCY threads, records the outcomes in batches, and
+   schedules itself for the endpoint's next retry. One drain per endpoint bounds what a receiver
+   sees; a drain yields after DRAIN_SLICE_SECONDS and stops early when the receiver is
+   unreachable, and drains never hold more than half of a worker's threads, so a slow or dead
+   endpoint delays neither sending nor other endpoints.
+
+Delivery is at least once (a worker that dies mid-batch leaves claims that expire and are sent
+again) and unordered (retries interleave with newer events). Receivers deduplicate by event id.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime as dt
+import email.utils
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.cookiejar import DefaultCookiePolicy
+
+import certifi
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.util.ssl_ import create_urllib3_context
+
+from config import get_settings
+from jobs.queue import crontab, huey, periodic_task, task
+from models import ssrf, webhooks
+from models.clock import utcnow
+from models.counters import window_start
+from models.db import connection, counters
+from models.ids import new_id
+from models.webhooks import Outcome, WebhookEndpoint, Work
+
+log = logging.getLogger("webhooks")
+
+ENDPOINT_CONCURRENCY = 8
+CLAIM_BATCH = 64
+# Outcomes are written in batches of this size (or every RECORD_INTERVAL seconds).
+RECORD_BATCH = 32
+RECORD_INTERVAL = 0.5
+DRAIN_SLICE_SECONDS = 20.0
+LEASE_SECONDS = 120.0
+# Consecutive connection failures (refused, timed out, TLS) after which a drain stops sending to
+# the endpoint and fails the rest of its queue at once; those deliveries retry on the schedule.
+UNREACHABLE_THRESHOLD = ENDPOINT_CONCURRENCY
+FAN_OUT_BATCH = 500
+TIMEOUT = 10.0
+MAX_RESPONSE_READ = 64 * 1024
+MAX_ADDRESSES = 3
+USER_AGENT = "Service-Webhooks/1.0"
+NOTIFY_KEY = "webhooks:fan-out"
+
+
+# --- the HTTP client -----------------------------------------------------------------------
+
+
+def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """The public CA store plus the configured extra CAs, built once per process."""
+    context = create_urllib3_context()
+    context.load_verify_locations(cafile=certifi.where())
+    if ca_bundle:
+        context.load_verify_locations(cafile=ca_bundle)
+    return context
+
+
+class _PinnedAdapter(HTTPAdapter):
+    """Connects to the address in the URL (one we vetted) while TLS uses the real hostname.
+
+    The request URL names the vetted IP, so no second DNS lookup happens between our check and
+    the connection; `pinned_hostname` on the request supplies SNI and the name the certificate
+    must match, and the Host header carries it to the application.
+    """
+
+    def __init__(self, context: ssl.SSLContext, **options):
+        self._context = context
+        super().__init__(**options)
+
+    def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
+        host_params, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
+        hostname = getattr(request, "pinned_hostname", None)
+        if hostname:
+            pool_kwargs["server_hostname"] = hostname
+            pool_kwargs["assert_hostname"] = hostname
+        pool_kwargs["ssl_context"] = self._context
+        pool_kwargs.pop("ca_certs", None)
+        return self.poolmanager.connection_from_host(**host_params, pool_kwargs=pool_kwargs)
+
+    def cert_verify(self, conn, url, verify, cert):
+        # The context already holds every CA we trust; loading a bundle file on each new
+        # connection (requests' default) would only repeat that work.
+        conn.cert_reqs = "CERT_REQUIRED"
+        conn.ca_certs = None
+        conn.ca_cert_dir = None
+
+
+@dataclass
+class Response:
+    status_code: int | None
+    latency_ms: int
+    excerpt: str | None = None
+    error: str | None = None
+    retry_after: float | None = None
+    unreachable: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def _url_host(address: ssrf.IPAddress) -> str:
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def _never_connected(error: requests.RequestException) -> bool:
+    """True when the request cannot have reached the server: another address may be tried."""
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    reason = getattr(error.args[0], "reason", None) if error.args else None
+    return isinstance(reason, urllib3.exceptions.NewConnectionError)
+
+
+def _describe(error: requests.RequestException) -> str:
+    if isinstance(error, requests.ConnectTimeout):
+        return f"connection timed out after {TIMEOUT:g} s"
+    if isinstance(error, requests.ReadTimeout):
+        return f"no response within {TIMEOUT:g} s"
+    if isinstance(error, requests.exceptions.SSLError):
+        reason = getattr(error.args[0], "reason", None) if error.args else None
+        return f"TLS error: {reason or error}"
+    if _never_connected(error):
+        return "connection refused or unreachable"
+    return f"connection failed: {type(error).__name__}"
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
+
+
+class DeliveryClient:
+    """The process's one pooled session for webhooks; safe to share between threads."""
+
+    def __init__(self, ca_bundle: str | None, pool_size: int = 4 * ENDPOINT_CONCURRENCY):
+        self.ca_bundle = ca_bundle
+        self.session = requests.Session()
+        # Environment proxies would route around the address pinning; cookies set by one
+        # company's receiver must never travel to another's.
+        self.session.trust_env = False
+        self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+        adapter = _PinnedAdapter(_ssl_context(ca_bundle), pool_connections=256, pool_maxsize=pool_size,
+                                 max_retries=0)
+        self.session.mount("https://", adapter)
+        self.session.mount("http://", HTTPAdapter(max_retries=0))
+
+    def post(self, target: ssrf.Target, addresses: list[ssrf.IPAddress], body: bytes,
+             headers: dict[str, str]) -> Response:
+        """POST `body` to the first vetted address that accepts a connection. Never raises."""
+        started = time.monotonic()
+        headers = {**headers, "Host": target.host_header, "User-Agent": USER_AGENT}
+        error: requests.RequestException | None = None
+        for address in addresses[:MAX_ADDRESSES]:
+            prepared = requests.PreparedRequest()
+            prepared.prepare(method="POST", url=f"https://{_url_host(address)}:{target.port}{target.path}",
+                             headers=headers, data=body)
+            prepared.pinned_hostname = target.hostname  # type: ignore[attr-defined]
+            try:
+                # Redirects are never followed: a 3xx is a failure, and following one would
+                # bypass the address check.
+                response = self.session.send(prepared, timeout=TIMEOUT, allow_redirects=False, stream=True)
+            except requests.RequestException as raised:
+                error = raised
+                if _never_connected(raised):
+                    continue
+                break
+            return self._read(response, started)
+        assert error is not None
+        return Response(None, int((time.monotonic() - started) * 1000), error=_describe(error), unreachable=True)
+
+    @staticmethod
+    def _read(response: requests.Response, started: float) -> Response:
+        deadline = started + TIMEOUT
+        excerpt = bytearray()
+        read = 0
+        try:
+            for chunk in response.iter_content(8192):
+                if len(excerpt) < webhooks.EXCERPT_BYTES:
+                    excerpt += chunk[:webhooks.EXCERPT_BYTES - len(excerpt)]
+                read += len(chunk)
+                # Bounded: a receiver streaming a huge or endless body costs us nothing more.
+                if read >= MAX_RESPONSE_READ or time.monotonic() > deadline:
+                    break
+        except requests.RequestException:
+            pass  # the status line already tells the outcome
+        finally:
+            response.close()
+        status = response.status_code
+        result = Response(status, int((time.monotonic() - started) * 1000),
+                          excerpt=excerpt.decode("utf-8", "ignore") if excerpt else None)
+        if 300 <= status < 400:
+            result.error = f"HTTP {status}: redirects are not followed; answer 2xx at the registered URL"
+        elif not result.ok:
+            result.error = f"HTTP {status}"
+            if status in (429, 503):
+                result.retry_after = _retry_after(response.headers.get("Retry-After"))
+        return result
+
+
+_client_lock = threading.Lock()
+_client: DeliveryClient | None = None
+
+
+def delivery_client() -> DeliveryClient:
+    """The shared client, rebuilt only if the configured CA bundle changes."""
+    global _client
+    bundle = get_settings().webhook_ca_bundle
+    with _client_lock:
+        if _client is None or _client.ca_bundle != bundle:
+            _client = DeliveryClient(bundle)
+        return _client
+
+
+def vetted_addresses(target: ssrf.Target) -> list[ssrf.IPAddress]:
+    return ssrf.vet(target, allow_private=get_settings().webhook_allow_private)
+
+
+def post_signed(client: DeliveryClient, target: ssrf.Target, addresses: list[ssrf.IPAddress], secret: str,
+                event_id: str, event_name: str, body: bytes) -> Response:
+    """One signed attempt; the timestamp is taken now, so each retry carries a fresh one."""
+    timestamp = int(time.time())
+    return client.post(target, addresses, body,
+                       webhooks.signed_headers(secret, event_id, event_name, body, timestamp))
+
+
+# --- drains --------------------------------------------------------------------------------
+
+
+_slots_lock = threading.Lock()
+_slots: threading.BoundedSemaphore | None = None
+
+
+def _drain_slots() -> threading.BoundedSemaphore:
+    """Drains may hold at most half of this process's worker threads: the rest stay free for
+    sending campaigns and messages whatever the receivers do."""
+    global _slots
+    with _slots_lock:
+        if _slots is None:
+            _slots = threading.BoundedSemaphore(max(2, get_settings().worker_threads // 2))
+        return _slots
+
+
+@dataclass
+class DrainStats:
+    attempted: int = 0
+    delivered: int = 0
+    failed: int = 0
+    ran: bool = False
+
+
+def _outcome(work: Work, attempted_at: dt.datetime, response: Response) -> Outcome:
+    return Outcome(work.delivery_id, work.attempt, attempted_at, response.ok, response.status_code,
+                   response.latency_ms, response.excerpt, response.error, response.retry_after,
+                   response.unreachable)
+
+
+def _refused(work: Work, attempted_at: dt.datetime, reason: str) -> Outcome:
+    return Outcome(work.delivery_id, work.attempt, attempted_at, False, error=f"refused: {reason}")
+
+
+def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
+          slice_seconds: float = DRAIN_SLICE_SECONDS) -> DrainStats:
+    """Deliver what is due to one endpoint; the body of `drain_endpoint`, callable directly
+    with a clock (the retry schedule is computed from `clock()`)."""
+    stats = DrainStats()
+    slots = _drain_slots()
+    if not slots.acquire(blocking=False):
+        drain_endpoint.schedule(args=(endpoint_id,), delay=1)
+        return stats
+    again = False
+    try:
+        if not webhooks.acquire_drain(endpoint_id, clock(), LEASE_SECONDS):
+            return stats  # another drain has it, and will see what is due
+        stats.ran = True
+        try:
+            _pump(endpoint_id, clock, slice_seconds, stats)
+        finally:
+            webhooks.release_drain(endpoint_id)
+        # Checked after the release: a delivery that became due while this drain was finishing
+        # had its own drain turned away by the lease, so it is picked up here.
+        now = clock()
+        if webhooks.has_due(endpoint_id, now):
+            again = True
+        else:
+            wake = webhooks.plan_wake(endpoint_id, now)
+            if wake is not None:
+                drain_endpoint.schedule(args=(endpoint_id,), eta=wake)
+    finally:
+        slots.release()
+    if again:
+        drain_endpoint(endpoint_id)  # to the back of the queue: other work gets its turn
+    return stats
+
+
+def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: float, stats: DrainStats) -> None:
+    endpoint = WebhookEndpoint.get_or_none(WebhookEndpoint.id == endpoint_id)
+    if endpoint is None or endpoint.status != "active":
+        return
+    secret = endpoint.signing_secret
+    client = delivery_client()
+    started = last_record = last_lease = time.monotonic()
+    inflight: dict[concurrent.futures.Future, Work] = {}
+    outcomes: list[Outcome] = []
+    unreachable_streak = 0
+    claiming = True
+
+    def attempt(work: Work, target: ssrf.Target, addresses: list[ssrf.IPAddress]) -> Outcome:
+        attempted_at = clock()
+        return _outcome(work, attempted_at, post_signed(client, target, addresses, secret, work.event_id,
+                                                        work.event_name, work.body))
+
+    with concurrent.futures.ThreadPoolExecutor(ENDPOINT_CONCURRENCY, thread_name_prefix="webhook") as pool:
+        while True:
+            # Keep the pool's queue topped up so its threads never wait on the database.
+            if claiming and len(inflight) <= ENDPOINT_CONCURRENCY:
+                if time.monotonic() - started >= slice_seconds:
+                    claiming = False
+                else:
+                    works = webhooks.claim_due(endpoint_id, CLAIM_BATCH, clock())
+                    if not works:
+                        claiming = False
+                    else:
+                        try:
+                            # Checked for every batch: a name that now resolves inward is refused.
+                            target = ssrf.parse_target(endpoint.url)
+                            addresses = vetted_addresses(target)
+                        except ssrf.UnsafeTarget as error:
+                            outcomes.extend(_refused(work, clock(), str(error)) for work in works)
+                        else:
+                            for work in works:
+                                inflight[pool.submit(attempt, work, target, addresses)] = work
+            if inflight:
+                done, _ = concurrent.futures.wait(inflight, timeout=RECORD_INTERVAL,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    inflight.pop(future)
+                    outcome = future.result()
+                    outcomes.append(outcome)
+                    unreachable_streak = unreachable_streak + 1 if outcome.unreachable else 0
+                if unreachable_streak >= UNREACHABLE_THRESHOLD:
+                    claiming = False
+                    for future, work in list(inflight.items()):
+                        if future.cancel():
+                            inflight.pop(future)
+                            outcomes.append(Outcome(
+                                work.delivery_id, work.attempt, clock(), False, unreachable=True,
+                                error=f"not sent: the endpoint failed {unreachable_streak} connections in a row"))
+            now_monotonic = time.monotonic()
+            if outcomes and (len(outcomes) >= RECORD_BATCH or not inflight
+                             or now_monotonic - last_record >= RECORD_INTERVAL):
+                webhooks.record(endpoint_id, outcomes)
+                stats.attempted += len(outcomes)
+                stats.delivered += sum(1 for outcome in outcomes if outcome.ok)
+                stats.failed += sum(1 for outcome in outcomes if not outcome.ok)
+                outcomes = []
+                last_record = now_monotonic
+            if now_monotonic - last_lease >= LEASE_SECONDS / 4:
+                webhooks.extend_drain(endpoint_id, clock(), LEASE_SECONDS)
+                last_lease = now_monotonic
+            if not claiming and not inflight and not outcomes:
+                return
+
+
+@task()
+def drain_endpoint(endpoint_id: int) -> None:
+    drain(endpoint_id)
+
+
+# --- fan-out, notification, sweeps ---------------------------------------------------------
+
+
+def run_fan_out() -> int:
+    """Fan out every pending event, starting each endpoint's drain as soon as it has work."""
+    total = 0
+    while True:
+        result = webhooks.fan_out(FAN_OUT_BATCH)
+        total += result.events
+        for endpoint_id in sorted(result.endpoint_ids):
+            drain_endpoint(endpoint_id)
+        if result.events == 0:
+            return total
+
+
+@task()
+def fan_out_task() -> None:
+    run_fan_out()
+
+
+def notify_new_events() -> None:
+    """Ask for a prompt fan-out; call after committing events. Cheap, and never raises.
+
+    Coalesced per one-second window in the shared counter store: the first call of a window
+    enqueues a fan-out now, the second schedules one for the end of the window (so events
+    committed after the first fan-out started are not left for the sweep), later calls do
+    nothing. 5000 calls in a second therefore queue two tasks.
+    """
+    try:
+        if huey.immediate:  # tests: no queue to protect, run it now
+            fan_out_task()
+            return
+        now = time.time()
+        with connection():
+            count = counters().incr([NOTIFY_KEY], 1, now)[NOTIFY_KEY]
+        if count == 1:
+            fan_out_task()
+        elif count == 2:
+            fan_out_task.schedule(delay=max(0.05, window_start(1, now) + 1 - now + 0.05))
+    except Exception:
+        # The caller's change is committed; the minute sweep will fan its events out.
+        log.warning("could not enqueue the webhook fan-out; the sweep will catch up", exc_info=True)
+
+
+def kick() -> int:
+    """Fan out now and start a drain for every endpoint with due deliveries; returns drains started."""
+    run_fan_out()
+    endpoint_ids = webhooks.endpoints_with_due_work(utcnow())
+    for endpoint_id in endpoint_ids:
+        drain_endpoint(endpoint_id)
+    return len(endpoint_ids)
+
+
+@periodic_task(crontab(minute="*"))
+def sweep() -> None:
+    """Safety net: events whose notification was lost, retries whose scheduled drain was lost."""
+    kick()
+
+
+@periodic_task(crontab(hour="4", minute="17"))
+def prune_delivery_log() -> None:
+    attempts, deliveries = webhooks.prune(get_settings().webhook_retention_days)
+    if attempts or deliveries:
+        log.info("pruned %d webhook attempts and %d finished deliveries", attempts, deliveries)
+
+
+def start_drains(endpoint_ids) -> None:
+    for endpoint_id in sorted(endpoint_ids):
+        drain_endpoint(endpoint_id)
+
+
+# --- the test event ------------------------------------------------------------------------
+
+
+@dataclass
+class PingResult:
+    event_id: str
+    url: str
+    response: Response
+
+
+def send_test(endpoint: WebhookEndpoint) -> PingResult:
+    """POST a signed `webhook.ping` to the endpoint now, through the same checks as deliveries."""
+    event_id = new_id("evt_")
+    body = webhooks.ping_body(endpoint, event_id)
+    try:
+        target = ssrf.parse_target(endpoint.url)
+        addresses = vetted_addresses(target)
+    except ssrf.UnsafeTarget as error:
+        return PingResult(event_id, endpoint.url, Response(None, 0, error=f"refused: {error}"))
+    response = post_signed(delivery_client(), target, addresses, endpoint.signing_secret, event_id,
+                           webhooks.PING_EVENT, body)
+    return PingResult(event_id, endpoint.url, response)

@@ -1,0 +1,710 @@
+"""Webhook endpoints, their deliveries and every delivery attempt.
+
+- An endpoint belongs to a tenant. `api` endpoints are managed through /webhooks/endpoints and
+  subscribe to core events; the tenant's one `payment` endpoint receives `debt.payment_received`
+  and is set by an administrator (`set_payment_endpoint`).
+- The signing secret is stored encrypted (models.secrets) and shown once, when created.
+- `fan_out` turns outbox events into one delivery per subscribed active endpoint; a delivery is
+  retried on RETRY_SCHEDULE until delivered or `exhausted`. Every attempt is kept.
+- Nothing here talks to the network except the SSRF check's DNS lookups: `jobs.webhooks` claims
+  due deliveries (`claim_due`), POSTs them and hands the outcomes back (`record`).
+
+Delivery statuses: `pending` (not attempted yet), `failed` (the last attempt failed, a retry is
+scheduled), `delivered`, `exhausted` (every attempt failed), `cancelled` (the endpoint was
+deactivated before it succeeded).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import random
+import secrets as random_secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+from peewee import (
+    CharField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    IntegrityError,
+    SmallIntegerField,
+    TextField,
+    fn,
+)
+
+from config import get_settings
+from models import secrets, ssrf
+from models.base import BaseModel, JSONField
+from models.clock import isoformat, utcnow
+from models.db import atomic
+from models.errors import Conflict, Invalid, NotFound
+from models.events import CORE_EVENTS, PAYMENT_EVENT, Event
+from models.ids import new_id
+from models.tenants import Tenant
+
+# Seconds after the first attempt at which each attempt is due (DECISIONS: webhook retries).
+# Each retry waits the gap from the previous attempt, so a delay (a backlog, a worker restart)
+# shifts the rest of the curve instead of bunching several retries together.
+RETRY_SCHEDULE: tuple[float, ...] = (0, 10, 60, 300, 1800, 7200, 21600, 43200, 86400)
+# debt.payment_received: the first attempt plus 5 retries on the same curve.
+PAYMENT_ATTEMPTS = 6
+# Up to this fraction of each gap is added at random, so the retries of a burst spread out.
+JITTER = 0.1
+# A Retry-After longer than this is capped: the receiver still gets the event within a day.
+MAX_RETRY_AFTER = 86400.0
+EXCERPT_BYTES = 1024
+MAX_ERROR_CHARS = 500
+# A claimed delivery whose worker disappears is claimable again after this long (at least once).
+CLAIM_SECONDS = 300
+MAX_ACTIVE_ENDPOINTS = 20
+SECRET_PREFIX = "whsec_"
+PREVIEW_CHARS = 10
+
+KIND_API = "api"
+KIND_PAYMENT = "payment"
+OPEN_STATUSES = ("pending", "failed")
+DELIVERY_STATUSES = ("pending", "failed", "delivered", "exhausted", "cancelled")
+PING_EVENT = "webhook.ping"
+
+
+class WebhookEndpoint(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    tenant = ForeignKeyField(Tenant, backref="webhook_endpoints", on_delete="CASCADE")
+    kind = CharField(max_length=16, default=KIND_API)
+    url = CharField(max_length=1000)
+    events = JSONField()
+    status = CharField(max_length=16, default="active")
+    secret_ciphertext = TextField()
+    secret_preview = CharField(max_length=32)
+    # SHA-256 of the URL while active, NULL once inactive: the unique index below then allows
+    # one active endpoint per URL and tenant, and any number of inactive ones (NULLs differ).
+    active_url_hash = CharField(max_length=64, null=True)
+    failure_count = IntegerField(default=0)
+    last_success_at = DateTimeField(null=True)
+    last_failure_at = DateTimeField(null=True)
+    created_at = DateTimeField(default=utcnow)
+    deactivated_at = DateTimeField(null=True)
+    # One drain at a time per endpoint (its concurrency bound); see acquire_drain.
+    drain_until = DateTimeField(null=True)
+    # The earliest retry a drain has been scheduled for, so a burst of failures schedules one.
+    wake_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("tenant", "kind", "active_url_hash"), True),)
+
+    @property
+    def signing_secret(self) -> str:
+        return secrets.decrypt(self.secret_ciphertext)
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.public_id,
+            "url": self.url,
+            "events": list(self.events),
+            "status": self.status,
+            "signing_secret_preview": self.secret_preview,
+            "last_success_at": isoformat(self.last_success_at),
+            "last_failure_at": isoformat(self.last_failure_at),
+            "failure_count": self.failure_count,
+            "created_at": isoformat(self.created_at),
+        }
+
+
+class WebhookDelivery(BaseModel):
+    event = ForeignKeyField(Event, backref="deliveries", on_delete="CASCADE")
+    endpoint = ForeignKeyField(WebhookEndpoint, backref="deliveries", on_delete="CASCADE")
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    event_name = CharField(max_length=64)
+    # 0 for the fan-out's delivery, 1, 2, ... for each replay of the event to the endpoint.
+    sequence = SmallIntegerField(default=0)
+    status = CharField(max_length=16, default="pending")
+    attempts = IntegerField(default=0)
+    max_attempts = IntegerField()
+    next_attempt_at = DateTimeField(null=True)
+    claimed_until = DateTimeField(null=True)
+    last_status_code = IntegerField(null=True)
+    last_error = TextField(null=True)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+    delivered_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = (
+            # The fan-out inserts with ON CONFLICT DO NOTHING on this key: an event reaches an
+            # endpoint once per fan-out even if two fan-outs were to overlap.
+            (("event", "endpoint", "sequence"), True),
+            (("endpoint", "status", "next_attempt_at"), False),
+            (("status", "next_attempt_at"), False),
+            (("tenant", "id"), False),
+        )
+
+
+class WebhookAttempt(BaseModel):
+    delivery = ForeignKeyField(WebhookDelivery, backref="attempt_log", on_delete="CASCADE")
+    number = IntegerField()
+    attempted_at = DateTimeField(index=True)
+    outcome = CharField(max_length=16)  # delivered | failed
+    status_code = IntegerField(null=True)
+    latency_ms = IntegerField(null=True)
+    response_excerpt = TextField(null=True)
+    error = TextField(null=True)
+
+    def as_dict(self) -> dict:
+        return {
+            "number": self.number,
+            "attempted_at": isoformat(self.attempted_at),
+            "outcome": self.outcome,
+            "status_code": self.status_code,
+            "latency_ms": self.latency_ms,
+            "response_excerpt": self.response_excerpt,
+            "error": self.error,
+        }
+
+
+# --- signing -------------------------------------------------------------------------------
+
+
+def new_signing_secret() -> str:
+    return SECRET_PREFIX + random_secrets.token_urlsafe(32)
+
+
+def preview_of(secret: str) -> str:
+    return secret[:PREVIEW_CHARS] + "…"
+
+
+def signature(secret: str, timestamp: int, body: bytes) -> str:
+    """`sha256=` + hex HMAC-SHA256 of `timestamp + "." + raw_body`, keyed with the secret."""
+    mac = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def signed_headers(secret: str, event_id: str, event_name: str, body: bytes, timestamp: int) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "X-Service-Event-Id": event_id,
+        "X-Service-Event": event_name,
+        "X-Service-Timestamp": str(timestamp),
+        "X-Service-Signature": signature(secret, timestamp, body),
+    }
+
+
+# --- endpoints -----------------------------------------------------------------------------
+
+
+def _url_hash(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+def check_target(url: str) -> None:
+    """Refuse a URL we would not deliver to: not https, or (unless allowed) not public."""
+    try:
+        target = ssrf.parse_target(url)
+        if not get_settings().webhook_allow_private:
+            ssrf.vet(target, allow_private=False)
+    except ssrf.UnsafeTarget as error:
+        raise Invalid(f"url: {error}", details={"errors": {"url": [str(error)]}}) from None
+    if len(url) > 1000:
+        raise Invalid("url: at most 1000 characters", details={"errors": {"url": ["at most 1000 characters"]}})
+
+
+def _normalize_events(events: Iterable[str]) -> list[str]:
+    chosen = list(dict.fromkeys(events))
+    unknown = [name for name in chosen if name not in CORE_EVENTS]
+    if not chosen or unknown:
+        message = f"unknown event {unknown[0]!r}" if unknown else "at least one event is required"
+        raise Invalid(f"events: {message}", details={"errors": {"events": [message]}})
+    return chosen
+
+
+def create_endpoint(tenant_id: int, url: str, events: Iterable[str]) -> tuple[WebhookEndpoint, str]:
+    """Register an endpoint; returns it with its signing secret, which is never shown again.
+
+    409 `endpoint_exists` when the tenant already has an active endpoint with this URL (one URL
+    receiving each event twice is never what a company wants; DELETE it first to replace it),
+    409 `endpoint_limit_reached` past MAX_ACTIVE_ENDPOINTS active endpoints.
+    """
+    chosen = _normalize_events(events)
+    check_target(url)
+    secret = new_signing_secret()
+    try:
+        with atomic():
+            active = (WebhookEndpoint.select()
+                      .where((WebhookEndpoint.tenant == tenant_id) & (WebhookEndpoint.kind == KIND_API)
+                             & (WebhookEndpoint.status == "active")).count())
+            if active >= MAX_ACTIVE_ENDPOINTS:
+                raise Conflict(f"a company may have at most {MAX_ACTIVE_ENDPOINTS} active webhook endpoints",
+                               code="endpoint_limit_reached", details={"limit": MAX_ACTIVE_ENDPOINTS})
+            endpoint = WebhookEndpoint.create(
+                public_id=new_id("whend_"), tenant=tenant_id, kind=KIND_API, url=url, events=chosen,
+                secret_ciphertext=secrets.encrypt(secret), secret_preview=preview_of(secret),
+                active_url_hash=_url_hash(url))
+    except IntegrityError:
+        existing = WebhookEndpoint.get_or_none(
+            (WebhookEndpoint.tenant == tenant_id) & (WebhookEndpoint.kind == KIND_API)
+            & (WebhookEndpoint.active_url_hash == _url_hash(url)))
+        raise Conflict("an active webhook endpoint with this URL already exists", code="endpoint_exists",
+                       details={"endpoint_id": existing.public_id if existing else None}) from None
+    return endpoint, secret
+
+
+def endpoints_of(tenant_id: int):
+    """The tenant's API-managed endpoints, newest first."""
+    return (WebhookEndpoint.select()
+            .where((WebhookEndpoint.tenant == tenant_id) & (WebhookEndpoint.kind == KIND_API))
+            .order_by(WebhookEndpoint.id.desc()))
+
+
+def get_endpoint(tenant_id: int, public_id: str, kind: str | None = KIND_API) -> WebhookEndpoint:
+    condition = (WebhookEndpoint.tenant == tenant_id) & (WebhookEndpoint.public_id == public_id)
+    if kind is not None:
+        condition &= WebhookEndpoint.kind == kind
+    endpoint = WebhookEndpoint.get_or_none(condition)
+    if endpoint is None:
+        raise NotFound(f"no webhook endpoint {public_id}", code="endpoint_not_found")
+    return endpoint
+
+
+def find_endpoint(public_id: str) -> WebhookEndpoint:
+    """Any tenant's endpoint by id: administration only (svcctl)."""
+    endpoint = WebhookEndpoint.get_or_none(WebhookEndpoint.public_id == public_id)
+    if endpoint is None:
+        raise NotFound(f"no webhook endpoint {public_id}", code="endpoint_not_found")
+    return endpoint
+
+
+def _deactivate(endpoint: WebhookEndpoint, reason: str) -> None:
+    """Inside a transaction: stop the endpoint and cancel what it has not received yet."""
+    now = utcnow()
+    WebhookEndpoint.update(status="inactive", active_url_hash=None, deactivated_at=now).where(
+        (WebhookEndpoint.id == endpoint.id) & (WebhookEndpoint.status == "active")).execute()
+    WebhookDelivery.update(status="cancelled", next_attempt_at=None, last_error=reason, updated_at=now).where(
+        (WebhookDelivery.endpoint == endpoint.id) & WebhookDelivery.status.in_(OPEN_STATUSES)).execute()
+    endpoint.status = "inactive"
+    endpoint.deactivated_at = now
+
+
+def deactivate_endpoint(tenant_id: int, public_id: str) -> WebhookEndpoint:
+    """DELETE: the endpoint stops receiving events, retries pending for it included. Idempotent."""
+    with atomic():
+        endpoint = get_endpoint(tenant_id, public_id)
+        if endpoint.status == "active":
+            _deactivate(endpoint, "endpoint deactivated")
+    return endpoint
+
+
+def get_payment_endpoint(tenant_id: int) -> WebhookEndpoint | None:
+    return WebhookEndpoint.get_or_none((WebhookEndpoint.tenant == tenant_id)
+                                       & (WebhookEndpoint.kind == KIND_PAYMENT)
+                                       & (WebhookEndpoint.status == "active"))
+
+
+def set_payment_endpoint(tenant_id: int, url: str) -> tuple[WebhookEndpoint, str]:
+    """Set the tenant's `debt.payment_received` target; returns it with its new signing secret.
+
+    Setting it again (even to the same URL) replaces the endpoint and its secret. Payments not
+    yet delivered to the previous endpoint move to the new one rather than being dropped: the
+    ERP still needs them, and the new URL is where the company now receives them.
+    """
+    check_target(url)
+    secret = new_signing_secret()
+    with atomic():
+        previous = get_payment_endpoint(tenant_id)
+        if previous is not None:
+            WebhookEndpoint.update(status="inactive", active_url_hash=None, deactivated_at=utcnow()).where(
+                WebhookEndpoint.id == previous.id).execute()
+        endpoint = WebhookEndpoint.create(
+            public_id=new_id("whend_"), tenant=tenant_id, kind=KIND_PAYMENT, url=url, events=[PAYMENT_EVENT],
+            secret_ciphertext=secrets.encrypt(secret), secret_preview=preview_of(secret),
+            active_url_hash=_url_hash(url))
+        if previous is not None:
+            WebhookDelivery.update(endpoint=endpoint.id, claimed_until=None, updated_at=utcnow()).where(
+                (WebhookDelivery.endpoint == previous.id) & WebhookDelivery.status.in_(OPEN_STATUSES)).execute()
+    return endpoint, secret
+
+
+def _subscribed(endpoint: WebhookEndpoint, event_name: str) -> bool:
+    if endpoint.kind == KIND_PAYMENT:
+        return event_name == PAYMENT_EVENT
+    return event_name in endpoint.events
+
+
+# --- fan-out -------------------------------------------------------------------------------
+
+
+def max_attempts_for(event_name: str) -> int:
+    return min(PAYMENT_ATTEMPTS, len(RETRY_SCHEDULE)) if event_name == PAYMENT_EVENT else len(RETRY_SCHEDULE)
+
+
+@dataclass
+class FanOut:
+    events: int = 0
+    deliveries: int = 0
+    endpoint_ids: set[int] = field(default_factory=set)
+
+
+def _active_endpoints_by_tenant(tenant_ids: Iterable[int]) -> dict[int, list[WebhookEndpoint]]:
+    by_tenant: dict[int, list[WebhookEndpoint]] = {}
+    query = WebhookEndpoint.select().where(WebhookEndpoint.tenant.in_(list(tenant_ids))
+                                           & (WebhookEndpoint.status == "active"))
+    for endpoint in query:
+        by_tenant.setdefault(endpoint.tenant_id, []).append(endpoint)
+    return by_tenant
+
+
+def fan_out(limit: int = 500, now: dt.datetime | None = None) -> FanOut:
+    """Turn up to `limit` outbox events into deliveries, in one transaction.
+
+    1. Pick the oldest events not fanned out yet.
+    2. Claim them: a conditional UPDATE stamps `fanned_out_at` where it is still NULL; RETURNING
+       gives exactly the rows this call stamped, so two concurrent fan-outs never share one.
+    3. Insert one delivery per claimed event and subscribed active endpoint, in the same
+       transaction: a crash leaves either both (stamp and deliveries) or neither.
+    """
+    now = now or utcnow()
+    result = FanOut()
+    candidates = [row[0] for row in Event.select(Event.id).where(Event.fanned_out_at.is_null())
+                  .order_by(Event.id).limit(limit).tuples()]
+    if not candidates:
+        return result
+    with atomic():
+        claimed = list(Event.update(fanned_out_at=now)
+                       .where(Event.id.in_(candidates) & Event.fanned_out_at.is_null())
+                       .returning(Event.id, Event.tenant, Event.name).tuples().execute())
+        result.events = len(claimed)
+        endpoints = _active_endpoints_by_tenant({tenant_id for _id, tenant_id, _name in claimed})
+        rows = []
+        for event_id, tenant_id, name in sorted(claimed):
+            for endpoint in endpoints.get(tenant_id, ()):
+                if _subscribed(endpoint, name):
+                    rows.append(_delivery_row(event_id, endpoint, tenant_id, name, 0, now))
+                    result.endpoint_ids.add(endpoint.id)
+        result.deliveries = _insert_deliveries(rows)
+    return result
+
+
+def _delivery_row(event_id: int, endpoint: WebhookEndpoint, tenant_id: int, name: str, sequence: int,
+                  now: dt.datetime) -> dict:
+    return {"event": event_id, "endpoint": endpoint.id, "tenant": tenant_id, "event_name": name,
+            "sequence": sequence, "status": "pending", "attempts": 0, "max_attempts": max_attempts_for(name),
+            "next_attempt_at": now, "created_at": now, "updated_at": now}
+
+
+def _insert_deliveries(rows: list[dict]) -> int:
+    # Chunks keep each statement well under SQLite's bound-parameter limit.
+    for start in range(0, len(rows), 200):
+        (WebhookDelivery.insert_many(rows[start:start + 200])
+         .on_conflict_ignore().execute())
+    return len(rows)
+
+
+# --- claiming and recording attempts -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Work:
+    """One claimed delivery, with the exact bytes to POST."""
+
+    delivery_id: int
+    attempt: int  # the number this attempt will have (1 = first)
+    event_id: str
+    event_name: str
+    body: bytes
+
+
+@dataclass
+class Outcome:
+    """What one attempt produced; `jobs.webhooks` fills it in, `record` stores it."""
+
+    delivery_id: int | None
+    attempt: int
+    attempted_at: dt.datetime
+    ok: bool
+    status_code: int | None = None
+    latency_ms: int | None = None
+    excerpt: str | None = None
+    error: str | None = None
+    retry_after: float | None = None
+    # Connection refused, timed out, TLS failure: the endpoint itself is unreachable.
+    unreachable: bool = False
+
+
+def acquire_drain(endpoint_id: int, now: dt.datetime, seconds: float) -> bool:
+    """Take the endpoint's drain lease; False when another drain holds it or it is inactive.
+
+    Only the holder sends to the endpoint, which is what bounds its concurrency. The lease
+    expires by itself so a worker that dies does not keep it.
+    """
+    rows = (WebhookEndpoint.update(drain_until=now + dt.timedelta(seconds=seconds))
+            .where((WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.status == "active")
+                   & (WebhookEndpoint.drain_until.is_null() | (WebhookEndpoint.drain_until < now)))
+            .execute())
+    return rows == 1
+
+
+def extend_drain(endpoint_id: int, now: dt.datetime, seconds: float) -> None:
+    WebhookEndpoint.update(drain_until=now + dt.timedelta(seconds=seconds)).where(
+        WebhookEndpoint.id == endpoint_id).execute()
+
+
+def release_drain(endpoint_id: int) -> None:
+    WebhookEndpoint.update(drain_until=None).where(WebhookEndpoint.id == endpoint_id).execute()
+
+
+def _due(now: dt.datetime):
+    return (WebhookDelivery.status.in_(OPEN_STATUSES) & (WebhookDelivery.next_attempt_at <= now)
+            & (WebhookDelivery.claimed_until.is_null() | (WebhookDelivery.claimed_until < now)))
+
+
+def has_due(endpoint_id: int, now: dt.datetime) -> bool:
+    return WebhookDelivery.select().where((WebhookDelivery.endpoint == endpoint_id) & _due(now)).exists()
+
+
+def endpoints_with_due_work(now: dt.datetime) -> list[int]:
+    query = (WebhookDelivery.select(WebhookDelivery.endpoint).distinct()
+             .join(WebhookEndpoint).where(_due(now) & (WebhookEndpoint.status == "active")))
+    return [row[0] for row in query.tuples()]
+
+
+def claim_due(endpoint_id: int, limit: int, now: dt.datetime) -> list[Work]:
+    """Claim up to `limit` due deliveries of an active endpoint, oldest due first.
+
+    The conditional UPDATE re-checks the claim in the same statement, so a delivery is never
+    handed to two senders at once; the claim expires after CLAIM_SECONDS, so one whose worker
+    died is sent again (at least once).
+    """
+    due = (WebhookDelivery.select(WebhookDelivery.id).join(WebhookEndpoint)
+           .where((WebhookDelivery.endpoint == endpoint_id) & (WebhookEndpoint.status == "active") & _due(now))
+           .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id).limit(limit))
+    ids = [row[0] for row in due.tuples()]
+    if not ids:
+        return []
+    with atomic():
+        claimed = [row[0] for row in WebhookDelivery.update(claimed_until=now + dt.timedelta(seconds=CLAIM_SECONDS))
+                   .where(WebhookDelivery.id.in_(ids) & _due(now))
+                   .returning(WebhookDelivery.id).tuples().execute()]
+    if not claimed:
+        return []
+    # The body is the event's JSON exactly as stored when it was emitted (cast to text so the
+    # field is not parsed and re-serialized): every attempt and replay sends the same bytes.
+    rows = (WebhookDelivery.select(WebhookDelivery.id, WebhookDelivery.attempts, Event.public_id, Event.name,
+                                   Event.payload.cast("TEXT"))
+            .join(Event).where(WebhookDelivery.id.in_(claimed))
+            .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id).tuples())
+    return [Work(delivery_id, attempts + 1, event_id, name, raw.encode()) for delivery_id, attempts, event_id, name, raw
+            in rows]
+
+
+def retry_delay(attempts_made: int, rng: random.Random | None = None) -> float:
+    """Seconds from attempt number `attempts_made` to the next: the schedule's gap plus jitter."""
+    gap = RETRY_SCHEDULE[attempts_made] - RETRY_SCHEDULE[attempts_made - 1]
+    return gap + (rng or random).uniform(0, JITTER * gap)
+
+
+def _truncate(text: str | None, limit: int) -> str | None:
+    if text is None:
+        return None
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def record(endpoint_id: int, outcomes: Sequence[Outcome], rng: random.Random | None = None) -> None:
+    """Store a batch of attempts and move their deliveries on, in one transaction.
+
+    A delivery moves only while it is still open: one cancelled meanwhile (its endpoint was
+    deleted) keeps its status, though the attempt that was already on the wire is logged.
+    """
+    if not outcomes:
+        return
+    by_id = {
+        row.id: row for row in WebhookDelivery.select(WebhookDelivery.id, WebhookDelivery.max_attempts)
+        .where(WebhookDelivery.id.in_([o.delivery_id for o in outcomes if o.delivery_id is not None]))
+    }
+    with atomic():
+        WebhookAttempt.insert_many([{
+            "delivery": outcome.delivery_id, "number": outcome.attempt, "attempted_at": outcome.attempted_at,
+            "outcome": "delivered" if outcome.ok else "failed", "status_code": outcome.status_code,
+            "latency_ms": outcome.latency_ms, "response_excerpt": _truncate(outcome.excerpt, EXCERPT_BYTES),
+            "error": _truncate(outcome.error, MAX_ERROR_CHARS),
+        } for outcome in outcomes if outcome.delivery_id in by_id]).execute()
+        for outcome in outcomes:
+            delivery = by_id.get(outcome.delivery_id)
+            if delivery is not None:
+                _advance(delivery, outcome, rng)
+        _update_endpoint_health(endpoint_id, outcomes)
+
+
+def _advance(delivery: WebhookDelivery, outcome: Outcome, rng: random.Random | None) -> None:
+    changes: dict = {"attempts": outcome.attempt, "claimed_until": None, "updated_at": outcome.attempted_at,
+                     "last_status_code": outcome.status_code}
+    if outcome.ok:
+        changes.update(status="delivered", next_attempt_at=None, delivered_at=outcome.attempted_at, last_error=None)
+    else:
+        changes["last_error"] = _truncate(outcome.error, MAX_ERROR_CHARS)
+        if outcome.attempt >= delivery.max_attempts or outcome.attempt >= len(RETRY_SCHEDULE):
+            changes.update(status="exhausted", next_attempt_at=None)
+        else:
+            delay = retry_delay(outcome.attempt, rng)
+            if outcome.retry_after is not None:
+                delay = max(delay, min(outcome.retry_after, MAX_RETRY_AFTER))
+            changes.update(status="failed", next_attempt_at=outcome.attempted_at + dt.timedelta(seconds=delay))
+    (WebhookDelivery.update(**changes)
+     .where((WebhookDelivery.id == delivery.id) & WebhookDelivery.status.in_(OPEN_STATUSES)).execute())
+
+
+def _update_endpoint_health(endpoint_id: int, outcomes: Sequence[Outcome]) -> None:
+    """`failure_count` counts consecutive failures: a success resets it, in attempt order."""
+    ordered = sorted(outcomes, key=lambda outcome: outcome.attempted_at)
+    successes = [outcome.attempted_at for outcome in ordered if outcome.ok]
+    failures = [outcome.attempted_at for outcome in ordered if not outcome.ok]
+    changes: dict = {}
+    if successes:
+        changes["last_success_at"] = successes[-1]
+        trailing = 0
+        for outcome in reversed(ordered):
+            if outcome.ok:
+                break
+            trailing += 1
+        changes["failure_count"] = trailing
+    else:
+        changes["failure_count"] = WebhookEndpoint.failure_count + len(failures)
+    if failures:
+        changes["last_failure_at"] = failures[-1]
+    WebhookEndpoint.update(**changes).where(WebhookEndpoint.id == endpoint_id).execute()
+
+
+def plan_wake(endpoint_id: int, now: dt.datetime) -> dt.datetime | None:
+    """The time of the endpoint's next retry if a drain must be scheduled for it, else None.
+
+    Scheduling goes through `wake_at`: a conditional UPDATE succeeds only when no drain is
+    already scheduled at or before that time, so a burst of failures schedules one drain.
+    """
+    earliest = (WebhookDelivery.select(fn.MIN(WebhookDelivery.next_attempt_at))
+                .where((WebhookDelivery.endpoint == endpoint_id) & WebhookDelivery.status.in_(OPEN_STATUSES)
+                       & (WebhookDelivery.next_attempt_at > now)).scalar())
+    if earliest is None:
+        return None
+    if isinstance(earliest, str):  # SQLite returns an aggregate of datetimes as text
+        earliest = dt.datetime.fromisoformat(earliest)
+    rows = (WebhookEndpoint.update(wake_at=earliest)
+            .where((WebhookEndpoint.id == endpoint_id)
+                   & (WebhookEndpoint.wake_at.is_null() | (WebhookEndpoint.wake_at <= now)
+                      | (WebhookEndpoint.wake_at > earliest)))
+            .execute())
+    return earliest if rows == 1 else None
+
+
+# --- replay, listing, retention ------------------------------------------------------------
+
+
+def _replay_to_current_endpoints(events: Sequence[Event], now: dt.datetime) -> tuple[int, set[int]]:
+    """New deliveries (next sequence) of `events` to the endpoints subscribed to them today."""
+    endpoints = _active_endpoints_by_tenant({event.tenant_id for event in events})
+    latest: dict[tuple[int, int], int] = {}
+    query = (WebhookDelivery.select(WebhookDelivery.event, WebhookDelivery.endpoint,
+                                    fn.MAX(WebhookDelivery.sequence))
+             .where(WebhookDelivery.event.in_([event.id for event in events]))
+             .group_by(WebhookDelivery.event, WebhookDelivery.endpoint))
+    for event_id, endpoint_id, sequence in query.tuples():
+        latest[(event_id, endpoint_id)] = sequence
+    rows = []
+    touched: set[int] = set()
+    for event in events:
+        for endpoint in endpoints.get(event.tenant_id, ()):
+            if _subscribed(endpoint, event.name):
+                sequence = latest.get((event.id, endpoint.id), -1) + 1
+                rows.append(_delivery_row(event.id, endpoint, event.tenant_id, event.name, sequence, now))
+                touched.add(endpoint.id)
+    return _insert_deliveries(rows), touched
+
+
+def replay_event(event_public_id: str, tenant_id: int | None = None) -> tuple[int, set[int]]:
+    """Deliver an event again (same event id, same body) to the endpoints subscribed to it now.
+
+    Returns the number of deliveries created and the endpoints to drain.
+    """
+    condition = Event.public_id == event_public_id
+    if tenant_id is not None:
+        condition &= Event.tenant == tenant_id
+    event = Event.get_or_none(condition)
+    if event is None:
+        raise NotFound(f"no event {event_public_id}", code="event_not_found")
+    with atomic():
+        return _replay_to_current_endpoints([event], utcnow())
+
+
+def replay_since(since: dt.datetime, tenant_id: int | None = None, batch: int = 500) -> tuple[int, set[int]]:
+    """Replay every event created at or after `since` (optionally one tenant's)."""
+    total = 0
+    touched: set[int] = set()
+    last_id = 0
+    while True:
+        condition = (Event.created_at >= since) & (Event.id > last_id)
+        if tenant_id is not None:
+            condition &= Event.tenant == tenant_id
+        events = list(Event.select().where(condition).order_by(Event.id).limit(batch))
+        if not events:
+            return total, touched
+        with atomic():
+            created, endpoints = _replay_to_current_endpoints(events, utcnow())
+        total += created
+        touched |= endpoints
+        last_id = events[-1].id
+
+
+def deliveries(tenant_id: int, endpoint_public_id: str | None = None, event_name: str | None = None,
+               status: str | None = None):
+    """A tenant's deliveries, newest first, with their endpoint and event joined."""
+    query = (WebhookDelivery.select(WebhookDelivery, WebhookEndpoint, Event)
+             .join(WebhookEndpoint).switch(WebhookDelivery).join(Event)
+             .where(WebhookDelivery.tenant == tenant_id).order_by(WebhookDelivery.id.desc()))
+    if endpoint_public_id is not None:
+        query = query.where(WebhookEndpoint.public_id == endpoint_public_id)
+    if event_name is not None:
+        query = query.where(WebhookDelivery.event_name == event_name)
+    if status is not None:
+        if status not in DELIVERY_STATUSES:
+            raise Invalid(f"unknown delivery status {status!r}; one of {', '.join(DELIVERY_STATUSES)}")
+        query = query.where(WebhookDelivery.status == status)
+    return query
+
+
+def delivery_as_dict(delivery: WebhookDelivery) -> dict:
+    return {
+        "id": delivery.id,
+        "event_id": delivery.event.public_id,
+        "event": delivery.event_name,
+        "endpoint_id": delivery.endpoint.public_id,
+        "url": delivery.endpoint.url,
+        "sequence": delivery.sequence,
+        "status": delivery.status,
+        "attempts": delivery.attempts,
+        "max_attempts": delivery.max_attempts,
+        "last_status_code": delivery.last_status_code,
+        "last_error": delivery.last_error,
+        "next_attempt_at": isoformat(delivery.next_attempt_at) if delivery.status in OPEN_STATUSES else None,
+        "delivered_at": isoformat(delivery.delivered_at),
+        "created_at": isoformat(delivery.created_at),
+    }
+
+
+def attempts_of(delivery_id: int):
+    return WebhookAttempt.select().where(WebhookAttempt.delivery == delivery_id).order_by(WebhookAttempt.id)
+
+
+def prune(retention_days: int, now: dt.datetime | None = None) -> tuple[int, int]:
+    """Delete attempts older than the retention, and finished deliveries last touched before it."""
+    cutoff = (now or utcnow()) - dt.timedelta(days=retention_days)
+    with atomic():
+        attempts = WebhookAttempt.delete().where(WebhookAttempt.attempted_at < cutoff).execute()
+        finished = WebhookDelivery.delete().where(
+            WebhookDelivery.status.not_in(OPEN_STATUSES) & (WebhookDelivery.updated_at < cutoff)).execute()
+    return attempts, finished
+
+
+def ping_body(endpoint: WebhookEndpoint, event_id: str, now: dt.datetime | None = None) -> bytes:
+    """The test event `svcctl webhooks test` sends; never stored in the outbox."""
+    return orjson.dumps({"event": PING_EVENT, "id": event_id, "endpoint_id": endpoint.public_id,
+                         "timestamp": isoformat(now or utcnow())})
