@@ -8,7 +8,7 @@ import falcon
 
 from api.errors import handle_unexpected, serialize_falcon_error
 from config import Settings, get_settings, use_settings
-from models.db import connection, init_db
+from models.db import db, init_db
 
 BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
@@ -21,13 +21,11 @@ class DatabaseConnection:
     """One pooled connection per request, returned to the pool when the response is done."""
 
     def process_request(self, req, resp):
-        req.context.db = connection()
-        req.context.db.__enter__()
+        req.context.opened_db = db.connect(reuse_if_open=True)
 
     def process_response(self, req, resp, resource, req_succeeded):
-        scope = getattr(req.context, "db", None)
-        if scope is not None:
-            scope.__exit__(None, None, None)
+        if getattr(req.context, "opened_db", False) and not db.is_closed():
+            db.close()
 
 
 def area_modules():

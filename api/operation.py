@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,9 @@ MAX_IDEMPOTENCY_KEY = 255
 REPLAY_HEADER = "X-Service-Idempotent-Replay"
 # Stored for replay: every answer below 500 except these, which say nothing about the operation.
 NOT_REPLAYED = {401, 403, 413, 429}
+# A JSON `\u0000` escape (an odd run of backslashes before it): PostgreSQL text cannot hold NUL,
+# so it is refused for every body rather than failing on some engines only.
+_NUL_ESCAPE = re.compile(rb"(?:^|[^\\])(?:\\\\)*\\u0000")
 
 
 @dataclass
@@ -93,6 +97,8 @@ def _field_path(location: tuple) -> str:
 
 
 def validate(model: type[pydantic.BaseModel], raw: bytes) -> pydantic.BaseModel:
+    if _NUL_ESCAPE.search(raw):
+        raise validation_error({"body": ["strings may not contain NUL (\\u0000) characters"]})
     try:
         return model.model_validate_json(raw or b"null")
     except pydantic.ValidationError as error:

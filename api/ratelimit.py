@@ -8,12 +8,10 @@ from dataclasses import dataclass
 import falcon
 
 from api.errors import ApiError
+from config import get_settings
 from models.db import counters
 
 WINDOW = 60
-TENANT_LIMIT = 1000
-READ_LIMIT = 600
-WRITE_LIMIT = 120
 
 
 @dataclass(frozen=True)
@@ -54,11 +52,12 @@ def check(limits: list[Limit], resp: falcon.Response | None = None) -> None:
 
 
 def request_limits(key, method: str, route: str, endpoint_limit: int | None) -> list[Limit]:
+    settings = get_settings()
     tenant_id = key.tenant_id
     if endpoint_limit is None:
-        endpoint_limit = READ_LIMIT if method in {"GET", "HEAD"} else WRITE_LIMIT
+        endpoint_limit = settings.read_rate_limit if method in {"GET", "HEAD"} else settings.write_rate_limit
     return [
         Limit(f"k:{key.id}", key.rate_limit, "api_key"),
-        Limit(f"t:{tenant_id}", TENANT_LIMIT, "tenant"),
+        Limit(f"t:{tenant_id}", settings.tenant_rate_limit, "tenant"),
         Limit(f"e:{tenant_id}:{method}:{route}", endpoint_limit, "endpoint"),
     ]

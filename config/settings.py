@@ -92,6 +92,10 @@ class Settings:
     webhook_retention_days: int = 30
     trusted_proxies: tuple = field(default_factory=tuple)
     db_pool_size: int = 20
+    # Section 8's limits per minute; raising them is for load tests and dedicated deployments.
+    tenant_rate_limit: int = 1000
+    read_rate_limit: int = 600
+    write_rate_limit: int = 120
     web_concurrency: int = 4
     worker_threads: int = 16
     quiet_hours_start: tuple[int, int] = (8, 0)
@@ -176,6 +180,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ("SVC_DB_POOL_SIZE", "db_pool_size", 1, 1000),
         ("SVC_WEB_CONCURRENCY", "web_concurrency", 1, 256),
         ("SVC_WORKER_THREADS", "worker_threads", 1, 512),
+        ("SVC_TENANT_RATE_LIMIT", "tenant_rate_limit", 1, 100_000_000),
+        ("SVC_READ_RATE_LIMIT", "read_rate_limit", 1, 100_000_000),
+        ("SVC_WRITE_RATE_LIMIT", "write_rate_limit", 1, 100_000_000),
     ):
         if name in env:
             values[attr] = _int(name, env[name], minimum=low, maximum=high)

@@ -11,6 +11,7 @@ import time
 from peewee import BigIntegerField, CharField, IntegerField
 
 from models.base import BaseModel
+from models.db import execute
 
 
 class RateCounter(BaseModel):
@@ -36,12 +37,13 @@ class DatabaseCounters:
         round trip and one short write whatever the number of limits it is under.
         """
         start = window_start(window_seconds, now)
-        rows = [{"key": key, "window": start, "count": 1} for key in keys]
-        query = (RateCounter.insert_many(rows)
-                 .on_conflict(conflict_target=[RateCounter.key, RateCounter.window],
-                              update={RateCounter.count: RateCounter.count + 1})
-                 .returning(RateCounter.key, RateCounter.count))
-        return {row.key: row.count for row in query.execute()}
+        values = ", ".join(["(?, ?, 1)"] * len(keys))
+        params = [value for key in keys for value in (key, start)]
+        cursor = execute(
+            f'INSERT INTO "rate_counter" ("key", "window", "count") VALUES {values} '
+            'ON CONFLICT ("key", "window") DO UPDATE SET "count" = "rate_counter"."count" + 1 '
+            'RETURNING "key", "count"', params)
+        return dict(cursor.fetchall())
 
     def purge(self, older_than_seconds: int = 3600) -> int:
         cutoff = window_start(1) - older_than_seconds

@@ -14,7 +14,7 @@ from peewee import SQL, CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from models.base import BaseModel
 from models.clock import utcnow
-from models.db import atomic
+from models.db import atomic, execute
 from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
 from models.tenants import Tenant
 
@@ -78,10 +78,14 @@ class LedgerEntry(BaseModel):
 
 
 def wallet_of(tenant_id: int) -> Wallet:
-    wallet = Wallet.get_or_none(Wallet.tenant == tenant_id)
-    if wallet is None:
+    # The balance read is the API's most frequent call: fixed SQL, not a query rebuilt per call.
+    row = execute('SELECT "id", "balance", "reserved", "status", "low_balance_threshold" FROM "wallet" '
+                  'WHERE "tenant_id" = ?', (tenant_id,)).fetchone()
+    if row is None:
         raise NotFound("the tenant has no wallet", code="wallet_not_found")
-    return wallet
+    wallet_id, balance, reserved, status, threshold = row
+    return Wallet(id=wallet_id, tenant=tenant_id, balance=balance, reserved=reserved, status=status,
+                  low_balance_threshold=threshold)
 
 
 def _apply(tenant_id: int, entry_type: str, amount: int, balance_delta: int, reserved_delta: int,

@@ -1,0 +1,81 @@
+"""bench/api: the authenticated, rate-limited `GET /credits/balance` against a bare Falcon endpoint,
+both under gunicorn with the same settings, in one run.
+
+    python -m bench.api [--seconds 10] [--connections 32] [--workers 3] [--postgres URL --redis URL]
+
+Prints both throughputs, p50/p99 latencies and the ratio (target: 0.5 or more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+from bench.common import free_port, gunicorn, stop, wait_for, wrk
+
+UNLIMITED = "100000000"
+
+
+def prepare(env: dict[str, str]) -> str:
+    """Migrate a fresh database and create a tenant with a key; returns the key."""
+    from config import load_settings, use_settings
+    from models import credits
+    from models.db import connection, init_db, upgrade
+    from models.tenants import create_key, create_tenant
+
+    settings = use_settings(load_settings(env))
+    init_db(settings)
+    upgrade()
+    with connection():
+        tenant = create_tenant("Bench Co")
+        credits.grant(tenant.id, 1000)
+        # Every limit is still counted on every request; it is only set high enough never to answer 429.
+        _key, key_string = create_key(tenant, ["credits:read"], rate_limit=1_000_000)
+    return key_string
+
+
+def measure(app: str, env: dict, workers: int, seconds: int, connections: int, headers: dict | None) -> dict:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api/v1/credits/balance"
+    server = gunicorn(app, port, env, workers)
+    try:
+        wait_for(url, headers=headers)
+        wrk(url, 2, connections, headers=headers)  # warm-up: pools filled, code paths hot
+        return wrk(url, seconds, connections, headers=headers)
+    finally:
+        stop(server)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--postgres", help="PostgreSQL URL (default: SQLite in a temp dir)")
+    parser.add_argument("--redis", help="Redis URL for the rate-limit counters")
+    args = parser.parse_args()
+
+    env = {"SVC_DATA_DIR": tempfile.mkdtemp(prefix="bench-api-"), "SVC_TENANT_RATE_LIMIT": UNLIMITED,
+           "SVC_READ_RATE_LIMIT": UNLIMITED}
+    if args.postgres:
+        env["SVC_DATABASE_URL"] = args.postgres
+    if args.redis:
+        env["SVC_REDIS_URL"] = args.redis
+    key = prepare(env)
+
+    bare = measure("bench.bare_app:app", env, args.workers, args.seconds, args.connections, None)
+    real = measure("api.wsgi:app", env, args.workers, args.seconds, args.connections,
+                   {"Authorization": f"Bearer {key}"})
+
+    storage = "PostgreSQL" if args.postgres else "SQLite"
+    print(f"gunicorn sync workers={args.workers}, wrk {args.connections} connections, {args.seconds}s each, "
+          f"{storage}{' + Redis' if args.redis else ''}")
+    print(f"{'endpoint':<42}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
+    for label, result in (("bare Falcon", bare), ("GET /credits/balance (key + rate limits)", real)):
+        print(f"{label:<42}{result['rps']:>10.0f}{result['p50_ms']:>10.2f}{result['p99_ms']:>10.2f}"
+              f"{result['non_2xx']:>10}")
+    print(f"ratio authenticated/bare: {real['rps'] / bare['rps']:.2f} (target >= 0.50)")
+
+
+if __name__ == "__main__":
+    main()
