@@ -1,0 +1,885 @@
+"""Receivables (cartera): a replica of the ERP's debts, installments and payments, and collection.
+
+The ERP is the source of truth. It pushes debt snapshots (`upsert_debts`), payments it received
+(`record_erp_payment`) and resolutions (`resolve_debt`); the service adds payments of its own
+(`record_service_payment`, which emits `debt.payment_received`) and keeps statuses current
+(`refresh_overdue`). Amounts are integers in the currency's minor units (models.cartera_money).
+
+Statuses (docs/receivables.md):
+- installment: `cancelled` or `paid` when the ERP says so (or the service cancelled it), `paid`
+  when its allocations cover it, else `overdue` past its due date in the tenant's day, else
+  `partial` with something allocated (or declared partial), else `pending`;
+- debt: a resolution (`paid`, `cancelled`, `written_off`) when resolved; else `paid` at balance 0,
+  `overdue` with an open installment past due, `partial` when the balance is below the original
+  amount, `pending` otherwise.
+
+Writers to one debt are serialized: each write first bumps the debt's `row_version` with an
+UPDATE, which holds the row lock on PostgreSQL until commit (SQLite's IMMEDIATE transactions
+already admit one writer at a time).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import logging
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from peewee import (
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DateField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    IntegrityError,
+    fn,
+)
+
+from models.accounts import MessagingAccount
+from models.base import BaseModel
+from models.cartera_input import (
+    PAYMENT_METHODS,
+    RESOLUTIONS,
+    DebtSpec,
+    DeudorSpec,
+    PaymentSpec,
+    invalid,
+    parse_amount,
+)
+from models.cartera_money import MoneyError, amount_json, to_minor
+from models.clock import isoformat, to_utc_naive, utcnow
+from models.db import atomic, db
+from models.errors import Conflict, DomainError, Invalid, NotFound
+from models.events import emit
+from models.ids import new_id
+from models.tenants import Tenant
+
+log = logging.getLogger("cartera")
+
+OPEN_INSTALLMENT = ("pending", "partial", "overdue")
+OPEN_DEBT = ("pending", "partial", "overdue")
+RESOLVED_DEBT = ("paid", "cancelled", "written_off")
+DEBT_STATUSES = OPEN_DEBT + ("paid", "cancelled", "written_off")
+# Rows per INSERT: well under SQLite's 32766 bound variables with the widest table here.
+INSERT_CHUNK = 500
+
+
+class Debtor(BaseModel):
+    """A person who owes, identified per tenant by document and, second, by phone."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    nombre = CharField(max_length=255)
+    documento = CharField(max_length=64, null=True)
+    telefono = CharField(max_length=32, null=True)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        # NULLs are distinct in both engines: debtors known by only one key do not collide.
+        indexes = ((("tenant", "documento"), True), (("tenant", "telefono"), True))
+
+    def as_dict(self) -> dict:
+        return {"nombre": self.nombre, "documento": self.documento, "telefono": self.telefono}
+
+
+class Debt(BaseModel):
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    external_id = CharField(max_length=160)
+    account = ForeignKeyField(MessagingAccount)
+    debtor = ForeignKeyField(Debtor)
+    moneda = CharField(max_length=3)
+    referencia = CharField(max_length=500, null=True)
+    monto_original = BigIntegerField()
+    saldo_pendiente = BigIntegerField()
+    tipo = CharField(max_length=16, default="single")
+    auto_send = BooleanField(default=False)
+    status = CharField(max_length=16, default="pending")
+    external_version = BigIntegerField(null=True)
+    external_updated_at = DateTimeField(null=True)
+    resolution = CharField(max_length=16, null=True)
+    resolution_reason = CharField(max_length=500, null=True)
+    resolved_at = DateTimeField(null=True)
+    row_version = IntegerField(default=0)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("tenant", "external_id"), True), (("tenant", "status"), False))
+
+    def summary(self) -> dict:
+        return {"external_id": self.external_id, "saldo_pendiente": amount_json(self.saldo_pendiente, self.moneda),
+                "status": self.status, "external_version": self.external_version}
+
+
+class Installment(BaseModel):
+    debt = ForeignKeyField(Debt, backref="installments", on_delete="CASCADE")
+    external_id = CharField(max_length=160)
+    numero = IntegerField()
+    monto = BigIntegerField()
+    pagado = BigIntegerField(default=0)  # allocated by payments recorded here
+    vence = DateField()
+    estado = CharField(max_length=16)
+    # What the ERP last declared (pending, partial, paid, overdue, cancelled), or `cancelled` when
+    # the service cancelled it; `estado` is derived from it, the allocations and the date.
+    declared_estado = CharField(max_length=16, default="pending")
+
+    class Meta:
+        table_name = "debt_installment"
+        indexes = ((("debt", "external_id"), True), (("estado", "vence"), False))
+
+
+class Payment(BaseModel):
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, backref="payments", on_delete="CASCADE")
+    public_id = CharField(max_length=40, unique=True, null=True)  # bpay_: payments made in the service
+    external_id = CharField(max_length=160, null=True)  # the ERP's id: payments it reports
+    transaction_id = CharField(max_length=255, null=True)  # the gateway's id, when there is one
+    origin = CharField(max_length=8)  # erp or service
+    monto = BigIntegerField()
+    moneda = CharField(max_length=3)
+    metodo = CharField(max_length=16)
+    pagado_en = DateTimeField()
+    monto_sin_asignar = BigIntegerField(default=0)
+    saldo_after = BigIntegerField()  # the debt's balance right after: replays answer the original result
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debt_payment"
+        indexes = ((("tenant", "external_id"), True), (("tenant", "transaction_id"), True))
+
+
+class Allocation(BaseModel):
+    payment = ForeignKeyField(Payment, backref="allocations", on_delete="CASCADE")
+    installment = ForeignKeyField(Installment, on_delete="CASCADE")
+    monto = BigIntegerField()
+
+    class Meta:
+        table_name = "payment_allocation"
+
+
+class Reminder(BaseModel):
+    """One collection reminder per installment and stage: the unique key makes a second impossible."""
+
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    installment = ForeignKeyField(Installment, on_delete="CASCADE")
+    stage = CharField(max_length=8)  # before, due, after
+    status = CharField(max_length=16, default="queued")  # queued (handed to a campaign), cancelled
+    campaign_id = CharField(max_length=40, null=True)  # the cmp_ id that carries it
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debt_reminder"
+        indexes = ((("installment", "stage"), True),)
+
+
+TABLES = [Debtor, Debt, Installment, Payment, Allocation, Reminder]
+
+
+# -- time and status --------------------------------------------------------------------------
+
+def zone_of(timezone: str | None) -> ZoneInfo:
+    try:
+        return ZoneInfo(timezone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def tenant_today(tenant_id: int, now: dt.datetime | None = None) -> dt.date:
+    """The tenant's calendar day (its time zone; UTC unless configured)."""
+    timezone = Tenant.select(Tenant.timezone).where(Tenant.id == tenant_id).scalar()
+    moment = (now or utcnow()).replace(tzinfo=dt.UTC)
+    return moment.astimezone(zone_of(timezone)).date()
+
+
+def installment_estado(declared: str, monto: int, pagado: int, vence: dt.date, today: dt.date) -> str:
+    if declared == "cancelled":
+        return "cancelled"
+    if declared == "paid" or pagado >= monto:
+        return "paid"
+    if vence < today:
+        return "overdue"
+    if pagado > 0 or declared == "partial":
+        return "partial"
+    return "pending"
+
+
+def debt_status(resolution: str | None, saldo: int, monto_original: int, overdue: bool) -> str:
+    if resolution:
+        return resolution
+    if saldo == 0:
+        return "paid"
+    if overdue:
+        return "overdue"
+    if saldo < monto_original:
+        return "partial"
+    return "pending"
+
+
+def _restate(debt: Debt, installments: list[Installment], today: dt.date) -> list[Installment]:
+    """Recompute the estados and the debt's status; returns the installments whose estado changed."""
+    changed = []
+    for item in installments:
+        estado = installment_estado(item.declared_estado, item.monto, item.pagado, item.vence, today)
+        if debt.resolution and estado in OPEN_INSTALLMENT:
+            # A resolved debt keeps nothing open, even when a later sync lists open installments.
+            item.declared_estado = estado = "cancelled"
+        if estado != item.estado:
+            item.estado = estado
+            changed.append(item)
+    overdue = any(item.estado == "overdue" for item in installments)
+    debt.status = debt_status(debt.resolution, debt.saldo_pendiente, debt.monto_original, overdue)
+    return changed
+
+
+def _is_stale(stored: Debt, spec: DebtSpec) -> bool:
+    """Ordering: the first field both sides carry decides (version, then timestamp); else the write wins."""
+    if spec.external_version is not None and stored.external_version is not None \
+            and spec.external_version != stored.external_version:
+        return spec.external_version < stored.external_version
+    if spec.external_updated_at is not None and stored.external_updated_at is not None:
+        return spec.external_updated_at < stored.external_updated_at
+    return False
+
+
+# -- debts: create or update from the ERP ------------------------------------------------------
+
+@dataclass
+class UpsertResult:
+    external_id: str | None
+    action: str | None = None  # created, updated, ignored_stale
+    debt: Debt | None = None
+    error: DomainError | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class _DebtState:
+    debt: Debt
+    installments: list[Installment]
+    new: bool
+    debtor: Debtor | None = None
+    touched: bool = False
+    changed_installments: dict[int, Installment] = field(default_factory=dict)
+
+
+class _Batch:
+    """Plans a batch of debt snapshots in memory, then writes it with a handful of statements.
+
+    1. prefetch: the tenant's accounts named, the debts (locked) with their installments, and
+       the debtors matching any document or phone in the batch: one query each;
+    2. plan each snapshot in order against that state (a later element sees an earlier one);
+       a business error (unknown account, identity conflict) rejects that element only, before
+       anything of it is written;
+    3. flush: new debtors, debts and installments with multi-row INSERTs, changed rows with
+       UPDATEs.
+    """
+
+    def __init__(self, tenant_id: int, today: dt.date):
+        self.tenant_id = tenant_id
+        self.today = today
+        self.now = utcnow()
+        self.accounts: dict[str, int] = {}
+        self.debts: dict[str, _DebtState] = {}
+        self.by_documento: dict[str, Debtor] = {}
+        self.by_telefono: dict[str, Debtor] = {}
+        self.new_debtors: list[Debtor] = []
+        self.changed_debtors: dict[int, Debtor] = {}
+
+    def apply(self, specs: list[DebtSpec]) -> list[UpsertResult]:
+        self._prefetch(specs)
+        results = [self._plan(spec) for spec in specs]
+        self._flush()
+        return results
+
+    def _prefetch(self, specs: list[DebtSpec]) -> None:
+        tenant = self.tenant_id
+        names = list({spec.account_id for spec in specs})
+        self.accounts = dict(MessagingAccount.select(MessagingAccount.public_id, MessagingAccount.id)
+                             .where((MessagingAccount.tenant == tenant) & MessagingAccount.public_id.in_(names))
+                             .tuples())
+        external_ids = list({spec.external_id for spec in specs})
+        Debt.update(row_version=Debt.row_version + 1).where(
+            (Debt.tenant == tenant) & Debt.external_id.in_(external_ids)).execute()
+        existing = list(Debt.select().where((Debt.tenant == tenant) & Debt.external_id.in_(external_ids)))
+        schedules: dict[int, list[Installment]] = {debt.id: [] for debt in existing}
+        if existing:
+            for item in (Installment.select().where(Installment.debt.in_(list(schedules)))
+                         .order_by(Installment.id)):
+                schedules[item.debt_id].append(item)
+        for debt in existing:
+            self.debts[debt.external_id] = _DebtState(debt, schedules[debt.id], new=False)
+        documentos = list({spec.deudor.documento for spec in specs if spec.deudor.documento})
+        telefonos = list({spec.deudor.telefono for spec in specs if spec.deudor.telefono})
+        if documentos or telefonos:
+            keys = Debtor.documento.in_(documentos) | Debtor.telefono.in_(telefonos)
+            for debtor in Debtor.select().where((Debtor.tenant == tenant) & keys):
+                self._index_debtor(debtor)
+
+    def _index_debtor(self, debtor: Debtor) -> None:
+        if debtor.documento:
+            self.by_documento[debtor.documento] = debtor
+        if debtor.telefono:
+            self.by_telefono[debtor.telefono] = debtor
+
+    def _plan(self, spec: DebtSpec) -> UpsertResult:
+        account_id = self.accounts.get(spec.account_id)
+        if account_id is None:
+            return UpsertResult(spec.external_id, error=NotFound(
+                f"no account {spec.account_id}", code="account_not_found", details={"account_id": spec.account_id}))
+        state = self.debts.get(spec.external_id)
+        if state is not None and _is_stale(state.debt, spec):
+            return UpsertResult(spec.external_id, "ignored_stale", state.debt)
+        try:
+            debtor = self._debtor_for(spec.deudor)
+        except Conflict as error:
+            return UpsertResult(spec.external_id, error=error)
+        action = "updated"
+        if state is None:
+            action = "created"
+            debt = Debt(tenant=self.tenant_id, external_id=spec.external_id, created_at=self.now, row_version=0,
+                        auto_send=False, tipo="single", status="pending")
+            state = self.debts[spec.external_id] = _DebtState(debt, [], new=True)
+        self._apply_fields(state, spec, account_id, debtor)
+        self._apply_schedule(state, spec)
+        for item in _restate(state.debt, state.installments, self.today):
+            if item.id is not None:
+                state.changed_installments[item.id] = item
+        state.touched = True
+        return UpsertResult(spec.external_id, action, state.debt)
+
+    def _debtor_for(self, deudor: DeudorSpec) -> Debtor:
+        by_documento = self.by_documento.get(deudor.documento) if deudor.documento else None
+        by_telefono = self.by_telefono.get(deudor.telefono) if deudor.telefono else None
+        # The phone is a second key: it may not name someone other than the document does, nor
+        # someone already known under another document.
+        if by_telefono is not None and (
+                (by_documento is not None and by_documento is not by_telefono)
+                or (by_documento is None and deudor.documento and by_telefono.documento)):
+            raise Conflict("the document and the phone belong to different debtors",
+                           code="debtor_identity_conflict",
+                           details={"documento": deudor.documento, "telefono": deudor.telefono})
+        debtor = by_documento or by_telefono
+        if debtor is None:
+            debtor = Debtor(tenant=self.tenant_id, nombre=deudor.nombre, documento=deudor.documento,
+                            telefono=deudor.telefono, created_at=self.now, updated_at=self.now)
+            self.new_debtors.append(debtor)
+            self._index_debtor(debtor)
+            return debtor
+        changes = {"nombre": deudor.nombre}
+        if deudor.documento and not debtor.documento:
+            changes["documento"] = deudor.documento
+        if deudor.telefono and deudor.telefono != debtor.telefono:
+            # Phones change; the document is the stable key. The old number is let go.
+            if debtor.telefono:
+                self.by_telefono.pop(debtor.telefono, None)
+            changes["telefono"] = deudor.telefono
+        if any(getattr(debtor, name) != value for name, value in changes.items()):
+            for name, value in changes.items():
+                setattr(debtor, name, value)
+            debtor.updated_at = self.now
+            self._index_debtor(debtor)
+            if debtor.id is not None:
+                self.changed_debtors[debtor.id] = debtor
+        return debtor
+
+    def _apply_fields(self, state: _DebtState, spec: DebtSpec, account_id: int, debtor: Debtor) -> None:
+        debt = state.debt
+        debt.account = account_id
+        state.debtor = debtor
+        debt.moneda = spec.moneda
+        debt.monto_original = spec.monto_original
+        debt.saldo_pendiente = spec.saldo_pendiente
+        if spec.referencia_given or state.new:
+            debt.referencia = spec.referencia
+        if spec.auto_send is not None:
+            debt.auto_send = spec.auto_send
+        if spec.tipo is not None:
+            debt.tipo = spec.tipo
+        elif spec.cuotas:
+            debt.tipo = "installments"
+        # Only overwrite an ordering field with a value: a write without one keeps the last known.
+        if spec.external_version is not None:
+            debt.external_version = spec.external_version
+        if spec.external_updated_at is not None:
+            debt.external_updated_at = spec.external_updated_at
+        debt.updated_at = self.now
+
+    def _apply_schedule(self, state: _DebtState, spec: DebtSpec) -> None:
+        """The three installment rules: absent keeps; [] cancels the open ones; a snapshot updates
+        the installments it lists and cancels the open ones it does not. Paid ones always stay."""
+        if spec.cuotas is None:
+            return
+        received = {item.external_id: item for item in spec.cuotas}
+        known = {item.external_id: item for item in state.installments}
+        for item in state.installments:
+            if item.external_id not in received and item.estado in OPEN_INSTALLMENT:
+                item.declared_estado = "cancelled"
+                if item.id is not None:
+                    state.changed_installments[item.id] = item
+        for incoming in spec.cuotas:
+            item = known.get(incoming.external_id)
+            declared = incoming.estado or "pending"
+            if item is None:
+                item = Installment(external_id=incoming.external_id, numero=incoming.numero, monto=incoming.monto,
+                                   pagado=0, vence=incoming.vence, estado="", declared_estado=declared)
+                state.installments.append(item)
+                continue
+            item.numero, item.monto, item.vence = incoming.numero, incoming.monto, incoming.vence
+            item.declared_estado = declared
+            if item.id is not None:
+                state.changed_installments[item.id] = item
+
+    def _flush(self) -> None:
+        if self.new_debtors:
+            self._insert_debtors()
+        for debtor in self.changed_debtors.values():
+            debtor.save(only=[Debtor.nombre, Debtor.documento, Debtor.telefono, Debtor.updated_at])
+        touched = [state for state in self.debts.values() if state.touched]
+        for state in touched:
+            state.debt.debtor = state.debtor
+        new_states = [state for state in touched if state.new]
+        if new_states:
+            self._insert_debts(new_states)
+        for state in touched:
+            if not state.new:
+                state.debt.save(only=_DEBT_UPDATE_FIELDS)
+        rows = []
+        for state in touched:
+            for item in state.installments:
+                if item.id is None:
+                    item.debt = state.debt
+                    rows.append({"debt": state.debt.id, "external_id": item.external_id, "numero": item.numero,
+                                 "monto": item.monto, "pagado": item.pagado, "vence": item.vence,
+                                 "estado": item.estado, "declared_estado": item.declared_estado})
+            for item in state.changed_installments.values():
+                item.save(only=[Installment.numero, Installment.monto, Installment.vence, Installment.estado,
+                                Installment.declared_estado])
+        for start in range(0, len(rows), INSERT_CHUNK):
+            Installment.insert_many(rows[start:start + INSERT_CHUNK]).as_rowcount().execute()
+
+    def _insert_debtors(self) -> None:
+        rows = [{"tenant": self.tenant_id, "nombre": d.nombre, "documento": d.documento, "telefono": d.telefono,
+                 "created_at": self.now, "updated_at": self.now} for d in self.new_debtors]
+        ids_by_key: dict[tuple[str, str], int] = {}
+        for start in range(0, len(rows), INSERT_CHUNK):
+            query = (Debtor.insert_many(rows[start:start + INSERT_CHUNK])
+                     .returning(Debtor.id, Debtor.documento, Debtor.telefono).tuples())
+            for debtor_id, documento, telefono in query.execute():
+                ids_by_key[("d", documento) if documento else ("t", telefono)] = debtor_id
+        for debtor in self.new_debtors:
+            debtor.id = ids_by_key[("d", debtor.documento) if debtor.documento else ("t", debtor.telefono)]
+
+    def _insert_debts(self, states: list[_DebtState]) -> None:
+        columns = (Debt.tenant, Debt.external_id, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia,
+                   Debt.monto_original, Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status,
+                   Debt.external_version, Debt.external_updated_at, Debt.resolution, Debt.row_version,
+                   Debt.created_at, Debt.updated_at)
+        ids: dict[str, int] = {}
+        for start in range(0, len(states), INSERT_CHUNK):
+            chunk = states[start:start + INSERT_CHUNK]
+            rows = [tuple(getattr(state.debt, column.column_name) for column in columns) for state in chunk]
+            query = (Debt.insert_many(rows, fields=columns).returning(Debt.id, Debt.external_id).tuples())
+            ids.update({external_id: debt_id for debt_id, external_id in query.execute()})
+        for state in states:
+            state.debt.id = ids[state.debt.external_id]
+
+
+_DEBT_UPDATE_FIELDS = [Debt.account, Debt.debtor, Debt.moneda, Debt.referencia, Debt.monto_original,
+                       Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status, Debt.external_version,
+                       Debt.external_updated_at, Debt.updated_at]
+
+
+def upsert_debts(tenant_id: int, specs: list[DebtSpec], *, today: dt.date | None = None) -> list[UpsertResult]:
+    """Create or update debts from ERP snapshots, one result per spec, in the caller's order.
+
+    Elements are independent: a business error rejects that element and the others are saved.
+    The batch is planned and written together (fast); if the database refuses the combined
+    write (a concurrent writer created the same debt or debtor meanwhile), the batch is undone
+    and each element is applied alone in its own savepoint.
+    """
+    if not specs:
+        return []
+    today = today or tenant_today(tenant_id)
+    with atomic():
+        try:
+            with atomic():
+                return _Batch(tenant_id, today).apply(specs)
+        except IntegrityError:
+            log.info("batch of %d debts conflicted with a concurrent write; applying one by one", len(specs))
+        return [_upsert_alone(tenant_id, spec, today) for spec in specs]
+
+
+def _upsert_alone(tenant_id: int, spec: DebtSpec, today: dt.date) -> UpsertResult:
+    for _attempt in range(2):
+        try:
+            with atomic():
+                return _Batch(tenant_id, today).apply([spec])[0]
+        except IntegrityError:
+            continue  # the concurrent row is committed now: the next plan sees it
+    return UpsertResult(spec.external_id, error=Conflict(
+        "the debt changed concurrently; retry", code="concurrent_update"))
+
+
+def upsert_debt(tenant_id: int, spec: DebtSpec, *, today: dt.date | None = None) -> UpsertResult:
+    """One debt; a business error is raised (404 account_not_found, 409 debtor_identity_conflict)."""
+    result = upsert_debts(tenant_id, [spec], today=today)[0]
+    if result.error is not None:
+        raise result.error
+    return result
+
+
+# -- reads ------------------------------------------------------------------------------------
+
+def get_debt(tenant_id: int, external_id: str) -> Debt:
+    debt = Debt.get_or_none((Debt.tenant == tenant_id) & (Debt.external_id == external_id))
+    if debt is None:
+        raise NotFound(f"no debt {external_id}", code="debt_not_found", details={"external_id": external_id})
+    return debt
+
+
+def list_debts(tenant_id: int, status: str | None = None):
+    query = Debt.select(Debt, Debtor).join(Debtor).where(Debt.tenant == tenant_id)
+    if status:
+        query = query.where(Debt.status == status)
+    return query.order_by(Debt.id.desc())
+
+
+def installments_of(debt: Debt) -> list[Installment]:
+    return list(Installment.select().where(Installment.debt == debt.id)
+                .order_by(Installment.numero, Installment.vence, Installment.id))
+
+
+def installment_dict(item: Installment, currency: str) -> dict:
+    return {"external_id": item.external_id, "numero": item.numero, "monto": amount_json(item.monto, currency),
+            "vence": item.vence.isoformat(), "estado": item.estado}
+
+
+def allocations_of(payment_ids: list[int]) -> dict[int, list[dict]]:
+    found: dict[int, list[dict]] = {payment_id: [] for payment_id in payment_ids}
+    if not payment_ids:
+        return found
+    query = (Allocation.select(Allocation.payment.alias("payment_id"), Allocation.monto.alias("monto"),
+                               Installment.external_id.alias("cuota_external_id"), Installment.numero.alias("numero"))
+             .join(Installment).where(Allocation.payment.in_(payment_ids)).order_by(Allocation.id))
+    for row in query.dicts():
+        payment_id = row.pop("payment_id")
+        found[payment_id].append({"cuota_external_id": row["cuota_external_id"], "numero": row["numero"],
+                                  "monto": row["monto"]})
+    return found
+
+
+def payment_dict(payment: Payment, allocations: list[dict]) -> dict:
+    """A `pagos` item: the ERP's id, ours, where it came from, and how it was allocated."""
+    return {
+        "external_id": payment.external_id,
+        "boty_payment_id": payment.public_id,
+        "origin": payment.origin,
+        "monto": amount_json(payment.monto, payment.moneda),
+        "moneda": payment.moneda,
+        "metodo": payment.metodo,
+        "pagado_en": isoformat(payment.pagado_en),
+        "asignaciones": [dict(item, monto=amount_json(item["monto"], payment.moneda)) for item in allocations],
+    }
+
+
+def debt_detail(debt: Debt) -> dict:
+    """The whole debt as GET /cartera/deudas/{external_id} shows it; no internal ids."""
+    account_public_id = MessagingAccount.select(MessagingAccount.public_id).where(
+        MessagingAccount.id == debt.account_id).scalar()
+    debtor = Debtor.get_by_id(debt.debtor_id)
+    payments = list(Payment.select().where(Payment.debt == debt.id).order_by(Payment.pagado_en, Payment.id))
+    allocations = allocations_of([payment.id for payment in payments])
+    return {
+        "external_id": debt.external_id,
+        "account_id": account_public_id,
+        "deudor": debtor.as_dict(),
+        "moneda": debt.moneda,
+        "referencia": debt.referencia,
+        "monto_original": amount_json(debt.monto_original, debt.moneda),
+        "saldo_pendiente": amount_json(debt.saldo_pendiente, debt.moneda),
+        "status": debt.status,
+        "tipo": debt.tipo,
+        "auto_send": debt.auto_send,
+        "external_version": debt.external_version,
+        "external_updated_at": isoformat(debt.external_updated_at),
+        "cuotas": [installment_dict(item, debt.moneda) for item in installments_of(debt)],
+        "pagos": [payment_dict(payment, allocations[payment.id]) for payment in payments],
+    }
+
+
+# -- payments ---------------------------------------------------------------------------------
+
+@dataclass
+class PaymentResult:
+    action: str  # applied, already_applied
+    payment: Payment
+    debt: Debt
+
+    def as_dict(self) -> dict:
+        payment = self.payment
+        allocations = allocations_of([payment.id])[payment.id]
+        return {
+            "action": self.action,
+            "pago": {"external_id": payment.external_id, "deuda_external_id": self.debt.external_id,
+                     "monto": amount_json(payment.monto, payment.moneda),
+                     "asignaciones": [dict(item, monto=amount_json(item["monto"], payment.moneda))
+                                      for item in allocations]},
+            "saldo_pendiente": amount_json(payment.saldo_after, payment.moneda),
+            "monto_sin_asignar": amount_json(payment.monto_sin_asignar, payment.moneda),
+        }
+
+
+def _lock_debt(tenant_id: int, external_id: str) -> Debt:
+    # The UPDATE takes the row lock on PostgreSQL until commit, so payments and resolutions of one
+    # debt run one after another and each sees the balance the previous one left.
+    locked = Debt.update(row_version=Debt.row_version + 1).where(
+        (Debt.tenant == tenant_id) & (Debt.external_id == external_id)).execute()
+    if not locked:
+        raise NotFound(f"no debt {external_id}", code="debt_not_found", details={"external_id": external_id})
+    return get_debt(tenant_id, external_id)
+
+
+def _minor(amount, currency: str, path: str = "monto") -> int:
+    try:
+        value = to_minor(amount, currency)
+    except MoneyError as error:
+        raise invalid({path: [str(error)]}) from None
+    if value <= 0:
+        raise invalid({path: ["must be greater than 0"]})
+    return value
+
+
+def _check_payable(debt: Debt, currency: str) -> None:
+    if debt.status in RESOLVED_DEBT:
+        raise Conflict(f"debt {debt.external_id} is {debt.status} and takes no payments",
+                       code="debt_not_payable", details={"status": debt.status})
+    if currency != debt.moneda:
+        raise Conflict(f"the debt is in {debt.moneda}, the payment in {currency}",
+                       code="payment_currency_mismatch", details={"debt_currency": debt.moneda,
+                                                                  "payment_currency": currency})
+
+
+def _apply_payment(debt: Debt, *, amount: int, currency: str, method: str, paid_at: dt.datetime,
+                   origin: str, external_id: str | None = None, transaction_id: str | None = None) -> Payment:
+    """Allocate first-in-first-out and lower the balance; the caller holds the debt's lock and has
+    checked `_check_payable`.
+
+    1. walk the open installments by due date, then number, covering each in turn;
+    2. what covers no installment is `monto_sin_asignar`; for a debt without installments the
+       balance itself is what gets covered, and only the excess is left unallocated;
+    3. the balance drops by the amount (never below 0), statuses follow.
+    """
+    schedule = installments_of(debt)
+    live = [item for item in schedule if item.estado != "cancelled"]
+    remaining = amount
+    allocations: list[tuple[Installment, int]] = []
+    for item in sorted((i for i in live if i.estado in OPEN_INSTALLMENT), key=lambda i: (i.vence, i.numero, i.id)):
+        if remaining == 0:
+            break
+        share = min(item.monto - item.pagado, remaining)
+        if share <= 0:
+            continue
+        item.pagado += share
+        remaining -= share
+        allocations.append((item, share))
+    unassigned = remaining if live else max(0, amount - debt.saldo_pendiente)
+    debt.saldo_pendiente = max(0, debt.saldo_pendiente - amount)
+    debt.updated_at = utcnow()
+    changed = {item.id: item for item, _share in allocations}
+    changed.update((item.id, item) for item in _restate(debt, schedule, tenant_today(debt.tenant_id)))
+    debt.save(only=[Debt.saldo_pendiente, Debt.status, Debt.updated_at])
+    for item in changed.values():
+        item.save(only=[Installment.pagado, Installment.estado, Installment.declared_estado])
+    payment = Payment.create(
+        tenant=debt.tenant_id, debt=debt.id, public_id=new_id("bpay_") if origin == "service" else None,
+        external_id=external_id, transaction_id=transaction_id, origin=origin, monto=amount, moneda=currency,
+        metodo=method, pagado_en=paid_at, monto_sin_asignar=unassigned, saldo_after=debt.saldo_pendiente)
+    if allocations:
+        Allocation.insert_many([{"payment": payment.id, "installment": item.id, "monto": share}
+                                for item, share in allocations]).as_rowcount().execute()
+    return payment
+
+
+def record_erp_payment(tenant_id: int, spec: PaymentSpec) -> PaymentResult:
+    """A payment the ERP received (POST /cartera/pagos): applied once per `external_id`, no event.
+
+    The same payment again answers its original result (`already_applied`); the id reused with
+    another amount, currency or debt is 409 `payment_external_id_conflict`.
+    """
+    for attempt in range(2):
+        try:
+            with atomic():
+                debt = _lock_debt(tenant_id, spec.deuda_external_id)
+                existing = Payment.get_or_none(
+                    (Payment.tenant == tenant_id) & (Payment.external_id == spec.external_id))
+                if existing is not None:
+                    return _replayed(existing, spec, debt)
+                _check_payable(debt, spec.moneda)
+                amount = _minor(spec.monto, spec.moneda)
+                payment = _apply_payment(debt, amount=amount, currency=spec.moneda, method=spec.metodo,
+                                         paid_at=spec.pagado_en, origin="erp", external_id=spec.external_id)
+                return PaymentResult("applied", payment, debt)
+        except IntegrityError:
+            # The same external_id was recorded concurrently (for another debt, or this one):
+            # the second pass finds it and answers as a replay or a conflict.
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _replayed(existing: Payment, spec: PaymentSpec, debt: Debt) -> PaymentResult:
+    same_amount = False
+    if spec.moneda == existing.moneda:
+        try:
+            same_amount = to_minor(spec.monto, existing.moneda) == existing.monto
+        except MoneyError:
+            same_amount = False
+    if existing.debt_id != debt.id or not same_amount:
+        raise Conflict(f"payment {spec.external_id} was already recorded with another amount or debt",
+                       code="payment_external_id_conflict", details={"external_id": spec.external_id})
+    return PaymentResult("already_applied", existing, debt)
+
+
+def payment_event_data(payment: Payment, debt: Debt) -> dict:
+    """The `data` of `debt.payment_received` (section 6), amounts as JSON numbers."""
+    return {
+        "deuda_external_id": debt.external_id,
+        "pago": {
+            "boty_payment_id": payment.public_id,
+            "external_id": payment.external_id,
+            "transaction_id": payment.transaction_id,
+            "monto": amount_json(payment.monto, payment.moneda),
+            "moneda": payment.moneda,
+            "metodo": payment.metodo,
+            "pagado_en": isoformat(payment.pagado_en),
+        },
+        "saldo_pendiente": amount_json(debt.saldo_pendiente, debt.moneda),
+        "status": debt.status,
+    }
+
+
+def record_service_payment(tenant_id: int, debt_external_id: str, amount, method: str,
+                           transaction_id: str | None = None, paid_at: dt.datetime | None = None) -> Payment:
+    """A payment made inside the service (a gateway's callback, or `svcctl cartera pay`).
+
+    `amount` is an int, a Decimal or a decimal string in the debt's currency. It is applied like
+    an ERP payment and emits `debt.payment_received` in the same transaction. A gateway that
+    calls back twice with the same `transaction_id` gets the first payment back, applied once.
+    After commit (when this call owns the transaction) webhook delivery is nudged.
+    """
+    if method not in PAYMENT_METHODS:
+        raise invalid({"metodo": [f"must be one of {', '.join(PAYMENT_METHODS)}"]})
+    if transaction_id is not None and not 1 <= len(transaction_id) <= 255:
+        raise invalid({"transaction_id": ["must be 1 to 255 characters"]})
+    value = parse_amount(amount)
+    when = to_utc_naive(paid_at) if paid_at is not None else utcnow()
+    owns_transaction = not db.in_transaction()
+    with atomic():
+        debt = _lock_debt(tenant_id, debt_external_id)
+        if transaction_id is not None:
+            existing = Payment.get_or_none((Payment.tenant == tenant_id) & (Payment.transaction_id == transaction_id))
+            if existing is not None:
+                if existing.debt_id != debt.id or existing.monto != _minor(value, debt.moneda):
+                    raise Conflict(f"transaction {transaction_id} was already recorded with another amount or debt",
+                                   code="payment_transaction_conflict", details={"transaction_id": transaction_id})
+                return existing
+        _check_payable(debt, debt.moneda)
+        payment = _apply_payment(debt, amount=_minor(value, debt.moneda), currency=debt.moneda, method=method,
+                                 paid_at=when, origin="service", transaction_id=transaction_id)
+        emit(tenant_id, "debt.payment_received", payment_event_data(payment, debt))
+    if owns_transaction:
+        notify_webhooks()
+    return payment
+
+
+def notify_webhooks() -> None:
+    """Ask for a prompt fan-out of new events, when the webhooks area provides the nudge."""
+    try:
+        webhooks = importlib.import_module("jobs.webhooks")
+    except ImportError:
+        return
+    notify = getattr(webhooks, "notify_new_events", None)
+    if notify is not None:
+        try:
+            notify()
+        except Exception:  # the outbox keeps the event; the periodic fan-out will deliver it
+            log.exception("could not nudge webhook delivery")
+
+
+# -- resolution and overdue ---------------------------------------------------------------------
+
+def resolve_debt(tenant_id: int, external_id: str, status: str, reason: str | None = None) -> Debt:
+    """Mark a debt paid, cancelled or written off: its open installments are cancelled, and so are
+    the reminders they had still to get, so collection stops. Resolving as `paid` clears the
+    balance. A resolution sticks: later syncs update the data but not the status."""
+    if status not in RESOLUTIONS:
+        raise invalid({"status": [f"must be one of {', '.join(RESOLUTIONS)}"]})
+    with atomic():
+        debt = _lock_debt(tenant_id, external_id)
+        schedule = installments_of(debt)
+        cancel_reminders(debt.id, [item.id for item in schedule if item.estado in OPEN_INSTALLMENT])
+        debt.resolution = status
+        debt.resolution_reason = reason
+        debt.resolved_at = utcnow()
+        debt.updated_at = debt.resolved_at
+        if status == "paid":
+            debt.saldo_pendiente = 0
+        for item in _restate(debt, schedule, tenant_today(tenant_id)):
+            item.save(only=[Installment.estado, Installment.declared_estado])
+        debt.save(only=[Debt.resolution, Debt.resolution_reason, Debt.resolved_at, Debt.saldo_pendiente,
+                        Debt.status, Debt.updated_at])
+    return debt
+
+
+def cancel_reminders(debt_id: int, installment_ids: list[int]) -> int:
+    """Record every stage these installments have not been reminded of as `cancelled`.
+
+    The unique (installment, stage) key then refuses those reminders for good, and the debt's
+    history shows what collection will no longer send.
+    """
+    from models.cartera_collection import STAGES
+
+    if not installment_ids:
+        return 0
+    now = utcnow()
+    rows = [{"debt": debt_id, "installment": installment_id, "stage": stage, "status": "cancelled",
+             "created_at": now} for installment_id in installment_ids for stage, _offset in STAGES]
+    return (Reminder.insert_many(rows).on_conflict_ignore().as_rowcount().execute())
+
+
+def refresh_overdue(now: dt.datetime | None = None) -> int:
+    """Move open installments past due (in each tenant's day) to `overdue`, and their debts with them.
+
+    Idempotent; run hourly so that every tenant's midnight is picked up within the hour, and the
+    same rule runs on every write. Returns the installments that changed.
+    """
+    changed = 0
+    zones: dict[str, list[int]] = {}
+    for tenant_id, timezone in Tenant.select(Tenant.id, Tenant.timezone).tuples():
+        zones.setdefault(timezone or "UTC", []).append(tenant_id)
+    moment = (now or utcnow()).replace(tzinfo=dt.UTC)
+    for timezone, tenant_ids in zones.items():
+        today = moment.astimezone(zone_of(timezone)).date()
+        with atomic():
+            open_debts = Debt.select(Debt.id).where(Debt.tenant.in_(tenant_ids) & Debt.resolution.is_null())
+            changed += (Installment.update(estado="overdue")
+                        .where(Installment.estado.in_(("pending", "partial")) & (Installment.vence < today)
+                               & Installment.debt.in_(open_debts)).execute())
+            has_overdue = fn.EXISTS(Installment.select(Installment.id).where(
+                (Installment.debt == Debt.id) & (Installment.estado == "overdue")))
+            (Debt.update(status="overdue", updated_at=utcnow())
+             .where(Debt.tenant.in_(tenant_ids) & Debt.status.in_(("pending", "partial"))
+                    & Debt.resolution.is_null() & (Debt.saldo_pendiente > 0) & has_overdue)
+             .execute())
+    return changed
+
+
+__all__ = ["Allocation", "Debt", "Debtor", "Installment", "Invalid", "Payment", "PaymentResult", "Reminder",
+           "UpsertResult", "debt_detail", "get_debt", "list_debts", "record_erp_payment", "record_service_payment",
+           "refresh_overdue", "resolve_debt", "upsert_debt", "upsert_debts"]

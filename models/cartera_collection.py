@@ -1,0 +1,205 @@
+"""Collection: payment reminders for debts with `auto_send`, through the debt's own number.
+
+Schedule (docs/receivables.md), per open installment, counted in the tenant's calendar day:
+
+| stage    | from                | until                       |
+|----------|---------------------|-----------------------------|
+| `before` | 3 days before `vence` | the day before            |
+| `due`    | on `vence`          | 2 days after                |
+| `after`  | 3 days after `vence` | while the installment stays open |
+
+Only the stage the day falls in is sent (a debt synced late does not get a stale `before`), and
+the reminders table's unique (installment, stage) key means no stage is ever sent twice. Sends
+happen only inside the sending window (settings.quiet_hours_start to quiet_hours_end, default
+08:00-20:00, in the tenant's time zone). Installments of one debt due the same run share one
+message. Reminders go out as campaigns of the `payment_reminder` template (vars: the debtor's
+name and the outstanding balance with its currency), one campaign per number and run, so they
+reserve and consume credits like any message.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import logging
+import uuid
+from dataclasses import dataclass
+
+from peewee import fn
+
+from config import get_settings
+from models.accounts import MessagingAccount
+from models.cartera import OPEN_DEBT, OPEN_INSTALLMENT, Debt, Debtor, Installment, Reminder, zone_of
+from models.cartera_money import format_amount
+from models.clock import utcnow
+from models.db import atomic
+from models.errors import DomainError
+from models.tenants import Tenant
+
+log = logging.getLogger("cartera.collection")
+
+# (stage, days from the due date when it starts), in order.
+STAGES = (("before", -3), ("due", 0), ("after", 3))
+TEMPLATE_NAME = "payment_reminder"
+TEMPLATE_LANGUAGE = "es"
+LOOKAHEAD = dt.timedelta(days=-STAGES[0][1])
+
+
+def stage_for(vence: dt.date, today: dt.date) -> str | None:
+    """The stage an installment due on `vence` is in on `today`, or None before the first."""
+    offset = (today - vence).days
+    current = None
+    for stage, starts in STAGES:
+        if offset >= starts:
+            current = stage
+    return current
+
+
+def in_sending_window(local: dt.time, start: tuple[int, int], end: tuple[int, int]) -> bool:
+    """Whether `local` is inside [start, end); a window whose end is before its start spans midnight.
+
+    A window with start == end is the whole day (no quiet hours).
+    """
+    now = local.hour * 60 + local.minute
+    first, last = start[0] * 60 + start[1], end[0] * 60 + end[1]
+    if first == last:
+        return True
+    if first < last:
+        return first <= now < last
+    return now >= first or now < last
+
+
+@dataclass(frozen=True)
+class DueReminder:
+    tenant_id: int
+    account_public_id: str
+    debt_id: int
+    debt_external_id: str
+    installment_id: int
+    cuota_external_id: str
+    stage: str
+    wa_id: str
+    nombre: str
+    saldo_pendiente: int
+    moneda: str
+
+
+def due_reminders(now: dt.datetime | None = None, settings=None) -> list[DueReminder]:
+    """Every reminder due at `now` (naive UTC): tenants inside their sending window, open
+    installments of open `auto_send` debts whose debtor has a phone, in a stage not yet recorded."""
+    settings = settings or get_settings()
+    moment = (now or utcnow()).replace(tzinfo=dt.UTC)
+    zones: dict[str, list[int]] = {}
+    for tenant_id, timezone in Tenant.select(Tenant.id, Tenant.timezone).where(Tenant.status == "active").tuples():
+        zones.setdefault(timezone or "UTC", []).append(tenant_id)
+    due: list[DueReminder] = []
+    for timezone, tenant_ids in zones.items():
+        local = moment.astimezone(zone_of(timezone))
+        if not in_sending_window(local.time(), settings.quiet_hours_start, settings.quiet_hours_end):
+            continue
+        due.extend(_due_for(tenant_ids, local.date()))
+    return due
+
+
+def _due_for(tenant_ids: list[int], today: dt.date) -> list[DueReminder]:
+    last_stage = STAGES[-1][0]
+    already_finished = fn.EXISTS(Reminder.select(Reminder.id).where(
+        (Reminder.installment == Installment.id) & (Reminder.stage == last_stage)))
+    query = (Installment
+             .select(Installment.id, Installment.external_id, Installment.vence, Debt.id, Debt.external_id,
+                     Debt.tenant, Debt.saldo_pendiente, Debt.moneda, Debtor.nombre, Debtor.telefono,
+                     MessagingAccount.public_id)
+             .join(Debt).join(Debtor).switch(Debt).join(MessagingAccount)
+             .where(Debt.tenant.in_(tenant_ids) & (Debt.auto_send == True)  # noqa: E712
+                    & Debt.status.in_(OPEN_DEBT) & Debt.resolution.is_null() & (Debt.saldo_pendiente > 0)
+                    & Installment.estado.in_(OPEN_INSTALLMENT) & (Installment.vence <= today + LOOKAHEAD)
+                    & Debtor.telefono.is_null(False) & ~already_finished)
+             .order_by(Debt.id, Installment.vence, Installment.numero)
+             .tuples())
+    candidates = []
+    for (installment_id, cuota_external_id, vence, debt_id, debt_external_id, tenant_id, saldo, moneda, nombre,
+         telefono, account_public_id) in query:
+        stage = stage_for(vence, today)
+        if stage is not None:
+            candidates.append(DueReminder(tenant_id, account_public_id, debt_id, debt_external_id, installment_id,
+                                          cuota_external_id, stage, telefono, nombre, saldo, moneda))
+    recorded: set[tuple[int, str]] = set()
+    ids = [item.installment_id for item in candidates]
+    for start in range(0, len(ids), 500):
+        recorded.update(Reminder.select(Reminder.installment, Reminder.stage)
+                        .where(Reminder.installment.in_(ids[start:start + 500])).tuples())
+    return [item for item in candidates if (item.installment_id, item.stage) not in recorded]
+
+
+def recipient_for(reminders: list[DueReminder]) -> dict:
+    """One recipient per debt: the template's variables and what the reminder covers."""
+    first = reminders[0]
+    return {
+        "wa_id": first.wa_id,
+        "external_contact_id": first.debt_external_id,
+        "vars": [first.nombre, format_amount(first.saldo_pendiente, first.moneda)],
+        "payload": {"deuda_external_id": first.debt_external_id,
+                    "recordatorios": [{"cuota_external_id": item.cuota_external_id, "stage": item.stage}
+                                      for item in reminders]},
+    }
+
+
+def _campaign_machinery():
+    """The campaigns area's entry points: create_campaign (models) and enqueue_dispatch (jobs)."""
+    create = importlib.import_module("models.campaigns").create_campaign
+    enqueue = importlib.import_module("jobs.campaigns").enqueue_dispatch
+    return create, enqueue
+
+
+def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
+    """Hand every due reminder to a campaign; returns the campaigns created (their public ids).
+
+    Per (tenant, number), in one transaction: claim the reminders (insert their rows; the unique
+    key drops any another run already took), create the campaign for the debts claimed, and
+    stamp the rows with it. A refusal (no credits, number paused) undoes the claim, so those
+    reminders are tried again on the next run. Dispatch is enqueued after commit.
+    """
+    due = due_reminders(now)
+    if not due:
+        return []
+    create_campaign, enqueue_dispatch = _campaign_machinery()
+    groups: dict[tuple[int, str], dict[int, list[DueReminder]]] = {}
+    for item in due:
+        groups.setdefault((item.tenant_id, item.account_public_id), {}).setdefault(item.debt_id, []).append(item)
+    created = []
+    for (tenant_id, account_public_id), by_debt in groups.items():
+        try:
+            with atomic():
+                campaign = _claim_and_create(tenant_id, account_public_id, by_debt, create_campaign)
+        except DomainError as error:
+            log.warning("collection reminders for %s not sent now (%s): %s", account_public_id, error.code,
+                        error.message)
+            continue
+        if campaign is not None:
+            enqueue_dispatch(campaign.id)
+            created.append(campaign.public_id)
+    return created
+
+
+def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int, list[DueReminder]],
+                      create_campaign):
+    token = "claim_" + uuid.uuid4().hex[:24]
+    now = utcnow()
+    rows = [{"debt": item.debt_id, "installment": item.installment_id, "stage": item.stage, "status": "queued",
+             "campaign_id": token, "created_at": now} for items in by_debt.values() for item in items]
+    for start in range(0, len(rows), 500):
+        Reminder.insert_many(rows[start:start + 500]).on_conflict_ignore().as_rowcount().execute()
+    ours = set(Reminder.select(Reminder.installment, Reminder.stage).where(Reminder.campaign_id == token).tuples())
+    recipients = []
+    for items in by_debt.values():
+        claimed = [item for item in items if (item.installment_id, item.stage) in ours]
+        if claimed:
+            recipients.append(recipient_for(claimed))
+    if not recipients:
+        return None
+    local_day = now.date().isoformat()
+    spec = {"account_id": account_public_id, "template_name": TEMPLATE_NAME, "language": TEMPLATE_LANGUAGE,
+            "recipients": recipients, "external_reference": f"cobranza {local_day}"}
+    campaign = create_campaign(tenant_id, spec, source="collection")
+    Reminder.update(campaign_id=campaign.public_id).where(Reminder.campaign_id == token).execute()
+    return campaign

@@ -1,0 +1,359 @@
+"""The wire shapes of receivables (Debt, Payment, resolution) and their exact parsing.
+
+One validation path for every way a debt arrives (the API, a batch element, a JSON line, a CSV
+row turned into the same shape), so the rules cannot differ between them:
+
+1. bytes → Python with `loads_exact`: JSON numbers become `Decimal`, never `float`
+   (pydantic's JSON mode goes through a double: 1.0000000000000000001 would become 1);
+2. the pydantic models below (strict, unknown fields refused) check types and shapes;
+3. `debt_spec` / `payment_spec` apply what depends on several fields (decimals allowed by the
+   currency, the debtor's keys, the installment numbering) and yield plain specs in minor units.
+
+Amounts are accepted as JSON numbers or as decimal strings (`"1234.50"`): some clients can only
+produce exact decimals as strings. Floats from Python callers are refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from models.cartera_money import MoneyError, normalize_currency, to_minor
+from models.clock import to_utc_naive
+from models.errors import Invalid
+
+DEBT_TYPES = ("single", "installments")
+INSTALLMENT_STATES = ("pending", "partial", "paid", "overdue", "cancelled")
+PAYMENT_METHODS = ("cash", "transfer", "card", "deposit", "check", "gateway", "other")
+RESOLUTIONS = ("paid", "cancelled", "written_off")
+MAX_BATCH = 500
+MAX_INSTALLMENTS = 1000
+
+_DECIMAL_TEXT = re.compile(r"-?\d+(\.\d+)?")
+_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
+_PHONE_SEPARATORS = re.compile(r"[\s().\-]")
+# A JSON \u0000 escape: preceded by an even run of backslashes (an odd one escapes the first).
+_NUL_ESCAPE = re.compile(rb"(?:^|[^\\])(?:\\\\)*\\u0000")
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads_exact(raw: bytes | str) -> Any:
+    """Parse JSON keeping every number exact (floats as Decimal); NaN and Infinity are refused,
+    and so is NUL in a string (PostgreSQL text cannot hold it)."""
+    text = raw if isinstance(raw, bytes) else raw.encode()
+    if b"\x00" in text or _NUL_ESCAPE.search(text):
+        raise ValueError("strings may not contain NUL characters")
+    return json.loads(raw, parse_float=Decimal, parse_constant=_reject_constant)
+
+
+def _decimal(value: Any) -> Decimal:
+    if isinstance(value, bool):
+        raise PydanticCustomError("decimal_type", "must be a number")
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise PydanticCustomError("decimal_type", "must be a finite number")
+        return value
+    if isinstance(value, str) and _DECIMAL_TEXT.fullmatch(value.strip()):
+        return Decimal(value.strip())
+    raise PydanticCustomError("decimal_type", "must be a number, or a decimal string such as \"1234.50\"")
+
+
+def _date(value: Any) -> dt.date:
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, str) and _DATE_TEXT.fullmatch(value):
+        try:
+            return dt.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise PydanticCustomError("date_format", "must be a date written YYYY-MM-DD")
+
+
+def _timestamp(value: Any) -> dt.datetime:
+    parsed = value if isinstance(value, dt.datetime) else None
+    if isinstance(value, str) and len(value) <= 64 and "T" in value:
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise PydanticCustomError("datetime_format",
+                                  "must be an ISO 8601 date-time with an offset, such as 2025-03-01T10:00:00-03:00")
+    return parsed
+
+
+Amount = Annotated[Decimal, BeforeValidator(_decimal)]
+Day = Annotated[dt.date, BeforeValidator(_date), WithJsonSchema({"type": "string", "format": "date"})]
+Timestamp = Annotated[dt.datetime, BeforeValidator(_timestamp),
+                      WithJsonSchema({"type": "string", "format": "date-time"})]
+
+
+def _text(max_length: int, min_length: int = 0):
+    return Annotated[str, StringConstraints(max_length=max_length, min_length=min_length)]
+
+
+class ExactInput(BaseModel):
+    """Strict, unknown fields refused, and JSON parsed with exact decimals (see module doc)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @classmethod
+    def model_validate_json(cls, json_data, **options):  # type: ignore[override]
+        try:
+            data = loads_exact(json_data)
+        except (ValueError, RecursionError) as error:
+            raise ValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
+                type="json_invalid", loc=(), input=None, ctx={"error": str(error)})]) from None
+        return cls.model_validate(data, strict=options.get("strict"), context=options.get("context"))
+
+
+class DeudorInput(ExactInput):
+    nombre: _text(255, 1)
+    documento: _text(64, 1) | None = None
+    telefono: _text(32, 1) | None = Field(None, description="digits; spaces, dashes, dots, parentheses and "
+                                                            "a leading + are removed")
+
+    @model_validator(mode="after")
+    def _one_key(self):
+        if self.documento is None and self.telefono is None:
+            raise PydanticCustomError("debtor_key", "needs documento or telefono (or both)")
+        return self
+
+
+class InstallmentInput(ExactInput):
+    external_id: _text(160, 1)
+    numero: Annotated[int, Field(ge=1, le=100_000)]
+    monto: Annotated[Amount, Field(gt=0)]
+    vence: Day
+    estado: Literal[INSTALLMENT_STATES] | None = None  # type: ignore[valid-type]
+
+
+class DebtInput(ExactInput):
+    external_id: _text(160, 1)
+    account_id: _text(64, 1)
+    external_version: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    external_updated_at: Timestamp | None = None
+    deudor: DeudorInput
+    moneda: _text(3, 3)
+    referencia: _text(500) | None = None
+    monto_original: Annotated[Amount, Field(gt=0)]
+    saldo_pendiente: Annotated[Amount, Field(ge=0)]
+    tipo: Literal[DEBT_TYPES] | None = None  # type: ignore[valid-type]
+    auto_send: bool | None = None
+    cuotas: Annotated[list[InstallmentInput], Field(max_length=MAX_INSTALLMENTS)] | None = None
+
+
+class DebtBatchInput(ExactInput):
+    # Elements are validated one by one (a bad element is reported, the others are saved), so
+    # the list itself only checks its size here; the document still shows the Debt schema.
+    deudas: Annotated[list[Any], Field(min_length=1, max_length=MAX_BATCH),
+                      WithJsonSchema({"type": "array", "minItems": 1, "maxItems": MAX_BATCH,
+                                      "items": {"$ref": "#/components/schemas/DebtInput"}})]
+
+
+class PaymentInput(ExactInput):
+    external_id: _text(160, 1)
+    deuda_external_id: _text(160, 1)
+    monto: Annotated[Amount, Field(gt=0)]
+    moneda: _text(3, 3)
+    metodo: Literal[PAYMENT_METHODS]  # type: ignore[valid-type]
+    pagado_en: Timestamp
+
+
+class ResolveInput(ExactInput):
+    status: Literal[RESOLUTIONS]  # type: ignore[valid-type]
+    reason: _text(500) | None = None
+
+
+# -- specs: what the domain works with ---------------------------------------------------------
+
+@dataclass
+class InstallmentSpec:
+    external_id: str
+    numero: int
+    monto: int  # minor units
+    vence: dt.date
+    estado: str | None  # as the ERP states it; None = pending
+
+
+@dataclass
+class DeudorSpec:
+    nombre: str
+    documento: str | None
+    telefono: str | None
+
+
+@dataclass
+class DebtSpec:
+    external_id: str
+    account_id: str
+    deudor: DeudorSpec
+    moneda: str
+    monto_original: int
+    saldo_pendiente: int
+    external_version: int | None = None
+    external_updated_at: dt.datetime | None = None  # naive UTC
+    # Optional fields: left out (the `None`s below, or `referencia_given=False`) keeps the stored value.
+    referencia: str | None = None
+    referencia_given: bool = False
+    tipo: str | None = None
+    auto_send: bool | None = None
+    cuotas: list[InstallmentSpec] | None = None
+
+
+@dataclass
+class PaymentSpec:
+    external_id: str | None
+    deuda_external_id: str
+    monto: Any  # Decimal as received; converted with the debt's currency
+    moneda: str | None
+    metodo: str
+    pagado_en: dt.datetime | None  # naive UTC
+    transaction_id: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def error_map(error: ValidationError, prefix: str = "") -> dict[str, list[str]]:
+    """A pydantic error as `{"field.path": [messages]}`, the shape of the 422 envelope's details."""
+    errors: dict[str, list[str]] = {}
+    for item in error.errors(include_url=False, include_context=False, include_input=False):
+        if item["type"] == "json_invalid":
+            path, message = "body", "not valid JSON"
+        elif item["type"] in {"model_type", "model_attributes_type"}:
+            path, message = ".".join(str(p) for p in item["loc"]) or "body", "must be a JSON object"
+        else:
+            path, message = ".".join(str(p) for p in item["loc"]) or "body", item["msg"]
+        errors.setdefault(prefix + path, []).append(message)
+    return errors
+
+
+def invalid(errors: dict[str, list[str]]) -> Invalid:
+    first = next(iter(errors.items()))
+    return Invalid(f"{first[0]}: {first[1][0]}", details={"errors": errors})
+
+
+def _normalize_phone(raw: str) -> str:
+    digits = _PHONE_SEPARATORS.sub("", raw.strip())
+    digits = digits[1:] if digits.startswith("+") else digits
+    if not digits.isdigit() or not 8 <= len(digits) <= 15 or not digits.isascii():
+        raise ValueError("must be a phone number of 8 to 15 digits, with its country code")
+    return digits
+
+
+def debt_spec(data: DebtInput) -> DebtSpec:
+    """The rules that span fields; raises `Invalid` with every problem found, by field."""
+    errors: dict[str, list[str]] = {}
+
+    def note(path: str, message: str) -> None:
+        errors.setdefault(path, []).append(message)
+
+    try:
+        currency = normalize_currency(data.moneda)
+    except MoneyError as error:
+        note("moneda", str(error))
+        currency = None
+
+    def minor(path: str, amount: Decimal) -> int:
+        if currency is None:
+            return 0
+        try:
+            return to_minor(amount, currency)
+        except MoneyError as error:
+            note(path, str(error))
+            return 0
+
+    nombre = data.deudor.nombre.strip()
+    if not nombre:
+        note("deudor.nombre", "must not be blank")
+    documento = data.deudor.documento.strip() if data.deudor.documento else None
+    if data.deudor.documento is not None and not documento:
+        note("deudor.documento", "must not be blank")
+    telefono = None
+    if data.deudor.telefono is not None:
+        try:
+            telefono = _normalize_phone(data.deudor.telefono)
+        except ValueError as error:
+            note("deudor.telefono", str(error))
+
+    cuotas = None
+    if data.cuotas is not None:
+        cuotas = []
+        seen_ids: set[str] = set()
+        seen_numbers: set[int] = set()
+        for index, item in enumerate(data.cuotas):
+            if item.external_id in seen_ids:
+                note(f"cuotas.{index}.external_id", "appears twice in this debt")
+            if item.numero in seen_numbers:
+                note(f"cuotas.{index}.numero", "appears twice in this debt")
+            seen_ids.add(item.external_id)
+            seen_numbers.add(item.numero)
+            cuotas.append(InstallmentSpec(item.external_id, item.numero, minor(f"cuotas.{index}.monto", item.monto),
+                                          item.vence, item.estado))
+    if data.tipo == "single" and cuotas is not None and len(cuotas) > 1:
+        note("tipo", "a single debt has at most one installment; use installments")
+
+    spec = DebtSpec(
+        external_id=data.external_id,
+        account_id=data.account_id,
+        deudor=DeudorSpec(nombre, documento, telefono),
+        moneda=currency or "",
+        monto_original=minor("monto_original", data.monto_original),
+        saldo_pendiente=minor("saldo_pendiente", data.saldo_pendiente),
+        external_version=data.external_version,
+        external_updated_at=to_utc_naive(data.external_updated_at) if data.external_updated_at else None,
+        referencia=data.referencia,
+        referencia_given="referencia" in data.model_fields_set,
+        tipo=data.tipo,
+        auto_send=data.auto_send,
+        cuotas=cuotas,
+    )
+    if errors:
+        raise invalid(errors)
+    return spec
+
+
+def parse_debt(obj: Any) -> DebtSpec:
+    """A Debt in the API's shape (already parsed with `loads_exact`) → spec, or `Invalid`."""
+    try:
+        data = DebtInput.model_validate(obj)
+    except ValidationError as error:
+        raise invalid(error_map(error)) from None
+    return debt_spec(data)
+
+
+def payment_spec(data: PaymentInput) -> PaymentSpec:
+    try:
+        currency = normalize_currency(data.moneda)
+    except MoneyError as error:
+        raise invalid({"moneda": [str(error)]}) from None
+    return PaymentSpec(external_id=data.external_id, deuda_external_id=data.deuda_external_id, monto=data.monto,
+                       moneda=currency, metodo=data.metodo, pagado_en=to_utc_naive(data.pagado_en))
+
+
+def parse_amount(value: Any) -> Decimal:
+    """An amount from a Python caller (the CLI, a gateway callback): int, Decimal or decimal string."""
+    try:
+        return _decimal(value)
+    except PydanticCustomError as error:
+        raise invalid({"monto": [error.message()]}) from None
