@@ -159,10 +159,8 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     stamp the rows with it. A refusal (no credits, number paused) undoes the claim, so those
     reminders are tried again on the next run. Dispatch is enqueued after commit.
     """
-    due = due_reminders(now)
-    if not due:
-        return []
     create_campaign, enqueue_dispatch = _campaign_machinery()
+    due = due_reminders(now)
     groups: dict[tuple[int, str], dict[int, list[DueReminder]]] = {}
     for item in due:
         groups.setdefault((item.tenant_id, item.account_public_id), {}).setdefault(item.debt_id, []).append(item)

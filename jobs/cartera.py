@@ -1,0 +1,30 @@
+"""Periodic receivables work: overdue statuses and collection reminders."""
+
+from __future__ import annotations
+
+import logging
+
+from jobs.queue import crontab, periodic_task
+from models import cartera
+from models.cartera_collection import CollectionUnavailable, send_due_reminders
+
+log = logging.getLogger("jobs.cartera")
+
+
+# Hourly rather than daily: each tenant's day starts at its own midnight, which this then
+# catches within the hour. Every debt write applies the same rule, so this only covers days
+# that pass without a write.
+@periodic_task(crontab(minute="5"))
+def refresh_overdue_debts() -> int:
+    return cartera.refresh_overdue()
+
+
+# Every 15 minutes: reminders wait for the tenant's sending window, and a run finds each
+# (installment, stage) once thanks to the reminders table's unique key.
+@periodic_task(crontab(minute="*/15"))
+def send_payment_reminders() -> list[str]:
+    try:
+        return send_due_reminders()
+    except CollectionUnavailable as error:
+        log.warning("payment reminders not sent: %s", error)
+        return []

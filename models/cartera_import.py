@@ -1,0 +1,332 @@
+"""Streaming import of debts from the ERP: CSV (one row per installment) or JSON Lines.
+
+Memory stays flat whatever the file size: the input is read row by row, only the rows of the
+debt being assembled and one batch of debts are held, and each batch is written in its own
+transaction through `models.cartera.upsert_debts`, the same operation the API uses.
+
+A bad row is reported with its line number and skipped; when a row of a CSV debt is bad the
+whole debt is skipped, since saving its other rows as a snapshot would cancel the installment
+that was left out.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO
+
+from models import cartera
+from models.cartera_input import DebtSpec, loads_exact, parse_debt
+from models.errors import DomainError
+
+BATCH_SIZE = 500
+
+CSV_COLUMNS = ("external_id", "external_version", "account_id", "deudor_nombre", "deudor_documento",
+               "deudor_telefono", "moneda", "referencia", "monto_original", "saldo_pendiente", "tipo", "auto_send",
+               "cuota_external_id", "cuota_numero", "cuota_monto", "cuota_vence", "cuota_estado")
+# Accepted in addition to the columns above: the alternative ordering field.
+CSV_OPTIONAL_COLUMNS = ("external_updated_at",)
+DEBT_COLUMNS = tuple(name for name in CSV_COLUMNS + CSV_OPTIONAL_COLUMNS if not name.startswith("cuota_"))
+INSTALLMENT_COLUMNS = tuple(name for name in CSV_COLUMNS if name.startswith("cuota_"))
+_BOOLEANS = {"true": True, "1": True, "yes": True, "si": True, "sí": True, "y": True,
+             "false": False, "0": False, "no": False, "n": False}
+# API field paths back to the CSV columns they came from, for error messages.
+_CSV_FIELD = {"deudor.nombre": "deudor_nombre", "deudor.documento": "deudor_documento",
+              "deudor.telefono": "deudor_telefono", "deudor": "deudor_documento"}
+
+
+class ImportFormatError(Exception):
+    """The input cannot be read at all (no header, unknown columns): nothing is imported."""
+
+
+@dataclass
+class RowError:
+    line: int
+    external_id: str | None
+    code: str
+    message: str
+    details: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class DebtRecord:
+    """One debt read from the input: a spec to save, or the errors that keep it out."""
+
+    line: int
+    external_id: str | None
+    spec: DebtSpec | None = None
+    errors: list[RowError] = field(default_factory=list)
+    rows: int = 1
+
+
+@dataclass
+class ImportSummary:
+    created: int = 0
+    updated: int = 0
+    ignored_stale: int = 0
+    errors: int = 0
+    debts: int = 0
+    rows: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class CountingReader(io.RawIOBase):
+    """Wraps a binary stream and counts the bytes read from it, for the progress bar."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(len(buffer))
+        size = len(data)
+        buffer[:size] = data
+        self.bytes_read += size
+        return size
+
+
+def _domain_error(line: int, external_id: str | None, error: DomainError, fields: Callable[[str], str] = str) -> \
+        list[RowError]:
+    errors = error.details.get("errors") if isinstance(error.details, dict) else None
+    if not errors:
+        return [RowError(line, external_id, error.code, error.message, error.details)]
+    first_path, first_messages = next(iter(errors.items()))
+    renamed = {fields(path): messages for path, messages in errors.items()}
+    return [RowError(line, external_id, error.code, f"{fields(first_path)}: {first_messages[0]}", {"errors": renamed})]
+
+
+# -- JSON Lines -------------------------------------------------------------------------------
+
+def read_jsonl(stream: BinaryIO) -> Iterator[DebtRecord]:
+    """One Debt (the API's shape) per line; blank lines are skipped."""
+    for line, raw in enumerate(stream, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = loads_exact(raw)
+        except (ValueError, RecursionError) as error:
+            yield DebtRecord(line, None, errors=[RowError(line, None, "invalid_json", f"not valid JSON: {error}")])
+            continue
+        external_id = obj.get("external_id") if isinstance(obj, dict) else None
+        external_id = external_id if isinstance(external_id, str) else None
+        try:
+            yield DebtRecord(line, external_id, spec=parse_debt(obj))
+        except DomainError as error:
+            yield DebtRecord(line, external_id, errors=_domain_error(line, external_id, error))
+
+
+# -- CSV --------------------------------------------------------------------------------------
+
+def _header(reader) -> dict[str, int]:
+    header = next(reader, None)
+    if header is None:
+        raise ImportFormatError("the file is empty: expected a header row")
+    names = [name.strip().lower() for name in header]
+    unknown = [name for name in names if name not in CSV_COLUMNS + CSV_OPTIONAL_COLUMNS]
+    missing = [name for name in CSV_COLUMNS if name not in names]
+    if unknown or missing or len(set(names)) != len(names):
+        problems = []
+        if missing:
+            problems.append("missing " + ", ".join(missing))
+        if unknown:
+            problems.append("unknown " + ", ".join(unknown))
+        if len(set(names)) != len(names):
+            problems.append("repeated columns")
+        raise ImportFormatError(f"bad CSV header ({'; '.join(problems)}); expected: {', '.join(CSV_COLUMNS)}")
+    return {name: index for index, name in enumerate(names)}
+
+
+def _numbered_rows(reader) -> Iterator[tuple[int, list[str]]]:
+    """(first line of the row, cells); a quoted cell may span lines, so the count comes from the reader."""
+    next_line = reader.line_num + 1
+    for row in reader:
+        line, next_line = next_line, reader.line_num + 1
+        if row and any(cell.strip() for cell in row):
+            yield line, row
+
+
+def read_csv(stream: BinaryIO) -> Iterator[DebtRecord]:
+    """Rows grouped by consecutive `external_id` into debts (see DECISIONS, Debt CSV import)."""
+    # Undecodable bytes become U+FFFD so that only their row is refused, not the whole file.
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="replace", newline="")
+    reader = csv.reader(text)
+    columns = _header(reader)
+    position = columns["external_id"]
+
+    def debt_key(item: tuple[int, list[str]]) -> str:
+        row = item[1]
+        return row[position].strip() if len(row) > position else ""
+
+    try:
+        for _external_id, rows in itertools.groupby(_numbered_rows(reader), key=debt_key):
+            yield _csv_debt(list(rows), columns)
+    except csv.Error as error:
+        raise ImportFormatError(f"line {reader.line_num}: unreadable CSV ({error})") from None
+
+
+def _cell(row: list[str], columns: dict[str, int], name: str) -> str:
+    index = columns.get(name)
+    return row[index].strip() if index is not None else ""
+
+
+def _csv_debt(rows: list[tuple[int, list[str]]], columns: dict[str, int]) -> DebtRecord:
+    first_line, first = rows[0]
+    external_id = _cell(first, columns, "external_id") or None
+    record = DebtRecord(first_line, external_id, rows=len(rows))
+    width = len(columns)
+    for line, row in rows:
+        if len(row) != width:
+            record.errors.append(RowError(line, external_id, "validation_failed",
+                                          f"expected {width} cells, found {len(row)}; debt not imported"))
+        elif any("\x00" in cell for cell in row):
+            record.errors.append(RowError(line, external_id, "validation_failed",
+                                          "cells may not contain NUL characters; debt not imported"))
+        elif any("\ufffd" in cell for cell in row):
+            record.errors.append(RowError(line, external_id, "validation_failed",
+                                          "the row is not valid UTF-8 text; debt not imported"))
+    if record.errors:
+        return record
+    debt_cells = [_cell(first, columns, name) for name in DEBT_COLUMNS]
+    for line, row in rows[1:]:
+        if [_cell(row, columns, name) for name in DEBT_COLUMNS] != debt_cells:
+            record.errors.append(RowError(line, external_id, "validation_failed",
+                                          f"the debt's columns differ from line {first_line} (same external_id); "
+                                          "debt not imported"))
+    installment_rows = [(line, row) for line, row in rows
+                        if any(_cell(row, columns, name) for name in INSTALLMENT_COLUMNS)]
+    if installment_rows and len(installment_rows) != len(rows):
+        bare = next(line for line, row in rows if (line, row) not in installment_rows)
+        record.errors.append(RowError(bare, external_id, "validation_failed",
+                                      "a row without installment in a debt that has installments; "
+                                      "debt not imported"))
+    if record.errors:
+        return record
+    body = _csv_body(first, columns, [row for _line, row in installment_rows])
+    lines = [line for line, _row in installment_rows]
+    try:
+        record.spec = parse_debt(body)
+    except DomainError as error:
+        record.errors = _csv_errors(error, first_line, external_id, lines)
+    return record
+
+
+def _csv_body(first: list[str], columns: dict[str, int], installment_rows: list[list[str]]) -> dict[str, Any]:
+    """The CSV debt in the API's shape; empty optional cells are left out (or null for referencia)."""
+    def cell(name: str) -> str:
+        return _cell(first, columns, name)
+
+    deudor: dict[str, Any] = {"nombre": cell("deudor_nombre")}
+    for name in ("documento", "telefono"):
+        if value := cell(f"deudor_{name}"):
+            deudor[name] = value
+    body: dict[str, Any] = {"external_id": cell("external_id"), "account_id": cell("account_id"), "deudor": deudor,
+                            "moneda": cell("moneda"), "referencia": cell("referencia") or None,
+                            "monto_original": cell("monto_original"), "saldo_pendiente": cell("saldo_pendiente")}
+    if version := cell("external_version"):
+        body["external_version"] = int(version) if version.isdigit() and version.isascii() else version
+    if updated_at := cell("external_updated_at"):
+        body["external_updated_at"] = updated_at
+    if tipo := cell("tipo"):
+        body["tipo"] = tipo
+    if auto_send := cell("auto_send"):
+        body["auto_send"] = _BOOLEANS.get(auto_send.lower(), auto_send)
+    # A CSV debt is a whole snapshot: a debt written without installment cells has none, so
+    # its open installments are cancelled (the API's `cuotas: []`).
+    cuotas = []
+    for row in installment_rows:
+        item: dict[str, Any] = {}
+        for name in INSTALLMENT_COLUMNS:
+            value = _cell(row, columns, name)
+            if value:
+                key = name.removeprefix("cuota_")
+                item[key] = int(value) if key == "numero" and value.isdigit() and value.isascii() else value
+        cuotas.append(item)
+    body["cuotas"] = cuotas
+    return body
+
+
+def _csv_errors(error: DomainError, first_line: int, external_id: str | None, lines: list[int]) -> list[RowError]:
+    """Validation errors on the lines they came from, named by CSV column; one error per line."""
+    errors = error.details.get("errors") if isinstance(error.details, dict) else None
+    if not errors:
+        return [RowError(first_line, external_id, error.code, error.message, error.details)]
+    by_line: dict[int, dict[str, list[str]]] = {}
+    for path, messages in errors.items():
+        line, column = first_line, _CSV_FIELD.get(path, path)
+        parts = path.split(".")
+        if parts[0] == "cuotas" and len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) < len(lines):
+            line = lines[int(parts[1])]
+            column = "cuota_" + parts[2] if len(parts) > 2 else "cuota_external_id"
+        by_line.setdefault(line, {}).setdefault(column, []).extend(messages)
+    found = []
+    for line in sorted(by_line):
+        fields = by_line[line]
+        column, messages = next(iter(fields.items()))
+        found.append(RowError(line, external_id, error.code, f"{column}: {messages[0]}; debt not imported",
+                              {"errors": fields}))
+    return found
+
+
+# -- the import -------------------------------------------------------------------------------
+
+def import_debts(tenant_id: int, records: Iterable[DebtRecord], *, batch_size: int = BATCH_SIZE,
+                 on_error: Callable[[RowError], None] | None = None,
+                 on_batch: Callable[[ImportSummary], None] | None = None) -> ImportSummary:
+    """Save the good records in batches (one transaction each) and report the bad ones.
+
+    `on_error` gets every bad row as it is found; `on_batch` the running summary after each batch.
+    """
+    summary = ImportSummary()
+    pending: list[DebtRecord] = []
+
+    def report(error: RowError) -> None:
+        summary.errors += 1
+        if on_error is not None:
+            on_error(error)
+
+    def flush() -> None:
+        results = cartera.upsert_debts(tenant_id, [record.spec for record in pending])  # type: ignore[misc]
+        for record, result in zip(pending, results, strict=True):
+            if result.error is not None:
+                for error in _domain_error(record.line, record.external_id, result.error):
+                    report(error)
+            else:
+                setattr(summary, result.action, getattr(summary, result.action) + 1)
+        pending.clear()
+        if on_batch is not None:
+            on_batch(summary)
+
+    for record in records:
+        summary.debts += 1
+        summary.rows += record.rows
+        if record.errors:
+            for error in record.errors:
+                report(error)
+            continue
+        pending.append(record)
+        if len(pending) >= batch_size:
+            flush()
+    if pending:
+        flush()
+    elif on_batch is not None:
+        on_batch(summary)
+    return summary
+
+
+def reader_for(fmt: str) -> Callable[[BinaryIO], Iterator[DebtRecord]]:
+    if fmt == "csv":
+        return read_csv
+    if fmt == "jsonl":
+        return read_jsonl
+    raise ImportFormatError(f"unknown format {fmt!r}: csv or jsonl")

@@ -1,0 +1,126 @@
+"""POST /cartera/deudas/lote: up to 500 debts, each one saved or refused on its own."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from models.cartera import Debt
+from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
+
+
+@pytest.fixture
+def account(alice):
+    return make_account(alice)
+
+
+def test_valid_elements_are_saved_when_others_fail(client, alice, charlie, account):
+    post(client, alice, "/deudas", debt_body(account.public_id, "OLD", external_version=9,
+                                             deudor={"nombre": "Eva", "documento": "9-9"}))
+    post(client, alice, "/deudas", debt_body(account.public_id, "UPD", deudor={"nombre": "Eva", "documento": "9-9"}))
+    post(client, alice, "/deudas", debt_body(account.public_id, "X", deudor={
+        "nombre": "Flor", "documento": "8-8", "telefono": "56977778888"}))
+    foreign = make_account(charlie, phone="56900009999")
+    deudas = [
+        debt_body(account.public_id, "NEW-1", deudor={"nombre": "Gil", "documento": "7-7"}),
+        debt_body(account.public_id, "BAD-MONEY", moneda="USD", monto_original="1.005"),
+        debt_body(account.public_id, "UPD", saldo_pendiente=10, deudor={"nombre": "Eva", "documento": "9-9"}),
+        debt_body(foreign.public_id, "FOREIGN"),
+        debt_body(account.public_id, "OLD", external_version=8, deudor={"nombre": "Eva", "documento": "9-9"}),
+        debt_body(account.public_id, "CLASH", deudor={"nombre": "Eva", "documento": "9-9",
+                                                       "telefono": "56977778888"}),
+        "not an object",
+        {"external_id": "HALF"},
+        debt_body(account.public_id, "NEW-2", deudor={"nombre": "Hugo", "telefono": "56966665555"}),
+    ]
+    response = post(client, alice, "/deudas/lote", {"deudas": deudas})
+    assert response.status_code == 200
+    data = response.json["data"]
+    assert data["summary"] == {"created": 2, "updated": 1, "ignored_stale": 1, "errors": 5}
+    results = data["results"]
+    assert [r["external_id"] for r in results] == ["NEW-1", "BAD-MONEY", "UPD", "FOREIGN", "OLD", "CLASH", None,
+                                                   "HALF", "NEW-2"]
+    assert results[0] == {"external_id": "NEW-1", "success": True, "action": "created"}
+    assert results[2] == {"external_id": "UPD", "success": True, "action": "updated"}
+    assert results[4] == {"external_id": "OLD", "success": True, "action": "ignored_stale"}
+    assert results[8] == {"external_id": "NEW-2", "success": True, "action": "created"}
+    codes = {r["external_id"]: r["error"]["code"] for r in results if not r["success"]}
+    assert codes == {"BAD-MONEY": "validation_failed", "FOREIGN": "account_not_found",
+                     "CLASH": "debtor_identity_conflict", None: "validation_failed", "HALF": "validation_failed"}
+    bad_money = results[1]["error"]
+    assert set(bad_money) == {"code", "message", "details"}
+    assert "monto_original" in bad_money["details"]["errors"]
+    assert set(Debt.select(Debt.external_id).tuples()) == {("OLD",), ("UPD",), ("X",), ("NEW-1",), ("NEW-2",)}
+    assert get_debt(client, alice, "UPD").json["data"]["deuda"]["saldo_pendiente"] == 10
+
+
+def test_a_later_element_sees_an_earlier_one(client, alice, account):
+    deudas = [debt_body(account.public_id, "D-1", external_version=1, saldo_pendiente=300),
+              debt_body(account.public_id, "D-1", external_version=3, saldo_pendiente=100),
+              debt_body(account.public_id, "D-1", external_version=2, saldo_pendiente=200)]
+    data = post(client, alice, "/deudas/lote", {"deudas": deudas}).json["data"]
+    assert [r["action"] for r in data["results"]] == ["created", "updated", "ignored_stale"]
+    assert Debt.get().saldo_pendiente == 10000
+    assert get_debt(client, alice, "D-1").json["data"]["deuda"]["cuotas"][0]["estado"] == "pending"
+
+
+def test_it_takes_1_to_500_elements(client, alice, account):
+    for deudas in ([], [debt_body(account.public_id, f"D-{i}") for i in range(501)]):
+        response = post(client, alice, "/deudas/lote", {"deudas": deudas})
+        assert response.status_code == 422
+        assert "deudas" in error_of(response)["details"]["errors"]
+    assert post(client, alice, "/deudas/lote", {"deudas": "x"}).status_code == 422
+
+
+def test_the_batch_replays_under_its_key(client, alice, account):
+    body = {"deudas": [debt_body(account.public_id, "D-1")]}
+    first = post(client, alice, "/deudas/lote", body, key="lote-1")
+    again = post(client, alice, "/deudas/lote", body, key="lote-1")
+    assert again.json == first.json and again.headers["X-Service-Idempotent-Replay"] == "true"
+    other = post(client, alice, "/deudas/lote", {"deudas": [debt_body(account.public_id, "D-2")]}, key="lote-1")
+    assert error_of(other)["code"] == "idempotency_key_conflict"
+    missing = client.simulate_post("/api/v1/cartera/deudas/lote", json=body, headers=alice.headers)
+    assert error_of(missing)["code"] == "idempotency_key_required"
+
+
+def test_five_hundred_new_debts_in_one_batch(client, alice, account):
+    deudas = [debt_body(account.public_id, f"D-{i}", deudor={"nombre": f"P{i}", "documento": f"{i}-K"})
+              for i in range(500)]
+    data = post(client, alice, "/deudas/lote", {"deudas": deudas}).json["data"]
+    assert data["summary"] == {"created": 500, "updated": 0, "ignored_stale": 0, "errors": 0}
+    deuda = get_debt(client, alice, "D-499").json["data"]["deuda"]
+    assert (deuda["deudor"]["documento"], len(deuda["cuotas"])) == ("499-K", 3)
+
+
+def test_two_writers_of_the_same_new_debts_end_with_one_each(alice, account, storage, caplog):
+    # On PostgreSQL both batches plan the debts as new; the second INSERT waits for the first
+    # commit, hits the unique key, and the batch is redone element by element as updates.
+    from models import cartera
+    from models.cartera_input import parse_debt
+    from models.db import connection
+
+    caplog.set_level(logging.INFO, logger="cartera")
+    specs = [parse_debt(debt_body(account.public_id, f"D-{i}", deudor={"nombre": "Ana", "documento": f"{i}-K"}))
+             for i in range(40)]
+    outcomes: list[list] = []
+    barrier = threading.Barrier(2)
+
+    def write():
+        with connection():
+            barrier.wait()
+            outcomes.append(cartera.upsert_debts(alice.id, specs))
+
+    threads = [threading.Thread(target=write) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(outcomes) == 2
+    actions = [result.action for results in outcomes for result in results]
+    assert all(result.error is None for results in outcomes for result in results)
+    assert (actions.count("created"), actions.count("updated")) == (40, 40)
+    assert Debt.select().count() == 40
+    if storage.database_url:  # SQLite admits one writer at a time: no conflict can happen there
+        assert "conflicted with a concurrent write" in caplog.text
