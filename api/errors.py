@@ -7,10 +7,14 @@ as section 7 shows. Nothing ever answers with a traceback.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any
 
 import falcon
 import orjson
+import peewee
+import redis
+from playhouse.pool import MaxConnectionsExceeded
 
 from models.errors import DomainError
 
@@ -34,6 +38,23 @@ HTTP_CODES = {
     500: "internal_error",
     503: "service_unavailable",
 }
+
+
+_UNAVAILABLE = (peewee.OperationalError, peewee.InterfaceError, MaxConnectionsExceeded,
+                redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# SQLite reports a bad query as OperationalError too ("no such table"): only these mean the file
+# is busy or out of reach.
+_SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
+
+
+def storage_unavailable(exception: BaseException) -> bool:
+    """The database or the counter store cannot be reached (or stayed locked past its timeout)."""
+    if not isinstance(exception, _UNAVAILABLE):
+        return False
+    original = exception.args[0] if exception.args else None  # peewee wraps the driver's error
+    if isinstance(exception, peewee.OperationalError) and isinstance(original, sqlite3.Error):
+        return any(marker in str(exception).lower() for marker in _SQLITE_UNAVAILABLE)
+    return True
 
 
 class ApiError(Exception):
@@ -90,6 +111,12 @@ def handle_unexpected(req: falcon.Request, resp: falcon.Response, exception: Exc
         return
     if isinstance(exception, DomainError):
         render_error(resp, ApiError.from_domain(exception))
+        return
+    if storage_unavailable(exception):
+        # A retryable condition, not a bug: 503 with Retry-After rather than 500.
+        log.warning("storage unavailable on %s %s: %s", req.method, req.path, exception)
+        render_error(resp, ApiError(503, "service_unavailable", "the service's storage is unavailable; retry shortly",
+                                    headers={"Retry-After": "5"}))
         return
     log.exception("unhandled error on %s %s", req.method, req.path)
     render_error(resp, ApiError(500, "internal_error", "internal error; the request was not completed"))

@@ -1,0 +1,457 @@
+"""Signed deliveries to real HTTPS receivers on loopback: signatures, retries, deactivation, the
+SSRF guard at delivery, TLS verification on the hostname, replays, the delivery log.
+
+Retries are driven by calling the drain with a clock (`jobs.webhooks.drain(..., clock=...)`):
+the schedule is computed from that clock, so no test waits for real minutes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import orjson
+import pytest
+
+from jobs import webhooks as jobs
+from jobs.queue import huey
+from models import events, webhooks
+from models.clock import utcnow
+from models.db import atomic, connection
+from models.errors import Invalid
+from models.events import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, Event
+from models.webhooks import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
+from tests.webhooks_fixtures import Received, Reply, configure, set_allow_private, verify
+
+SAMPLES = {
+    "account.connected": {"account": {"id": "wacc_1", "label": "Sales", "external_reference": None,
+                                      "phone_number": "+573001112233", "connection_mode": "coexistence",
+                                      "status": "active"}},
+    "campaign.created": {"account_id": "wacc_1", "campaign_id": "cmp_1", "external_reference": "promo-7",
+                         "status": "queued", "total_recipients": 3, "timestamp": "2025-01-01T10:00:00Z"},
+    "campaign.completed": {"account_id": "wacc_1", "campaign_id": "cmp_1", "external_reference": None,
+                           "status": "completed", "total_recipients": 3, "timestamp": "2025-01-01T10:05:00Z"},
+    "message.sent": {"account_id": "wacc_1", "campaign_id": "cmp_1", "recipient": "573001112233",
+                     "external_contact_id": "c-1", "wam_id": "wamid.A", "status": "sent",
+                     "timestamp": "2025-01-01T10:00:01Z"},
+    "message.delivered": {"account_id": "wacc_1", "campaign_id": None, "recipient": "573001112233",
+                          "external_contact_id": None, "wam_id": "wamid.A", "status": "delivered",
+                          "timestamp": "2025-01-01T10:00:02Z"},
+    "message.read": {"account_id": "wacc_1", "campaign_id": None, "recipient": "573001112233",
+                     "external_contact_id": None, "wam_id": "wamid.A", "status": "read",
+                     "timestamp": "2025-01-01T10:00:03Z"},
+    "message.failed": {"account_id": "wacc_1", "campaign_id": "cmp_1", "recipient": "573001110000",
+                       "external_contact_id": None, "wam_id": None, "status": "failed",
+                       "timestamp": "2025-01-01T10:00:04Z",
+                       "error": {"code": "131026", "message": "Message undeliverable"}},
+    "message.inbound.created": {"account_id": "wacc_1", "from": "573001112233", "type": "text",
+                                "body": "Hola, ¿cuánto debo? \u2713 \"quoted\" \\ slash", "wam_id": "wamid.B",
+                                "timestamp": "2025-01-01T10:01:00Z"},
+    "message.echo.created": {"account_id": "wacc_1", "direction": "outgoing_from_business_app",
+                             "to": "573001112233", "type": "text", "body": "Ya te respondo",
+                             "wam_id": "wamid.C", "timestamp": "2025-01-01T10:02:00Z"},
+    PAYMENT_EVENT: {"deuda_external_id": "D-1", "pago": {
+        "boty_payment_id": "bpay_1", "external_id": None, "transaction_id": "tx-9", "monto": 150000.5,
+        "moneda": "COP", "metodo": "gateway", "pagado_en": "2025-01-01T09:59:00-05:00"},
+        "saldo_pendiente": 49999.5, "status": "partial"},
+}
+
+
+def emit(tenant_id: int, name: str = "message.sent", count: int = 1, notify: bool = True) -> list[Event]:
+    with atomic():
+        emitted = [events.emit(tenant_id, name, SAMPLES[name]) for _ in range(count)]
+    if notify:
+        jobs.notify_new_events()
+    return emitted
+
+
+def stored_bytes(event: Event) -> bytes:
+    raw = Event.select(Event.payload.cast("TEXT")).where(Event.id == event.id).scalar()
+    return raw.encode()
+
+
+def after(start: dt.datetime, seconds: float):
+    return lambda: start + dt.timedelta(seconds=seconds)
+
+
+def only_delivery() -> WebhookDelivery:
+    return WebhookDelivery.get()
+
+
+def statuses(answers: list[int]):
+    """A respond callable answering each status in turn, then 200."""
+    queue = list(answers)
+    lock = threading.Lock()
+
+    def respond(request):
+        with lock:
+            return Reply(queue.pop(0) if queue else 200)
+
+    return respond
+
+
+def test_every_event_type_arrives_signed_over_its_raw_bytes(alice, receiver):
+    endpoint, secret = webhooks.create_endpoint(alice.id, receiver.url(path="/hooks?source=svc"), CORE_EVENTS)
+    _payment, payment_secret = webhooks.set_payment_endpoint(alice.id, receiver.url(path="/payments"))
+    with atomic():
+        emitted = [events.emit(alice.id, name, SAMPLES[name]) for name in ALL_EVENTS]
+    jobs.notify_new_events()
+
+    received = {request.headers["X-Service-Event-Id"]: request for request in receiver.wait_for(len(ALL_EVENTS))}
+    assert len(received) == len(ALL_EVENTS)
+    for event in emitted:
+        request = received[event.public_id]
+        key = payment_secret if event.name == PAYMENT_EVENT else secret
+        assert verify(request, key), event.name
+        assert not verify(request, payment_secret if key == secret else secret)
+        assert request.body == stored_bytes(event)
+        assert orjson.loads(request.body) == event.payload
+        assert request.headers["X-Service-Event"] == event.name
+        assert request.headers["Content-Type"] == "application/json"
+        assert request.headers["User-Agent"].startswith("Service-Webhooks/")
+        assert request.path == ("/payments" if event.name == PAYMENT_EVENT else "/hooks?source=svc")
+        tampered = Received(request.path, request.headers, request.body.replace(b"}", b" }", 1))
+        assert not verify(tampered, key)
+    payment = orjson.loads(stored_bytes(emitted[-1]))
+    assert payment["id"] == emitted[-1].public_id and payment["event"] == PAYMENT_EVENT
+    assert {d.status for d in WebhookDelivery.select()} == {"delivered"}
+
+
+def test_a_receiver_that_fails_twice_gets_the_event_on_the_third_attempt(alice, make_receiver):
+    server = make_receiver(respond=statuses([500, 502]))
+    endpoint, secret = webhooks.create_endpoint(alice.id, server.url(), ["message.sent"])
+    start = utcnow()
+    [event] = emit(alice.id)
+    server.wait_for(1)
+    delivery = only_delivery()
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("failed", 1, 500)
+    first_at = WebhookAttempt.get().attempted_at
+    assert dt.timedelta(seconds=10) <= delivery.next_attempt_at - first_at <= dt.timedelta(seconds=11)
+
+    jobs.drain(endpoint.id, clock=after(start, 5))  # not due yet
+    assert len(server.requests) == 1
+    jobs.drain(endpoint.id, clock=after(start, 12))
+    assert len(server.requests) == 2
+    assert WebhookEndpoint.get_by_id(endpoint.id).failure_count == 2
+    jobs.drain(endpoint.id, clock=after(start, 70))
+
+    requests = server.wait_for(3)
+    assert len(requests) == 3
+    assert {request.headers["X-Service-Event-Id"] for request in requests} == {event.public_id}
+    assert {request.body for request in requests} == {stored_bytes(event)}
+    assert all(verify(request, secret) for request in requests)
+    delivery = only_delivery()
+    assert (delivery.status, delivery.attempts, delivery.next_attempt_at) == ("delivered", 3, None)
+    log = list(webhooks.attempts_of(delivery.id))
+    assert [(a.number, a.outcome, a.status_code) for a in log] == [
+        (1, "failed", 500), (2, "failed", 502), (3, "delivered", 200)]
+    assert all(a.latency_ms is not None and a.latency_ms >= 0 for a in log)
+    endpoint = WebhookEndpoint.get_by_id(endpoint.id)
+    assert endpoint.failure_count == 0
+    assert endpoint.last_success_at == log[2].attempted_at and endpoint.last_failure_at == log[1].attempted_at
+
+
+def test_a_deleted_endpoint_receives_nothing_more(client, alice, make_receiver):
+    server = make_receiver(respond=lambda request: Reply(503))
+    created = client.simulate_post("/api/v1/webhooks/endpoints", headers=alice.headers,
+                                   json={"url": server.url(), "events": ["message.sent", "message.read"]}).json
+    endpoint = WebhookEndpoint.get(WebhookEndpoint.public_id == created["data"]["id"])
+    start = utcnow()
+    emit(alice.id)
+    server.wait_for(1)
+    assert only_delivery().status == "failed"
+
+    response = client.simulate_delete(f"/api/v1/webhooks/endpoints/{endpoint.public_id}", headers=alice.headers)
+    assert response.status_code == 200
+    assert only_delivery().status == "cancelled"
+    for hours in (1, 30, 200):
+        jobs.drain(endpoint.id, clock=after(start, hours * 3600))
+    jobs.kick()
+    emit(alice.id, "message.read")
+    time.sleep(0.2)
+    assert len(server.requests) == 1
+    assert WebhookDelivery.select().count() == 1
+
+
+def test_a_private_target_is_refused_at_creation_and_at_delivery(alice, receiver):
+    set_allow_private(False)
+    for url in (receiver.url(), receiver.url("localhost")):
+        with pytest.raises(Invalid) as refused:
+            webhooks.create_endpoint(alice.id, url, ["message.sent"])
+        assert "non-public address" in refused.value.details["errors"]["url"][0]
+
+    set_allow_private(True)
+    by_ip, _ = webhooks.create_endpoint(alice.id, receiver.url(), ["message.sent"])
+    by_name, _ = webhooks.create_endpoint(alice.id, receiver.url("localhost"), ["message.sent"])
+    set_allow_private(False)  # e.g. the name now resolves inward, or the setting changed
+    emit(alice.id)
+    time.sleep(0.1)
+    assert receiver.requests == []
+    for endpoint in (by_ip, by_name):
+        delivery = WebhookDelivery.get(WebhookDelivery.endpoint == endpoint.id)
+        assert delivery.status == "failed"
+        assert delivery.last_error.startswith("refused:") and "non-public address" in delivery.last_error
+    assert WebhookAttempt.select().where(WebhookAttempt.status_code.is_null()).count() == 2
+
+
+def test_the_connection_goes_to_the_vetted_address_and_tls_checks_the_hostname(alice, webhook_ca, make_receiver,
+                                                                             webhook_settings):
+    named = make_receiver(names=("localhost",))  # no IP in the certificate: only the name can match
+    endpoint, secret = webhooks.create_endpoint(alice.id, named.url("localhost"), ["message.sent"])
+    emit(alice.id)
+    [request] = named.wait_for(1)
+    assert verify(request, secret)
+    assert request.sni == "localhost"
+    assert request.headers["Host"] == f"localhost:{named.port}"
+    assert only_delivery().status == "delivered"
+
+    impostor = make_receiver(names=("hooks.example.com",))
+    webhooks.deactivate_endpoint(alice.id, endpoint.public_id)
+    webhooks.create_endpoint(alice.id, impostor.url("localhost"), ["message.sent"])
+    emit(alice.id)
+    time.sleep(0.1)
+    assert impostor.requests == []
+    failed = WebhookDelivery.select().where(WebhookDelivery.status == "failed").get()
+    assert failed.last_error.startswith("TLS error")
+
+    configure(webhook_settings, webhook_ca_bundle=None)  # the receivers' CA is no longer trusted
+    untrusted = make_receiver()
+    webhooks.create_endpoint(alice.id, untrusted.url(), ["message.read"])
+    emit(alice.id, "message.read")
+    time.sleep(0.1)
+    assert untrusted.requests == []
+    assert "certificate verify failed" in WebhookDelivery.get(WebhookDelivery.event_name == "message.read").last_error
+
+
+def test_a_redirect_is_a_failure_and_is_not_followed(alice, make_receiver):
+    elsewhere = make_receiver()
+    redirecting = make_receiver(respond=lambda request: Reply(307, headers={"Location": elsewhere.url()}))
+    webhooks.create_endpoint(alice.id, redirecting.url(), ["message.sent"])
+    emit(alice.id)
+    redirecting.wait_for(1)
+    time.sleep(0.1)
+    assert elsewhere.requests == []
+    delivery = only_delivery()
+    assert (delivery.status, delivery.last_status_code) == ("failed", 307)
+    assert "redirects are not followed" in delivery.last_error
+
+
+@pytest.mark.parametrize(("status", "retry_after", "minimum_wait"), [(429, "120", 120), (503, "3600", 3600),
+                                                                     (500, "3600", 10)])
+def test_retry_after_is_honoured_on_429_and_503(alice, make_receiver, status, retry_after, minimum_wait):
+    server = make_receiver(respond=lambda request: Reply(status, headers={"Retry-After": retry_after}))
+    webhooks.create_endpoint(alice.id, server.url(), ["message.sent"])
+    emit(alice.id)
+    server.wait_for(1)
+    delivery = only_delivery()
+    wait = (delivery.next_attempt_at - WebhookAttempt.get().attempted_at).total_seconds()
+    assert minimum_wait <= wait <= max(minimum_wait, 11) + 1
+
+
+def test_retries_end_in_exhausted_after_the_schedule(alice, make_receiver):
+    server = make_receiver(respond=lambda request: Reply(500, body=b"x" * 5000))
+    core, _ = webhooks.create_endpoint(alice.id, server.url(path="/core"), ["message.sent"])
+    payment, _ = webhooks.set_payment_endpoint(alice.id, server.url(path="/payments"))
+    start = utcnow()
+    emit(alice.id, "message.sent")
+    emit(alice.id, PAYMENT_EVENT)
+    for day in range(1, 15):
+        for endpoint in (core, payment):
+            jobs.drain(endpoint.id, clock=after(start, day * 2 * 86400))
+    core_delivery = WebhookDelivery.get(WebhookDelivery.endpoint == core.id)
+    payment_delivery = WebhookDelivery.get(WebhookDelivery.endpoint == payment.id)
+    assert (core_delivery.status, core_delivery.attempts) == ("exhausted", len(webhooks.RETRY_SCHEDULE))
+    assert (payment_delivery.status, payment_delivery.attempts) == ("exhausted", 1 + 5)
+    assert sum(1 for r in server.requests if r.path == "/core") == 9
+    assert sum(1 for r in server.requests if r.path == "/payments") == 6
+    excerpts = [a.response_excerpt for a in WebhookAttempt.select()]
+    assert all(len(text.encode()) <= 1024 for text in excerpts) and excerpts[0].startswith("xxx")
+    assert WebhookEndpoint.get_by_id(core.id).failure_count == 9
+
+
+def test_a_replay_sends_the_same_event_again_to_the_endpoints_subscribed_now(alice, make_receiver):
+    first = make_receiver()
+    later = make_receiver()
+    gone = make_receiver()
+    webhooks.create_endpoint(alice.id, first.url(), ["message.sent"])
+    removed, _ = webhooks.create_endpoint(alice.id, gone.url(), ["message.sent"])
+    [event] = emit(alice.id)
+    first.wait_for(1)
+    gone.wait_for(1)
+    webhooks.deactivate_endpoint(alice.id, removed.public_id)
+    webhooks.create_endpoint(alice.id, later.url(), ["message.sent"])
+    webhooks.create_endpoint(alice.id, later.url(path="/other"), ["message.read"])  # not subscribed
+
+    created, endpoint_ids = webhooks.replay_event(event.public_id)
+    assert created == 2
+    jobs.start_drains(endpoint_ids)
+    replayed = first.wait_for(2)[1]
+    [fresh] = later.wait_for(1)
+    assert len(gone.requests) == 1
+    for request in (replayed, fresh):
+        assert request.headers["X-Service-Event-Id"] == event.public_id
+        assert request.body == stored_bytes(event)
+    sequences = sorted((d.endpoint_id, d.sequence) for d in WebhookDelivery.select())
+    assert [sequence for _endpoint, sequence in sequences] == [0, 1, 0, 0]
+
+
+def test_replay_since_covers_every_event_from_that_time(alice, make_receiver):
+    server = make_receiver()
+    webhooks.create_endpoint(alice.id, server.url(), ["message.sent", "message.read"])
+    emit(alice.id, count=2)
+    cutoff = utcnow()
+    newer = emit(alice.id, "message.read", count=3)
+    server.wait_for(5)
+    created, endpoint_ids = webhooks.replay_since(cutoff)
+    assert created == 3
+    jobs.start_drains(endpoint_ids)
+    requests = server.wait_for(8)
+    assert sorted(r.headers["X-Service-Event-Id"] for r in requests[5:]) == sorted(e.public_id for e in newer)
+
+
+def test_an_endpoint_never_sees_more_than_its_concurrency(alice, make_receiver):
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def slow(request):
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.03)
+        with lock:
+            active -= 1
+        return Reply(200)
+
+    server = make_receiver(respond=slow)
+    webhooks.create_endpoint(alice.id, server.url(), ["message.sent"])
+    emit(alice.id, count=80)
+    server.wait_for(80)
+    assert 1 < peak <= jobs.ENDPOINT_CONCURRENCY
+    assert WebhookDelivery.select().where(WebhookDelivery.status == "delivered").count() == 80
+
+
+def test_an_unreachable_endpoint_fails_fast_and_keeps_its_retries(alice, make_receiver):
+    server = make_receiver()
+    url = server.url()
+    server.close()  # nothing listens on the port any more
+    endpoint, _ = webhooks.create_endpoint(alice.id, url, ["message.sent"])
+    started = time.monotonic()
+    emit(alice.id, count=40)
+    assert time.monotonic() - started < 5
+    deliveries = list(WebhookDelivery.select())
+    assert {(d.status, d.attempts) for d in deliveries} == {("failed", 1)}
+    assert all(d.next_attempt_at > utcnow() for d in deliveries)
+    assert WebhookEndpoint.get_by_id(endpoint.id).failure_count == 40
+
+
+def test_the_test_ping_is_signed_and_reports_the_answer(alice, make_receiver):
+    server = make_receiver(respond=lambda request: Reply(202, body=b'{"ok":true}'))
+    endpoint, secret = webhooks.create_endpoint(alice.id, server.url(), ["message.sent"])
+    result = jobs.send_test(endpoint)
+    assert (result.response.ok, result.response.status_code, result.response.excerpt) == (True, 202, '{"ok":true}')
+    [request] = server.requests
+    assert verify(request, secret)
+    assert request.headers["X-Service-Event"] == "webhook.ping"
+    assert request.headers["X-Service-Event-Id"] == result.event_id
+    assert orjson.loads(request.body)["endpoint_id"] == endpoint.public_id
+    assert WebhookDelivery.select().count() == 0
+
+
+def test_events_without_a_notification_are_picked_up_by_the_sweep(alice, receiver):
+    webhooks.create_endpoint(alice.id, receiver.url(), ["message.sent"])
+    emit(alice.id, count=3, notify=False)
+    assert receiver.requests == []
+    assert jobs.kick() == (3, 0)
+    assert len(receiver.wait_for(3)) == 3
+
+
+def test_only_subscribed_active_endpoints_of_the_events_tenant_get_deliveries(alice, charlie, receiver):
+    webhooks.create_endpoint(alice.id, receiver.url(path="/sent"), ["message.sent"])
+    webhooks.create_endpoint(alice.id, receiver.url(path="/read"), ["message.read"])
+    webhooks.create_endpoint(charlie.id, receiver.url(path="/charlie"), CORE_EVENTS)
+    emit(alice.id, "message.sent")
+    emit(alice.id, PAYMENT_EVENT)  # alice has no payment endpoint
+    time.sleep(0.1)
+    assert [request.path for request in receiver.requests] == ["/sent"]
+
+
+def test_concurrent_fan_outs_create_each_delivery_once(alice, storage):
+    endpoint, _ = webhooks.create_endpoint(alice.id, "https://hooks.example.com/a", ["message.sent"])
+    emit(alice.id, count=600, notify=False)
+    claimed: list[int] = []
+    errors: list[BaseException] = []
+
+    def fan_out_all():
+        try:
+            with connection():
+                while (result := webhooks.fan_out(limit=40)).events:
+                    claimed.append(result.events)
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=fan_out_all) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sum(claimed) == 600
+    assert WebhookDelivery.select().where(WebhookDelivery.endpoint == endpoint.id).count() == 600
+    assert Event.select().where(Event.fanned_out_at.is_null()).count() == 0
+
+
+def test_a_new_payment_endpoint_takes_over_undelivered_payments(alice, make_receiver):
+    down = make_receiver(respond=lambda request: Reply(500))
+    up = make_receiver()
+    old, _ = webhooks.set_payment_endpoint(alice.id, down.url())
+    start = utcnow()
+    [event] = emit(alice.id, PAYMENT_EVENT)
+    down.wait_for(1)
+    new, secret = webhooks.set_payment_endpoint(alice.id, up.url())
+    assert webhooks.get_payment_endpoint(alice.id).id == new.id
+    assert WebhookEndpoint.get_by_id(old.id).status == "inactive"
+    jobs.drain(new.id, clock=after(start, 20))
+    [request] = up.wait_for(1)
+    assert request.headers["X-Service-Event-Id"] == event.public_id and verify(request, secret)
+    assert len(down.requests) == 1
+
+
+def test_set_payment_endpoint_checks_the_target(alice, storage):
+    with pytest.raises(Invalid):
+        webhooks.set_payment_endpoint(alice.id, "http://erp.example.com/payments")
+    configure(storage, webhook_allow_private=False)
+    with pytest.raises(Invalid):
+        webhooks.set_payment_endpoint(alice.id, "https://10.0.0.8/payments")
+    assert webhooks.get_payment_endpoint(alice.id) is None
+
+
+def test_old_attempts_are_pruned_after_the_retention(alice, make_receiver):
+    server = make_receiver()
+    webhooks.create_endpoint(alice.id, server.url(), ["message.sent"])
+    emit(alice.id, count=2)
+    server.wait_for(2)
+    old = WebhookDelivery.select().order_by(WebhookDelivery.id).first()
+    WebhookAttempt.update(attempted_at=utcnow() - dt.timedelta(days=31)).where(
+        WebhookAttempt.delivery == old.id).execute()
+    WebhookDelivery.update(updated_at=utcnow() - dt.timedelta(days=31)).where(WebhookDelivery.id == old.id).execute()
+    assert webhooks.prune(30) == (1, 1)
+    assert WebhookAttempt.select().count() == 1 and WebhookDelivery.select().count() == 1
+
+
+def test_notifications_are_coalesced_into_a_few_tasks(alice, storage):
+    huey.immediate = False
+    huey.flush()
+    try:
+        started = time.time()
+        for _ in range(300):
+            jobs.notify_new_events()
+        windows = int(time.time()) - int(started) + 1
+        queued = huey.pending_count() + huey.scheduled_count()
+        assert 1 <= queued <= 2 * windows
+    finally:
+        huey.flush()
+        huey.immediate = True
