@@ -1,0 +1,1033 @@
+"""A local stand-in for the messaging platform (the Graph API subset the service uses).
+
+A real HTTP server on 127.0.0.1 that answers with the platform's JSON success and error
+envelopes under any `/vNN.N/` prefix, and posts signed status, inbound and echo webhooks to
+the service. State is in memory, guarded by one lock.
+
+Graph API endpoints:
+
+    GET  /{v}/oauth/access_token?client_id&client_secret&code   token exchange (code is single use)
+    GET  /{v}/{phone_number_id}?fields=...                       phone number info
+    POST /{v}/{phone_number_id}/messages                          send
+    POST /{v}/{phone_number_id}/smb_app_data                      coexistence sync (once per type)
+    GET  /{v}/{waba_id}/message_templates?limit&after             cursor-paged templates
+    GET  /{v}/{waba_id}/phone_numbers                             the account's numbers
+    GET|POST /{v}/{waba_id}/subscribed_apps                       webhook subscription
+
+Control endpoints (no version prefix), all JSON:
+
+    GET    /_sim/health
+    POST   /_sim/signup          {display_phone_number?, verified_name?, mps?} -> {code, waba_id,
+                                 phone_number_id, display_phone_number}
+    GET    /_sim/numbers         every number, with its token
+    POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?}
+    POST   /_sim/templates       {name, language, status?, category?, body?, header?}
+    GET    /_sim/sent            every accepted send; DELETE clears the list
+    POST   /_sim/inbound         {from, to: phone_number_id, text, name?}
+    POST   /_sim/echo            {from: phone_number_id, to: wa_id, text}
+    POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
+    GET|POST /_sim/config        webhook_url, app_secret, delivery delays, duplicate_rate, shuffle
+
+Choices where the platform varies: throttling (130429) is answered with HTTP 400, as the
+platform's error-code reference lists it, so callers must decide on `error.code`; a send
+that hangs in "timeout" mode is still accepted once the hang ends, as the real platform
+may accept a message whose answer the caller never saw.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from messaging.client import template_variable_count
+from messaging.httpserver import DropConnection, JSONHTTPServer, Request
+from messaging.sim_webhooks import WebhookDeliveryError, WebhookSender
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WABA_ID = "102290129340398"
+DEFAULT_MPS = 20.0
+TIERS = ("TIER_250", "TIER_2K", "TIER_10K", "TIER_100K", "TIER_UNLIMITED")
+QUALITY_RATINGS = ("GREEN", "YELLOW", "RED", "UNKNOWN")
+SEND_TYPES = frozenset(
+    {"text", "template", "image", "video", "audio", "document", "sticker", "interactive",
+     "location", "contacts", "reaction"}
+)
+
+_VERSION_PREFIX = re.compile(r"^/v\d+\.\d+/")
+
+
+class GraphError(Exception):
+    """An error the simulator answers in the Graph envelope."""
+
+    def __init__(
+        self,
+        http_status: int,
+        code: int,
+        message: str,
+        details: str | None = None,
+        subcode: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.subcode = subcode
+
+    def envelope(self) -> dict[str, Any]:
+        error: dict[str, Any] = {
+            "message": self.message,
+            "type": "OAuthException",
+            "code": self.code,
+        }
+        if self.details is not None:
+            error["error_data"] = {"messaging_product": "whatsapp", "details": self.details}
+        if self.subcode is not None:
+            error["error_subcode"] = self.subcode
+        error["fbtrace_id"] = secrets.token_urlsafe(16)
+        return {"error": error}
+
+
+class ControlError(Exception):
+    """A bad request to a `/_sim/` endpoint."""
+
+    def __init__(self, http_status: int, message: str) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.message = message
+
+
+class TokenBucket:
+    """`rate` tokens per second, bursts up to one second's worth (at least one message)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = self.capacity
+        self.updated = time.monotonic()
+
+    @property
+    def capacity(self) -> float:
+        return max(self.rate, 1.0)
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+    def set_rate(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = min(self.tokens, self.capacity)
+
+
+@dataclass
+class SimNumber:
+    id: str
+    waba_id: str
+    display_phone_number: str
+    verified_name: str
+    token: str
+    bucket: TokenBucket
+    quality_rating: str = "GREEN"
+    messaging_limit_tier: str = "TIER_250"
+    synced: set[str] = field(default_factory=set)
+
+    def graph_fields(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "display_phone_number": self.display_phone_number,
+            "verified_name": self.verified_name,
+            "quality_rating": self.quality_rating,
+            "messaging_limit_tier": self.messaging_limit_tier,
+            "status": "CONNECTED",
+            "platform_type": "CLOUD_API",
+            "code_verification_status": "VERIFIED",
+            "is_on_biz_app": True,
+            "throughput": {"level": "STANDARD"},
+        }
+
+    def public(self) -> dict[str, Any]:
+        return {
+            **self.graph_fields(),
+            "waba_id": self.waba_id,
+            "token": self.token,
+            "mps": self.bucket.rate,
+        }
+
+    def metadata(self) -> dict[str, str]:
+        return {
+            "display_phone_number": _digits(self.display_phone_number),
+            "phone_number_id": self.id,
+        }
+
+
+def builtin_templates() -> list[dict[str, Any]]:
+    """The built-in business account's templates, in the Graph shape."""
+
+    def body(text: str, *example: str) -> dict[str, Any]:
+        component: dict[str, Any] = {"type": "BODY", "text": text}
+        if example:
+            component["example"] = {"body_text": [list(example)]}
+        return component
+
+    image_header = {
+        "type": "HEADER",
+        "format": "IMAGE",
+        "example": {"header_handle": ["https://example.com/order.jpg"]},
+    }
+    rows = [
+        ("hello_world", "en_US", "APPROVED", "UTILITY", [body("Hello World")]),
+        (
+            "payment_reminder",
+            "es",
+            "APPROVED",
+            "UTILITY",
+            [body("Hola {{1}}, tu saldo pendiente es {{2}}.", "Ana", "$150.00")],
+        ),
+        (
+            "order_update",
+            "en_US",
+            "APPROVED",
+            "MARKETING",
+            [image_header, body("Your order {{1}} has shipped", "#1001")],
+        ),
+        ("promo_pending", "en_US", "PENDING", "MARKETING", [body("New deals {{1}}", "50% off")]),
+    ]
+    return [
+        _template(f"{1500000000000000 + index}", name, language, status, category, components)
+        for index, (name, language, status, category, components) in enumerate(rows, start=1)
+    ]
+
+
+def _template(
+    template_id: str,
+    name: str,
+    language: str,
+    status: str,
+    category: str,
+    components: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "id": template_id,
+        "name": name,
+        "language": language,
+        "status": status,
+        "category": category,
+        "quality_score": {"score": "GREEN" if status == "APPROVED" else "UNKNOWN"},
+        "components": components,
+    }
+
+
+class Simulator:
+    """The platform simulator: `start()` in a background thread or `serve_forever()`."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        webhook_url: str | None = None,
+        app_secret: str | None = None,
+        mps: float = DEFAULT_MPS,
+        delivered_delay: float = 0.05,
+        read_delay: float = 0.1,
+        duplicate_rate: float = 0.02,
+        shuffle: bool = False,
+        batch_size: int = 100,
+        flush_interval: float = 0.05,
+        sent_limit: int = 500_000,
+        seed: int | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.waba_id = DEFAULT_WABA_ID
+        self.webhook_url = webhook_url
+        self.app_secret = app_secret
+        self.default_mps = float(mps)
+        self.delivered_delay = delivered_delay
+        self.read_delay = read_delay
+        self.duplicate_rate = duplicate_rate
+        self.shuffle = shuffle
+
+        self._lock = threading.Lock()
+        self._numbers: dict[str, SimNumber] = {}
+        self._tokens: dict[str, str] = {}  # token -> phone_number_id
+        self._codes: dict[str, str | None] = {}  # code -> token; None once used
+        self._templates = builtin_templates()
+        self._subscribed = False
+        self._throttled_once: set[str] = set()
+        self._sent: deque[dict[str, Any]] = deque(maxlen=sent_limit)
+        self._fail_mode = "off"
+        self._fail_until = 0.0
+        self._hang = 12.0
+        self._ids = itertools.count(1)
+        self._stopping = threading.Event()
+        self._server: JSONHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.webhooks = WebhookSender(
+            self, batch_size=batch_size, flush_interval=flush_interval, seed=seed
+        )
+
+    # Lifecycle
+
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("simulator is not running")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> str:
+        """Serve in a background thread; return the base URL."""
+        self._bind()
+        assert self._server is not None
+        # A short poll interval keeps stop() quick (it waits for one poll).
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="sim-http", daemon=True
+        )
+        self._thread.start()
+        return self.base_url
+
+    def serve_forever(self, on_ready: Callable[[Simulator], None] | None = None) -> None:
+        """Serve in this thread until interrupted; `on_ready` runs once the port is bound."""
+        self._bind()
+        assert self._server is not None
+        try:
+            if on_ready is not None:
+                on_ready(self)
+            self._server.serve_forever()
+        finally:
+            self._close()
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._close()
+
+    def _bind(self) -> None:
+        self._stopping.clear()
+        self._server = JSONHTTPServer((self.host, self.port), self.handle_http)
+        self.webhooks.start()
+
+    def _close(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.server_close()
+            self._server.close_connections()
+            self._server = None
+        self.webhooks.stop()
+
+    def __enter__(self) -> Simulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # Operations, shared by the control endpoints and in-process callers
+
+    def signup(
+        self,
+        display_phone_number: str | None = None,
+        verified_name: str | None = None,
+        mps: float | None = None,
+    ) -> dict[str, str]:
+        """Simulate embedded signup: a new coexistence number and a one-time code."""
+        with self._lock:
+            serial = next(self._ids)
+            number = SimNumber(
+                id=str(106540352242000 + serial),
+                waba_id=self.waba_id,
+                display_phone_number=display_phone_number or f"+1 555-010-{serial:04d}",
+                verified_name=verified_name or f"Sim Business {serial}",
+                token="EAAG" + secrets.token_hex(24),
+                bucket=TokenBucket(float(mps) if mps is not None else self.default_mps),
+            )
+            code = "simcode-" + secrets.token_urlsafe(24)
+            self._numbers[number.id] = number
+            self._tokens[number.token] = number.id
+            self._codes[code] = number.token
+        return {
+            "code": code,
+            "waba_id": number.waba_id,
+            "phone_number_id": number.id,
+            "display_phone_number": number.display_phone_number,
+        }
+
+    def numbers(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [number.public() for number in self._numbers.values()]
+
+    def set_number(
+        self,
+        phone_number_id: str,
+        mps: float | None = None,
+        quality_rating: str | None = None,
+        messaging_limit_tier: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a number's cap, quality or tier; quality and tier changes are notified."""
+        if quality_rating is not None and quality_rating not in QUALITY_RATINGS:
+            raise ControlError(400, f"quality_rating must be one of {', '.join(QUALITY_RATINGS)}")
+        if messaging_limit_tier is not None and messaging_limit_tier not in TIERS:
+            raise ControlError(400, f"messaging_limit_tier must be one of {', '.join(TIERS)}")
+        if mps is not None and not float(mps) > 0:
+            raise ControlError(400, "mps must be positive")
+        with self._lock:
+            number = self._numbers.get(phone_number_id)
+            if number is None:
+                raise ControlError(404, f"unknown phone number {phone_number_id}")
+            event = _quality_event(number, quality_rating, messaging_limit_tier)
+            if mps is not None:
+                number.bucket.set_rate(float(mps))
+            number.quality_rating = quality_rating or number.quality_rating
+            number.messaging_limit_tier = messaging_limit_tier or number.messaging_limit_tier
+            result = number.public()
+        if event is not None:
+            value = {
+                "display_phone_number": _digits(number.display_phone_number),
+                "event": event,
+                "current_limit": number.messaging_limit_tier,
+            }
+            self.webhooks.post_later(number.waba_id, "phone_number_quality_update", value)
+        return result
+
+    def set_template(
+        self,
+        name: str,
+        language: str,
+        status: str = "APPROVED",
+        category: str = "UTILITY",
+        body: str | None = None,
+        header: str | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """Add a template, or change one's status (notified like the platform does)."""
+        status = status.upper()
+        with self._lock:
+            template = self._find_template(name, language)
+            if template is None:
+                if body is None:
+                    raise ControlError(400, "a new template needs a body")
+                components: list[dict[str, Any]] = []
+                if header:
+                    components.append({"type": "HEADER", "format": header.upper()})
+                components.append({"type": "BODY", "text": body})
+                template = _template(
+                    str(1500000000000000 + len(self._templates) + 1),
+                    name, language, status, category.upper(), components,
+                )
+                self._templates.append(template)
+                changed = True
+            else:
+                changed = template["status"] != status
+                template["status"] = status
+            snapshot = json.loads(json.dumps(template))
+        if changed:
+            value = {
+                "event": status,
+                "message_template_id": int(snapshot["id"]),
+                "message_template_name": name,
+                "message_template_language": language,
+                "reason": reason,
+            }
+            self.webhooks.post_later(self.waba_id, "message_template_status_update", value)
+        return snapshot
+
+    def sent(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._sent)
+
+    def clear_sent(self) -> None:
+        with self._lock:
+            self._sent.clear()
+
+    def fail(self, mode: str, seconds: float = 60.0, hang: float | None = None) -> None:
+        """Make sends answer 500 ("500") or hang ("timeout") for `seconds`; "off" ends it."""
+        if mode not in ("500", "timeout", "off"):
+            raise ControlError(400, 'mode must be "500", "timeout" or "off"')
+        with self._lock:
+            self._fail_mode = mode
+            self._fail_until = time.monotonic() + float(seconds)
+            if hang is not None:
+                self._hang = float(hang)
+
+    def configure(self, **options: Any) -> dict[str, Any]:
+        allowed = {
+            "webhook_url", "app_secret", "default_mps", "delivered_delay", "read_delay",
+            "duplicate_rate", "shuffle",
+        }
+        unknown = set(options) - allowed
+        if unknown:
+            raise ControlError(400, f"unknown option(s): {', '.join(sorted(unknown))}")
+        for name, value in options.items():
+            setattr(self, name, value)
+        return self.config()
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "waba_id": self.waba_id,
+            "webhook_url": self.webhook_url,
+            "app_secret": self.app_secret,
+            "default_mps": self.default_mps,
+            "delivered_delay": self.delivered_delay,
+            "read_delay": self.read_delay,
+            "duplicate_rate": self.duplicate_rate,
+            "shuffle": self.shuffle,
+        }
+
+    def inbound(self, from_wa_id: str, phone_number_id: str, text: str, name: str | None = None
+                ) -> dict[str, Any]:
+        """A customer writes to a number: post a `messages` webhook now."""
+        number = self._control_number(phone_number_id)
+        wamid = _wamid(from_wa_id)
+        value = {
+            "messaging_product": "whatsapp",
+            "metadata": number.metadata(),
+            "contacts": [{"profile": {"name": name or "Sim Customer"}, "wa_id": from_wa_id}],
+            "messages": [
+                {
+                    "from": from_wa_id,
+                    "id": wamid,
+                    "timestamp": str(int(time.time())),
+                    "type": "text",
+                    "text": {"body": text},
+                }
+            ],
+        }
+        return {"wamid": wamid, "webhook_status": self._post_now(number, "messages", value)}
+
+    def echo(self, phone_number_id: str, to_wa_id: str, text: str) -> dict[str, Any]:
+        """The business replies from its own app: post a `smb_message_echoes` webhook now."""
+        number = self._control_number(phone_number_id)
+        wamid = _wamid(to_wa_id)
+        value = {
+            "messaging_product": "whatsapp",
+            "metadata": number.metadata(),
+            "message_echoes": [
+                {
+                    "from": _digits(number.display_phone_number),
+                    "to": to_wa_id,
+                    "id": wamid,
+                    "timestamp": str(int(time.time())),
+                    "type": "text",
+                    "text": {"body": text},
+                }
+            ],
+        }
+        status = self._post_now(number, "smb_message_echoes", value)
+        return {"wamid": wamid, "webhook_status": status}
+
+    def _post_now(self, number: SimNumber, field_name: str, value: dict[str, Any]) -> int:
+        if not self.webhook_url:
+            raise ControlError(409, "no webhook_url is configured in the simulator")
+        try:
+            return self.webhooks.post_now(number.waba_id, field_name, value)
+        except WebhookDeliveryError as exc:
+            raise ControlError(502, str(exc)) from exc
+
+    def health(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "status": "ok",
+                "waba_id": self.waba_id,
+                "numbers": len(self._numbers),
+                "sent": len(self._sent),
+            }
+
+    def _control_number(self, phone_number_id: str) -> SimNumber:
+        with self._lock:
+            number = self._numbers.get(str(phone_number_id))
+        if number is None:
+            raise ControlError(404, f"unknown phone number {phone_number_id}")
+        return number
+
+    # HTTP
+
+    def handle_http(self, request: Request) -> tuple[int, Any]:
+        url = urlsplit(request.target)
+        try:
+            body = json.loads(request.body) if request.body else None
+        except ValueError:
+            return _error_response(GraphError(400, 100, "(#100) Invalid JSON body"))
+        try:
+            if url.path.startswith("/_sim/"):
+                try:
+                    return 200, self.handle_control(request.method, url.path, body)
+                except (TypeError, ValueError) as exc:  # e.g. {"mps": "fast"}
+                    raise ControlError(400, f"invalid request: {exc}") from exc
+            match = _VERSION_PREFIX.match(url.path)
+            if match is None:
+                raise GraphError(400, 2500, f"Unknown path components: {url.path}")
+            return 200, self.handle_graph(
+                request.method,
+                url.path[match.end():],
+                dict(parse_qsl(url.query)),
+                body,
+                request.headers.get("authorization"),
+                version=match.group(0).strip("/"),
+            )
+        except (GraphError, ControlError) as exc:
+            return _error_response(exc)
+        except DropConnection:
+            raise
+        except Exception:
+            log.exception("simulator failed on %s %s", request.method, request.target)
+            return _error_response(GraphError(500, 1, "An unknown error has occurred."))
+
+    # Graph API
+
+    def handle_graph(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str],
+        body: Any,
+        authorization: str | None,
+        version: str = "v21.0",
+    ) -> dict[str, Any]:
+        """Answer one Graph API call (`path` without the `/{version}/` prefix)."""
+        parts = [part for part in path.split("/") if part]
+        if method == "GET" and parts == ["oauth", "access_token"]:
+            return self._exchange_code(query)
+        if len(parts) == 1 and method == "GET":
+            return self._get_phone_number(self._number_for(parts[0], authorization), query)
+        if len(parts) == 2:
+            object_id, edge = parts
+            if edge == "messages" and method == "POST":
+                return self._send(self._number_for(object_id, authorization), body)
+            if edge == "smb_app_data" and method == "POST":
+                return self._sync(self._number_for(object_id, authorization), body)
+            if edge == "message_templates" and method == "GET":
+                self._authorize_waba(object_id, authorization)
+                return self._list_templates(object_id, query, version)
+            if edge == "phone_numbers" and method == "GET":
+                self._authorize_waba(object_id, authorization)
+                with self._lock:
+                    data = [n.graph_fields() for n in self._numbers.values()]
+                return {"data": data}
+            if edge == "subscribed_apps":
+                self._authorize_waba(object_id, authorization)
+                return self._subscribed_apps(method)
+        raise GraphError(
+            400, 100, f"Unsupported {method.lower()} request.", subcode=33,
+            details=f"no {method} /{'/'.join(parts)} in this simulator",
+        )
+
+    def _exchange_code(self, query: Mapping[str, str]) -> dict[str, Any]:
+        secret = query.get("client_secret")
+        if self.app_secret and secret and secret != self.app_secret:
+            raise GraphError(400, 1, "Error validating client secret.", subcode=404)
+        code = query.get("code", "")
+        with self._lock:
+            if code not in self._codes:
+                raise GraphError(400, 100, "Invalid verification code format.", subcode=36007)
+            token = self._codes[code]
+            if token is None:
+                raise GraphError(400, 100, "This authorization code has been used.", subcode=36009)
+            self._codes[code] = None
+        return {"access_token": token, "token_type": "bearer"}
+
+    def _token_number(self, authorization: str | None) -> SimNumber:
+        token = ""
+        if authorization and authorization.startswith("Bearer "):
+            token = authorization[len("Bearer "):].strip()
+        with self._lock:
+            number_id = self._tokens.get(token)
+            number = self._numbers.get(number_id) if number_id else None
+        if number is None:
+            raise GraphError(401, 190, "Invalid OAuth access token - Cannot parse access token")
+        return number
+
+    def _number_for(self, object_id: str, authorization: str | None) -> SimNumber:
+        number = self._token_number(authorization)
+        if number.id != object_id:
+            raise GraphError(
+                400, 100,
+                f"Unsupported post request. Object with ID '{object_id}' does not exist, cannot "
+                "be loaded due to missing permissions, or does not support this operation.",
+                subcode=33,
+            )
+        return number
+
+    def _authorize_waba(self, waba_id: str, authorization: str | None) -> None:
+        number = self._token_number(authorization)
+        if number.waba_id != waba_id:
+            raise GraphError(
+                400, 100,
+                f"Unsupported get request. Object with ID '{waba_id}' does not exist, cannot be "
+                "loaded due to missing permissions, or does not support this operation.",
+                subcode=33,
+            )
+
+    def _get_phone_number(self, number: SimNumber, query: Mapping[str, str]) -> dict[str, Any]:
+        with self._lock:
+            fields = number.graph_fields()
+        wanted = [name for name in query.get("fields", "").split(",") if name]
+        if not wanted:
+            return fields
+        return {"id": number.id, **{name: fields[name] for name in wanted if name in fields}}
+
+    def _list_templates(
+        self, waba_id: str, query: Mapping[str, str], version: str
+    ) -> dict[str, Any]:
+        limit = max(1, min(_int(query.get("limit"), 25), 1000))
+        start = _decode_cursor(query.get("after")) if query.get("after") else 0
+        with self._lock:
+            page = json.loads(json.dumps(self._templates[start:start + limit]))
+            total = len(self._templates)
+        result: dict[str, Any] = {"data": page}
+        if page:
+            end = start + len(page)
+            result["paging"] = {
+                "cursors": {"before": _encode_cursor(start), "after": _encode_cursor(end)}
+            }
+            if end < total:
+                next_query = {**query, "limit": str(limit), "after": _encode_cursor(end)}
+                result["paging"]["next"] = (
+                    f"{self.base_url}/{version}/{waba_id}/message_templates?{urlencode(next_query)}"
+                )
+        return result
+
+    def _subscribed_apps(self, method: str) -> dict[str, Any]:
+        if method == "POST":
+            with self._lock:
+                self._subscribed = True
+            return {"success": True}
+        with self._lock:
+            subscribed = self._subscribed
+        app = {"whatsapp_business_api_data": {"id": "1000000000001", "name": "Simulator App"}}
+        return {"data": [app] if subscribed else []}
+
+    def _sync(self, number: SimNumber, body: Any) -> dict[str, Any]:
+        sync_type = body.get("sync_type") if isinstance(body, dict) else None
+        if sync_type not in ("smb_app_state_sync", "history"):
+            raise GraphError(400, 100, "(#100) Invalid parameter", details="sync_type is invalid")
+        with self._lock:
+            if sync_type in number.synced:
+                raise GraphError(
+                    400, 100, "(#100) Invalid parameter",
+                    details=f"{sync_type} was already requested for this phone number; "
+                    "it can run only once",
+                )
+            number.synced.add(sync_type)
+        return {"messaging_product": "whatsapp", "request_id": secrets.token_hex(16)}
+
+    def _send(self, number: SimNumber, body: Any) -> dict[str, Any]:
+        self._apply_failure_mode()
+        message = _validate_message(body)
+        to = _digits(message["to"])
+        template = name = language = None
+        if message["type"] == "template":
+            name = message["template"]["name"]
+            language = message["template"]["language"]["code"]
+            with self._lock:
+                template = self._find_template(name, language)
+            _check_template(template, message["template"])
+        with self._lock:
+            if not number.bucket.take():
+                raise GraphError(
+                    400, 130429, "(#130429) Rate limit hit",
+                    details="Cloud API message throughput has been reached.",
+                )
+            if to.endswith("0429") and to not in self._throttled_once:
+                self._throttled_once.add(to)
+                raise GraphError(
+                    400, 130429, "(#130429) Rate limit hit",
+                    details="Cloud API message throughput has been reached.",
+                )
+        if to.endswith("0000"):
+            raise GraphError(
+                400, 131026, "(#131026) Message Undeliverable.",
+                details="Message Undeliverable.",
+            )
+        wamid = _wamid(to)
+        callback_data = message.get("biz_opaque_callback_data")
+        record = {
+            "to": to,
+            "type": message["type"],
+            "template": name,
+            "language": language,
+            "biz_opaque_callback_data": callback_data,
+            "wamid": wamid,
+            "phone_number_id": number.id,
+            "at": datetime.now(UTC).isoformat(),
+        }
+        with self._lock:
+            self._sent.append(record)
+        self._schedule_statuses(number, wamid, to, callback_data, template)
+        result: dict[str, Any] = {"id": wamid}
+        if template is not None:
+            result["message_status"] = "accepted"
+        return {
+            "messaging_product": "whatsapp",
+            "contacts": [{"input": message["to"], "wa_id": to}],
+            "messages": [result],
+        }
+
+    def _apply_failure_mode(self) -> None:
+        with self._lock:
+            active = self._fail_mode != "off" and time.monotonic() < self._fail_until
+            mode, hang = self._fail_mode, self._hang
+        if not active:
+            return
+        if mode == "500":
+            raise GraphError(
+                500, 131000, "(#131000) Something went wrong",
+                details="The simulator is set to fail sends.",
+            )
+        # "timeout": hang past the caller's timeout, then carry on and accept the message.
+        if self._stopping.wait(hang):
+            raise DropConnection
+
+    def _find_template(self, name: Any, language: Any) -> dict[str, Any] | None:
+        for template in self._templates:
+            if template["name"] == name and template["language"] == language:
+                return template
+        return None
+
+    def _schedule_statuses(
+        self,
+        number: SimNumber,
+        wamid: str,
+        to: str,
+        callback_data: str | None,
+        template: dict[str, Any] | None,
+    ) -> None:
+        if not self.webhook_url:
+            return
+        now = time.monotonic()
+        metadata = number.metadata()
+        category = str(template["category"]).lower() if template else "service"
+
+        def status(name: str, **extra: Any) -> dict[str, Any]:
+            item: dict[str, Any] = {
+                "id": wamid,
+                "status": name,
+                "timestamp": str(int(time.time())),
+                "recipient_id": to,
+            }
+            if callback_data is not None:
+                item["biz_opaque_callback_data"] = callback_data
+            item.update(extra)
+            return item
+
+        if to.endswith("9999"):
+            failure = {
+                "code": 131026,
+                "title": "Message undeliverable",
+                "message": "Message undeliverable",
+                "error_data": {"details": "The recipient could not be reached."},
+            }
+            self.webhooks.schedule(
+                now + self.delivered_delay, number.waba_id, metadata,
+                status("failed", errors=[failure]),
+            )
+            return
+        conversation = {
+            "id": secrets.token_hex(16),
+            "origin": {"type": category},
+        }
+        pricing = {"billable": True, "pricing_model": "PMP", "category": category}
+        delivered = status("delivered", conversation=conversation, pricing=pricing)
+        self.webhooks.schedule(now + self.delivered_delay, number.waba_id, metadata, delivered)
+        self.webhooks.schedule(now + self.read_delay, number.waba_id, metadata, status("read"))
+
+    # Control endpoints
+
+    def handle_control(self, method: str, path: str, body: Any) -> Any:
+        parts = [part for part in path.split("/") if part][1:]  # drop "_sim"
+        args = body if isinstance(body, dict) else {}
+        route = (method, parts[0] if parts else "")
+        if route == ("GET", "health"):
+            return self.health()
+        if route == ("POST", "signup"):
+            return self.signup(
+                args.get("display_phone_number"), args.get("verified_name"), args.get("mps")
+            )
+        if route == ("GET", "numbers") and len(parts) == 1:
+            return {"data": self.numbers()}
+        if route == ("POST", "numbers") and len(parts) == 2:
+            return self.set_number(
+                parts[1], args.get("mps"), args.get("quality_rating"),
+                args.get("messaging_limit_tier"),
+            )
+        if route == ("POST", "templates"):
+            _require(args, "name", "language")
+            options = {k: args[k] for k in ("status", "category", "body", "header", "reason")
+                       if args.get(k) is not None}
+            return self.set_template(args["name"], args["language"], **options)
+        if route == ("GET", "sent"):
+            return {"data": self.sent()}
+        if route == ("DELETE", "sent"):
+            self.clear_sent()
+            return {"deleted": True}
+        if route == ("POST", "inbound"):
+            _require(args, "from", "to", "text")
+            return self.inbound(str(args["from"]), str(args["to"]), str(args["text"]),
+                                args.get("name"))
+        if route == ("POST", "echo"):
+            _require(args, "from", "to", "text")
+            return self.echo(str(args["from"]), str(args["to"]), str(args["text"]))
+        if route == ("POST", "fail"):
+            _require(args, "mode")
+            self.fail(str(args["mode"]), float(args.get("seconds", 60)), args.get("hang"))
+            return {"mode": args["mode"]}
+        if route == ("GET", "config"):
+            return self.config()
+        if route == ("POST", "config"):
+            return self.configure(**args)
+        raise ControlError(404, f"no {method} {path} in this simulator")
+
+
+def _validate_message(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise GraphError(400, 100, "(#100) Invalid parameter", details="body must be JSON")
+    if body.get("messaging_product") != "whatsapp":
+        raise GraphError(400, 100, "(#100) The parameter messaging_product is required.")
+    if not isinstance(body.get("to"), str) or not _digits(body["to"]):
+        raise GraphError(400, 100, "(#100) The parameter to is required.")
+    kind = body.setdefault("type", "text")
+    if kind not in SEND_TYPES:
+        raise GraphError(
+            400, 100, "(#100) Invalid parameter", details=f"type {kind!r} is not supported"
+        )
+    if not isinstance(body.get(kind), dict):
+        raise GraphError(400, 100, f"(#100) The parameter {kind} is required.")
+    if kind == "text" and not body["text"].get("body"):
+        raise GraphError(400, 100, "(#100) The parameter text['body'] is required.")
+    if kind == "template":
+        template = body["template"]
+        if not isinstance(template.get("name"), str):
+            raise GraphError(400, 100, "(#100) The parameter template['name'] is required.")
+        language = template.get("language")
+        if not isinstance(language, dict) or not isinstance(language.get("code"), str):
+            raise GraphError(
+                400, 100, "(#100) The parameter template['language']['code'] is required."
+            )
+    return body
+
+
+def _check_template(template: dict[str, Any] | None, requested: dict[str, Any]) -> None:
+    name, language = requested["name"], requested["language"]["code"]
+    if template is None or template["status"] != "APPROVED":
+        state = "does not exist" if template is None else f"is {template['status']}"
+        raise GraphError(
+            404, 132001, "(#132001) Template name does not exist in the translation",
+            details=f"template name ({name}) {state} in {language}",
+        )
+    sent = {str(c.get("type", "")).lower(): c for c in requested.get("components") or []
+            if isinstance(c, dict)}
+    body_component = next(c for c in template["components"] if c["type"] == "BODY")
+    expected = template_variable_count(body_component.get("text"))
+    given = len((sent.get("body") or {}).get("parameters") or [])
+    if given != expected:
+        raise GraphError(
+            400, 132000,
+            "(#132000) Number of parameters does not match the expected number of params",
+            details=f"body: number of localizable_params ({given}) does not match the "
+            f"expected number of params ({expected})",
+        )
+    header = next((c for c in template["components"] if c["type"] == "HEADER"), None)
+    if header and header.get("format") in ("IMAGE", "VIDEO", "DOCUMENT"):
+        parameters = (sent.get("header") or {}).get("parameters") or [{}]
+        received = str(parameters[0].get("type", "unknown")).upper()
+        if received != header["format"]:
+            raise GraphError(
+                400, 132012,
+                "(#132012) Parameter format does not match format in the created template",
+                details=f"header: Format mismatch, expected {header['format']}, "
+                f"received {received}",
+            )
+
+
+def _quality_event(
+    number: SimNumber, quality_rating: str | None, tier: str | None
+) -> str | None:
+    if tier is not None and tier != number.messaging_limit_tier:
+        return "UPGRADE" if TIERS.index(tier) > TIERS.index(number.messaging_limit_tier) \
+            else "DOWNGRADE"
+    if quality_rating is not None and quality_rating != number.quality_rating:
+        if quality_rating == "RED":
+            return "FLAGGED"
+        if number.quality_rating == "RED":
+            return "UNFLAGGED"
+    return None
+
+
+def _error_response(exc: GraphError | ControlError) -> tuple[int, Any]:
+    if isinstance(exc, GraphError):
+        return exc.http_status, exc.envelope()
+    return exc.http_status, {"error": {"message": exc.message}}
+
+
+def serve_forever(
+    bind: str = "127.0.0.1:8090",
+    webhook_url: str | None = None,
+    app_secret: str | None = None,
+    mps: float = DEFAULT_MPS,
+    on_ready: Callable[[Simulator], None] | None = None,
+    **options: Any,
+) -> None:
+    """Run a simulator in the foreground (the `svcctl sim` command)."""
+    host, port = parse_bind(bind)
+    sim = Simulator(host, port, webhook_url=webhook_url, app_secret=app_secret, mps=mps, **options)
+    sim.serve_forever(on_ready)
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"bind must be HOST:PORT, not {bind!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def _require(args: Mapping[str, Any], *names: str) -> None:
+    missing = [name for name in names if args.get(name) in (None, "")]
+    if missing:
+        raise ControlError(400, f"missing field(s): {', '.join(missing)}")
+
+
+def _digits(value: str) -> str:
+    return "".join(ch for ch in value if ch.isdigit())
+
+
+def _wamid(to: str) -> str:
+    raw = f"{to[-12:]}{secrets.token_hex(10).upper()}".encode()
+    return "wamid.HBgL" + base64.b64encode(raw).decode().rstrip("=")
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def _encode_cursor(index: int) -> str:
+    return base64.urlsafe_b64encode(f"idx:{index}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        return max(0, int(base64.urlsafe_b64decode(cursor.encode()).decode().split(":")[1]))
+    except (ValueError, IndexError, UnicodeDecodeError):
+        raise GraphError(400, 100, "(#100) Invalid cursor") from None

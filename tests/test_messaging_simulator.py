@@ -1,0 +1,412 @@
+"""The platform simulator over real HTTP: recipient behaviours, the per-number cap, signed
+webhooks (batched, duplicated, retried), control endpoints and the `svcctl sim` commands."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import requests
+from typer.testing import CliRunner
+
+from messaging.client import GraphClient
+from messaging.errors import PermanentPlatformError, ThrottledError
+from messaging.payloads import template_message, text_message
+from messaging.simulator import DEFAULT_WABA_ID, Simulator
+from messaging.testing import WebhookReceiver
+from messaging.webhooks import (
+    EchoMessage,
+    InboundMessage,
+    PhoneQualityUpdate,
+    StatusUpdate,
+    TemplateStatusUpdate,
+    verify_signature,
+)
+from svcctl.sim import app as sim_cli
+
+SECRET = "sim-app-secret"
+
+
+@pytest.fixture
+def receiver():
+    endpoint = WebhookReceiver().start()
+    yield endpoint
+    endpoint.stop()
+
+
+def start_simulator(receiver: WebhookReceiver | None = None, **options) -> Simulator:
+    options = {"duplicate_rate": 0.0, "delivered_delay": 0.02, "read_delay": 0.04, "flush_interval": 0.02,
+               **options}
+    sim = Simulator(webhook_url=receiver.url if receiver else None, app_secret=SECRET, **options)
+    sim.start()
+    return sim
+
+
+@pytest.fixture
+def sim(receiver):
+    simulator = start_simulator(receiver)
+    yield simulator
+    simulator.stop()
+
+
+@pytest.fixture
+def graph(sim):
+    with GraphClient(sim.base_url, app_id="app", app_secret=SECRET, timeout=(1, 2)) as client:
+        yield client
+
+
+def onboard(sim: Simulator, graph: GraphClient) -> tuple[str, str]:
+    signup = sim.signup()
+    return signup["phone_number_id"], graph.exchange_code(signup["code"])
+
+
+def recipient(n: int) -> dict:
+    """A text message to the n-th ordinary recipient (no special suffix)."""
+    return text_message(f"5215551{n:04d}1", "hi")
+
+
+def statuses(receiver: WebhookReceiver) -> list[StatusUpdate]:
+    return [update for update in receiver.updates() if isinstance(update, StatusUpdate)]
+
+
+# Recipient behaviours
+
+
+def test_an_ordinary_recipient_gets_delivered_then_read_webhooks(sim, graph, receiver):
+    number_id, token = onboard(sim, graph)
+
+    wamid = graph.send_message(number_id, token, text_message("5215551234567", "hi", callback_data="rcp_1"))
+
+    receiver.wait_for(lambda r: len(statuses(r)) == 2)
+    updates = statuses(receiver)
+    assert {u.status for u in updates} == {"delivered", "read"}
+    assert all(u.wamid == wamid and u.callback_data == "rcp_1" for u in updates)
+    assert all(u.phone_number_id == number_id and u.recipient_id == "5215551234567" for u in updates)
+    assert all(verify_signature(post.signature, post.body, SECRET) for post in receiver.posts)
+
+
+def test_the_delivered_status_carries_conversation_and_pricing(sim, graph, receiver):
+    number_id, token = onboard(sim, graph)
+    graph.send_message(number_id, token, template_message("5215551234567", "hello_world", "en_US"))
+
+    receiver.wait_for(lambda r: len(statuses(r)) == 2)
+    raw = [status for post in receiver.posts
+           for change in post.json()["entry"][0]["changes"] for status in change["value"]["statuses"]]
+    delivered = next(item for item in raw if item["status"] == "delivered")
+    assert delivered["pricing"] == {"billable": True, "pricing_model": "PMP", "category": "utility"}
+    assert delivered["conversation"]["origin"] == {"type": "utility"}
+
+
+def test_a_recipient_ending_in_0000_is_rejected_at_send(sim, graph):
+    number_id, token = onboard(sim, graph)
+
+    with pytest.raises(PermanentPlatformError) as raised:
+        graph.send_message(number_id, token, text_message("5215550000", "hi"))
+
+    assert raised.value.code == 131026
+    assert sim.sent() == []
+
+
+def test_a_recipient_ending_in_0429_is_throttled_on_the_first_attempt_only(sim, graph):
+    number_id, token = onboard(sim, graph)
+
+    with pytest.raises(ThrottledError) as raised:
+        graph.send_message(number_id, token, text_message("5215550429", "hi"))
+    assert raised.value.code == 130429
+    assert raised.value.http_status == 400
+
+    assert graph.send_message(number_id, token, text_message("5215550429", "hi"))
+    assert graph.send_message(number_id, token, text_message("5215550429", "hi"))
+    assert len(sim.sent()) == 2
+
+
+def test_a_recipient_ending_in_9999_is_accepted_then_fails(sim, graph, receiver):
+    number_id, token = onboard(sim, graph)
+
+    wamid = graph.send_message(number_id, token, text_message("5215559999", "hi", callback_data="cb9"))
+
+    receiver.wait_for(lambda r: len(statuses(r)) >= 1)
+    [failed] = statuses(receiver)
+    assert (failed.wamid, failed.status, failed.callback_data) == (wamid, "failed", "cb9")
+    assert failed.errors[0]["code"] == 131026
+    assert [item["wamid"] for item in sim.sent()] == [wamid]
+
+
+# The per-number cap
+
+
+def burst(graph: GraphClient, number_id: str, token: str, count: int) -> tuple[int, int]:
+    accepted = throttled = 0
+    for n in range(count):
+        try:
+            graph.send_message(number_id, token, recipient(n))
+            accepted += 1
+        except ThrottledError as error:
+            assert error.code == 130429
+            throttled += 1
+    return accepted, throttled
+
+
+def test_a_burst_beyond_20_per_second_is_throttled(sim, graph):
+    number_id, token = onboard(sim, graph)
+
+    accepted, throttled = burst(graph, number_id, token, 40)
+
+    # One second's worth up front, plus what refills while the burst runs.
+    assert 20 <= accepted <= 26
+    assert throttled == 40 - accepted
+
+
+def test_the_cap_is_per_number_and_can_be_changed(sim, graph):
+    slow_id, slow_token = onboard(sim, graph)
+    other_id, other_token = onboard(sim, graph)
+    response = requests.post(f"{sim.base_url}/_sim/numbers/{slow_id}", json={"mps": 5}, timeout=2)
+    assert response.status_code == 200 and response.json()["mps"] == 5
+
+    slow_accepted, _ = burst(graph, slow_id, slow_token, 10)
+    other_accepted, _ = burst(graph, other_id, other_token, 10)
+
+    assert 5 <= slow_accepted <= 6
+    assert other_accepted == 10
+
+
+def test_the_default_cap_comes_from_mps():
+    sim = start_simulator(mps=3)
+    try:
+        graph = GraphClient(sim.base_url, app_id="app", app_secret=SECRET)
+        accepted, throttled = burst(graph, *onboard(sim, graph), 6)
+    finally:
+        sim.stop()
+    assert accepted == 3 and throttled == 3
+
+
+# Webhook delivery
+
+
+def test_status_webhooks_are_batched(sim, graph, receiver):
+    number_id, token = onboard(sim, graph)
+    sim.set_number(number_id, mps=1000)
+
+    wamids = {graph.send_message(number_id, token, recipient(n)) for n in range(30)}
+
+    receiver.wait_for(lambda r: len(statuses(r)) == 60)
+    assert {u.wamid for u in statuses(receiver)} == wamids
+    assert len(receiver.posts) < 60
+
+
+def test_every_batch_can_arrive_twice(receiver):
+    sim = start_simulator(receiver, duplicate_rate=1.0)
+    try:
+        graph = GraphClient(sim.base_url, app_id="app", app_secret=SECRET)
+        number_id, token = onboard(sim, graph)
+        for n in range(5):
+            graph.send_message(number_id, token, recipient(n))
+        receiver.wait_for(lambda r: len(statuses(r)) == 20)
+    finally:
+        sim.stop()
+
+    bodies = Counter(post.body for post in receiver.posts)
+    assert set(bodies.values()) == {2}
+    assert Counter((u.wamid, u.status) for u in statuses(receiver)).most_common(1)[0][1] == 2
+
+
+def test_shuffled_delivery_still_delivers_everything(receiver):
+    sim = start_simulator(receiver, shuffle=True, seed=7)
+    try:
+        graph = GraphClient(sim.base_url, app_id="app", app_secret=SECRET)
+        number_id, token = onboard(sim, graph)
+        wamids = {graph.send_message(number_id, token, recipient(n)) for n in range(10)}
+        receiver.wait_for(lambda r: len(statuses(r)) == 20)
+    finally:
+        sim.stop()
+
+    assert {(u.wamid, u.status) for u in statuses(receiver)} == {(w, s) for w in wamids for s in ("delivered", "read")}
+
+
+def test_a_failed_webhook_post_is_retried():
+    receiver = WebhookReceiver(statuses=[500, 503]).start()
+    sim = start_simulator(receiver)
+    try:
+        graph = GraphClient(sim.base_url, app_id="app", app_secret=SECRET)
+        number_id, token = onboard(sim, graph)
+        sim.configure(read_delay=0.02)  # one batch holding both statuses
+        graph.send_message(number_id, token, text_message("5215551234567", "hi"))
+        receiver.wait_for(lambda r: len(statuses(r)) == 2, timeout=5)
+    finally:
+        sim.stop()
+        receiver.stop()
+    assert receiver.attempts == 3
+    assert len(receiver.posts) == 1
+
+
+def test_without_a_webhook_url_nothing_is_posted(receiver):
+    sim = start_simulator(None)
+    try:
+        graph = GraphClient(sim.base_url, app_id="app", app_secret=SECRET)
+        number_id, token = onboard(sim, graph)
+        graph.send_message(number_id, token, text_message("5215551234567", "hi"))
+        response = requests.post(f"{sim.base_url}/_sim/inbound",
+                                 json={"from": "5215551234567", "to": number_id, "text": "hola"}, timeout=2)
+    finally:
+        sim.stop()
+
+    assert response.status_code == 409
+    assert receiver.posts == []
+
+
+def test_inbound_and_echo_webhooks(sim, graph, receiver):
+    number_id, _ = onboard(sim, graph)
+
+    inbound = requests.post(f"{sim.base_url}/_sim/inbound",
+                            json={"from": "5215551234567", "to": number_id, "text": "hola"}, timeout=2).json()
+    echo = requests.post(f"{sim.base_url}/_sim/echo",
+                         json={"from": number_id, "to": "5215551234567", "text": "buenas"}, timeout=2).json()
+
+    assert inbound["webhook_status"] == echo["webhook_status"] == 200
+    [message, reply] = receiver.updates()
+    assert isinstance(message, InboundMessage)
+    assert (message.phone_number_id, message.from_wa_id, message.type, message.body, message.wamid) == (
+        number_id, "5215551234567", "text", "hola", inbound["wamid"])
+    assert isinstance(reply, EchoMessage)
+    assert (reply.phone_number_id, reply.to_wa_id, reply.body, reply.wamid) == (
+        number_id, "5215551234567", "buenas", echo["wamid"])
+    assert receiver.posts[0].json()["entry"][0]["changes"][0]["value"]["contacts"][0]["wa_id"] == "5215551234567"
+    assert all(verify_signature(post.signature, post.body, SECRET) for post in receiver.posts)
+
+
+def test_inbound_to_an_unknown_number_is_404(sim):
+    response = requests.post(f"{sim.base_url}/_sim/inbound", json={"from": "1", "to": "404", "text": "x"}, timeout=2)
+
+    assert response.status_code == 404
+    assert "unknown phone number" in response.json()["error"]["message"]
+
+
+def test_quality_and_tier_changes_are_notified(sim, graph, receiver):
+    number_id, _ = onboard(sim, graph)
+
+    sim.set_number(number_id, quality_rating="RED")
+    sim.set_number(number_id, messaging_limit_tier="TIER_10K")
+
+    receiver.wait_for(lambda r: len(r.updates()) == 2)
+    flagged, upgraded = receiver.updates()
+    assert isinstance(flagged, PhoneQualityUpdate) and flagged.event == "FLAGGED"
+    assert flagged.waba_id == DEFAULT_WABA_ID
+    assert isinstance(upgraded, PhoneQualityUpdate) and upgraded.event == "UPGRADE"
+    assert upgraded.current_limit == "TIER_10K"
+
+
+def test_a_template_status_change_is_notified_and_listed(sim, graph, receiver):
+    _, token = onboard(sim, graph)
+
+    response = requests.post(f"{sim.base_url}/_sim/templates",
+                             json={"name": "promo_pending", "language": "en_US", "status": "APPROVED"}, timeout=2)
+
+    assert response.status_code == 200
+    receiver.wait_for(lambda r: len(r.updates()) == 1)
+    [update] = receiver.updates()
+    assert isinstance(update, TemplateStatusUpdate)
+    assert (update.name, update.language, update.status) == ("promo_pending", "en_US", "APPROVED")
+    listed = {t["name"]: t["status"] for t in graph.list_templates(DEFAULT_WABA_ID, token)}
+    assert listed["promo_pending"] == "APPROVED"
+
+
+# Control endpoints
+
+
+def test_sent_lists_accepted_sends_and_can_be_cleared(sim, graph):
+    number_id, token = onboard(sim, graph)
+    graph.send_message(number_id, token, template_message("5215551234567", "payment_reminder", "es", ["A", "B"],
+                                                          callback_data="rcp_9"))
+
+    [item] = requests.get(f"{sim.base_url}/_sim/sent", timeout=2).json()["data"]
+    assert {"to", "type", "template", "biz_opaque_callback_data", "wamid", "phone_number_id", "at"} <= set(item)
+    assert (item["to"], item["type"], item["template"], item["biz_opaque_callback_data"]) == (
+        "5215551234567", "template", "payment_reminder", "rcp_9")
+
+    assert requests.delete(f"{sim.base_url}/_sim/sent", timeout=2).status_code == 200
+    assert sim.sent() == []
+
+
+def test_signup_over_http_and_health(sim):
+    signup = requests.post(f"{sim.base_url}/_sim/signup", json={}, timeout=2).json()
+
+    assert set(signup) == {"code", "waba_id", "phone_number_id", "display_phone_number"}
+    assert signup["waba_id"] == DEFAULT_WABA_ID
+    health = requests.get(f"{sim.base_url}/_sim/health", timeout=2).json()
+    assert health["status"] == "ok" and health["numbers"] == 1
+
+
+def test_any_graph_version_prefix_is_accepted(sim):
+    signup = sim.signup()
+    for version in ("v19.0", "v23.0"):
+        client = GraphClient(sim.base_url, version=version, app_id="app", app_secret=SECRET)
+        if version == "v19.0":
+            token = client.exchange_code(signup["code"])
+        assert client.get_phone_number(signup["phone_number_id"], token)["id"] == signup["phone_number_id"]
+
+
+def test_unknown_paths_answer_a_graph_error(sim):
+    response = requests.get(f"{sim.base_url}/nope", timeout=2)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == 2500
+
+
+@pytest.mark.parametrize("body", [{"mode": "sideways"}, {"mode": "500", "seconds": "soon"}, {}])
+def test_bad_control_requests_are_400(sim, body):
+    response = requests.post(f"{sim.base_url}/_sim/fail", json=body, timeout=2)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"]
+
+
+def test_keep_alive_and_chunked_bodies(sim):
+    session = requests.Session()
+    signup = session.post(f"{sim.base_url}/_sim/signup", data=iter([b"{", b"}"]), timeout=2)  # chunked
+    assert signup.status_code == 200
+    for _ in range(3):
+        assert session.get(f"{sim.base_url}/_sim/health", timeout=2).status_code == 200
+
+
+# svcctl sim
+
+
+def test_cli_inbound_posts_the_webhook(sim, graph, receiver):
+    number_id, _ = onboard(sim, graph)
+
+    result = CliRunner().invoke(sim_cli, ["inbound", "--from", "5215551234567", "--to", number_id,
+                                          "--text", "hola", "--sim-url", sim.base_url, "--json"])
+
+    assert result.exit_code == 0, result.output
+    assert '"webhook_status": 200' in result.stdout
+    [message] = receiver.updates()
+    assert isinstance(message, InboundMessage) and message.body == "hola"
+
+
+def test_cli_echo_posts_the_webhook(sim, graph, receiver):
+    number_id, _ = onboard(sim, graph)
+
+    result = CliRunner().invoke(sim_cli, ["echo", "--from", number_id, "--to", "5215551234567",
+                                          "--text", "ok", "--sim-url", sim.base_url])
+
+    assert result.exit_code == 0, result.output
+    assert "echo from" in result.stdout
+    [reply] = receiver.updates()
+    assert isinstance(reply, EchoMessage) and reply.body == "ok"
+
+
+def test_cli_errors_are_one_line_on_stderr(sim):
+    result = CliRunner().invoke(sim_cli, ["inbound", "--from", "1", "--to", "404", "--text", "x",
+                                          "--sim-url", sim.base_url])
+
+    assert result.exit_code == 1
+    assert result.stderr.strip().count("\n") == 0
+    assert "404" in result.stderr and "unknown phone number" in result.stderr
+
+
+def test_cli_reports_an_unreachable_simulator():
+    result = CliRunner().invoke(sim_cli, ["echo", "--from", "1", "--to", "2", "--text", "x",
+                                          "--sim-url", "http://127.0.0.1:9"])
+
+    assert result.exit_code == 1
+    assert "not reachable" in result.stderr
