@@ -48,7 +48,7 @@ Handler = Callable[[Request], tuple[int, Any]]
 
 
 class JSONHTTPServer(socketserver.ThreadingTCPServer):
-    """Calls `handle(request) -> (status, payload)` and answers `payload` as JSON."""
+    """Calls `app(request) -> (status, payload)` and answers `payload` as JSON."""
 
     daemon_threads = True
     block_on_close = False
@@ -57,8 +57,8 @@ class JSONHTTPServer(socketserver.ThreadingTCPServer):
     idle_timeout = 300.0  # seconds a keep-alive connection may sit unused
     max_body = 1 << 20
 
-    def __init__(self, address: tuple[str, int], handle: Handler) -> None:
-        self.handle = handle
+    def __init__(self, address: tuple[str, int], app: Handler) -> None:
+        self.app = app
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, _ConnectionHandler)
@@ -106,7 +106,7 @@ class _ConnectionHandler(socketserver.StreamRequestHandler):
                 return
             close = _wants_close(request)
             try:
-                status, payload = self.server.handle(request)
+                status, payload = self.server.app(request)
             except DropConnection:
                 return
             try:
@@ -119,9 +119,9 @@ class _ConnectionHandler(socketserver.StreamRequestHandler):
 
 def read_request(rfile: BinaryIO, wfile: Any, max_body: int) -> Request | None:
     """Read one request; None when the client closed the connection between requests."""
-    line = rfile.readline(MAX_LINE + 1)
+    line = _read_line(rfile)
     while line in (b"\r\n", b"\n"):  # tolerated before a request line (RFC 9112, 2.2)
-        line = rfile.readline(MAX_LINE + 1)
+        line = _read_line(rfile)
     if not line:
         return None
     parts = line.decode("latin-1").split()
@@ -130,7 +130,7 @@ def read_request(rfile: BinaryIO, wfile: Any, max_body: int) -> Request | None:
     method, target, version = parts
     headers: dict[str, str] = {}
     for _ in range(MAX_HEADERS + 1):
-        line = rfile.readline(MAX_LINE + 1)
+        line = _read_line(rfile)
         if line in (b"\r\n", b"\n", b""):
             break
         name, sep, value = line.decode("latin-1").partition(":")
@@ -154,24 +154,31 @@ def read_request(rfile: BinaryIO, wfile: Any, max_body: int) -> Request | None:
     return Request(method, target, version, headers, body)
 
 
+def _read_line(rfile: BinaryIO) -> bytes:
+    line = rfile.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise BadRequest("line too long")
+    return line
+
+
 def _read_chunked(rfile: BinaryIO, max_body: int) -> bytes:
     chunks: list[bytes] = []
     total = 0
     while True:
-        size_line = rfile.readline(MAX_LINE + 1).split(b";", 1)[0].strip()
+        size_line = _read_line(rfile).split(b";", 1)[0].strip()
         try:
             size = int(size_line, 16)
         except ValueError:
             raise BadRequest("malformed chunk size") from None
         if size == 0:
-            while rfile.readline(MAX_LINE + 1) not in (b"\r\n", b"\n", b""):
+            while _read_line(rfile) not in (b"\r\n", b"\n", b""):
                 pass  # trailers
             return b"".join(chunks)
         total += size
         if total > max_body:
             raise BadRequest("body too large")
         chunks.append(rfile.read(size))
-        rfile.readline(MAX_LINE + 1)
+        _read_line(rfile)
 
 
 def _wants_close(request: Request) -> bool:
