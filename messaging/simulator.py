@@ -373,6 +373,14 @@ class Simulator:
             "display_phone_number": number.display_phone_number,
         }
 
+    def new_code(self, phone_number_id: str) -> str:
+        """A fresh one-time code for a number the simulator has (the business reconnects it)."""
+        number = self._control_number(phone_number_id)
+        code = "simcode-" + secrets.token_urlsafe(24)
+        with self._lock:
+            self._codes[code] = number.token
+        return code
+
     def numbers(self) -> list[dict[str, Any]]:
         with self._lock:
             return [number.public() for number in self._numbers.values()]

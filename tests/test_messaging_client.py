@@ -78,6 +78,12 @@ def test_a_signup_code_can_be_exchanged_once(sim, graph):
     assert raised.value.details["error_subcode"] == 36009
 
 
+def test_a_reconnected_number_gets_a_new_code_for_the_same_token(sim, graph, number):
+    phone_number_id, token = number
+
+    assert graph.exchange_code(sim.new_code(phone_number_id)) == token
+
+
 def test_exchange_code_rejects_a_wrong_app_secret(sim):
     simulator = Simulator(app_secret=APP_SECRET)
     simulator.start()
