@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
-from svcctl import (
-    access_requests,
-    accounts,
-    campaigns,
-    cartera,
-    credits,
-    db,
-    keys,
-    processes,
-    sim,
-    templates,
-    tenants,
-    webhooks,
-)
+from config import ConfigError
+
+try:
+    from svcctl import (access_requests, accounts, campaigns, cartera, credits, db, keys, processes, sim,
+                        templates, tenants, webhooks)
+except ConfigError as error:
+    # Some commands declare queue tasks, which read the settings as they load: a bad setting
+    # must still be one line, not a traceback.
+    sys.stderr.write(f"error: {error}\n")
+    raise SystemExit(2) from None
 
 app = typer.Typer(help="Run and administer the messaging campaign and receivables service.",
                   no_args_is_help=True, pretty_exceptions_enable=False)

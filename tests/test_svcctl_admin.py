@@ -1,0 +1,140 @@
+"""svcctl administration: tenants, keys, credits, access requests, db upgrade, configuration errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from models import credits
+from models.tenants import ApiKey, authenticate
+from svcctl.main import app
+
+runner = CliRunner()
+
+
+def run(*args: str, ok: bool = True):
+    result = runner.invoke(app, list(args))
+    if ok:
+        assert result.exit_code == 0, result.stderr or result.stdout
+    return result
+
+
+def run_json(*args: str):
+    return json.loads(run(*args, "--json").stdout)
+
+
+def test_a_tenant_and_a_key_created_from_the_cli_authenticate(client, storage):
+    tenant = run_json("tenants", "create", "Globex")
+    assert tenant["id"].startswith("ten_")
+    key = run_json("keys", "create", "--tenant", tenant["id"], "--scope", "credits:read",
+                   "--scope", "campaigns:read", "--allow-ip", "127.0.0.1", "--rate-limit", "30")
+    assert key["key"].startswith("svc_live_key_")
+    assert (key["scopes"], key["allowed_ips"], key["rate_limit"]) == (
+        ["campaigns:read", "credits:read"], ["127.0.0.1/32"], 30)
+    response = client.simulate_get("/api/v1/credits/balance", headers={"Authorization": f"Bearer {key['key']}"},
+                                   remote_addr="127.0.0.1")
+    assert response.status_code == 200
+    assert response.headers["ratelimit-limit"] == "30"
+
+
+def test_the_key_list_never_shows_secrets(storage):
+    tenant = run_json("tenants", "create", "Globex")
+    created = run_json("keys", "create", "--tenant", tenant["id"], "--scope", "all")
+    listed = run_json("keys", "list", "--tenant", tenant["id"])
+    assert [item["id"] for item in listed] == [created["id"]]
+    assert created["key"].split(".", 1)[1] not in json.dumps(listed)
+    assert "key" not in listed[0]
+
+
+def test_rotate_and_revoke(storage):
+    tenant = run_json("tenants", "create", "Globex")
+    created = run_json("keys", "create", "--tenant", tenant["id"], "--scope", "all")
+    rotated = run_json("keys", "rotate", created["id"])
+    assert rotated["id"] == created["id"] and rotated["key"] != created["key"]
+    assert authenticate(created["key"]) is None
+    assert authenticate(rotated["key"]) is not None
+    assert run_json("keys", "revoke", created["id"])["status"] == "revoked"
+    assert authenticate(rotated["key"]) is None
+
+
+def test_an_unknown_scope_is_one_clear_line(storage):
+    tenant = run_json("tenants", "create", "Globex")
+    result = run("keys", "create", "--tenant", tenant["id"], "--scope", "campaigns:destroy", ok=False)
+    assert result.exit_code != 0
+    assert "unknown scope 'campaigns:destroy'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert ApiKey.select().count() == 0
+
+
+def test_a_missing_tenant_is_one_clear_line(storage):
+    result = run("credits", "show", "--tenant", "ten_missing", ok=False)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: no tenant ten_missing"
+
+
+def test_credits_grant_adjust_show_and_ledger(storage):
+    tenant = run_json("tenants", "create", "Globex")
+    run("credits", "grant", "--tenant", tenant["id"], "--amount", "500", "--reason", "welcome")
+    run("credits", "adjust", "--tenant", tenant["id"], "--amount", "-20", "--reason", "correction")
+    wallet = run_json("credits", "show", "--tenant", tenant["id"])
+    assert wallet == {"balance": 480, "reserved_balance": 0, "available_balance": 480, "status": "active",
+                      "low_balance_threshold": 0}
+    ledger = run_json("credits", "ledger", "--tenant", tenant["id"])
+    assert [(entry["type"], entry["amount"], entry["balance_after"]) for entry in ledger] == [
+        ("manual_adjust", -20, 480), ("manual_grant", 500, 500)]
+
+
+def test_an_adjustment_below_zero_is_refused(storage):
+    tenant = run_json("tenants", "create", "Globex")
+    result = run("credits", "adjust", "--tenant", tenant["id"], "--amount", "-1", ok=False)
+    assert result.exit_code == 1
+    assert "not available" in result.stderr
+
+
+def test_pausing_a_wallet_from_the_cli(storage, alice):
+    run("credits", "set", "--tenant", alice.tenant.public_id, "--status", "paused")
+    assert credits.wallet_of(alice.id).status == "paused"
+
+
+def test_approving_an_access_request_creates_the_tenant_and_prints_the_key_once(client, storage):
+    submitted = client.simulate_post("/api/v1/access-requests", json={
+        "company_name": "Initech", "contact_name": "Peter", "contact_email": "peter@initech.test"}).json
+    request_id = submitted["data"]["request_id"]
+    assert [item["id"] for item in run_json("access-requests", "list", "--status", "pending")] == [request_id]
+    approved = run_json("access-requests", "approve", request_id, "--scope", "credits:read")
+    assert approved["status"] == "approved" and approved["tenant_id"].startswith("ten_")
+    response = client.simulate_get("/api/v1/credits/balance", headers={"Authorization": f"Bearer {approved['key']}"})
+    assert response.status_code == 200
+    again = run("access-requests", "approve", request_id, ok=False)
+    assert again.exit_code == 1 and "already reviewed" in again.stderr or "approved" in again.stderr
+    assert "key" not in run_json("access-requests", "show", request_id)
+
+
+def test_rejecting_an_access_request(client, storage):
+    request_id = client.simulate_post("/api/v1/access-requests", json={
+        "company_name": "Initech", "contact_name": "Peter", "contact_email": "peter@initech.test"}
+    ).json["data"]["request_id"]
+    rejected = run_json("access-requests", "reject", request_id, "--reason", "not a fit")
+    assert (rejected["status"], rejected["decision_reason"]) == ("rejected", "not a fit")
+
+
+def test_db_upgrade_is_idempotent(storage):
+    assert run_json("db", "upgrade") == {"applied": []}
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("SVC_WEBHOOK_ALLOW_PRIVATE", "ture", "SVC_WEBHOOK_ALLOW_PRIVATE: expected true or false"),
+    ("SVC_DATABASE_URL", "mysql://x", "SVC_DATABASE_URL: expected a postgresql or postgres URL"),
+    ("SVC_WORKER_THREADS", "lots", "SVC_WORKER_THREADS: expected a whole number"),
+])
+def test_a_bad_setting_stops_start_up_with_one_line_naming_it(tmp_path, variable, value, message):
+    env = {"PATH": "/usr/bin:/bin", "SVC_DATA_DIR": str(tmp_path), variable: value}
+    result = subprocess.run([sys.executable, "-m", "svcctl.main", "db", "upgrade"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
