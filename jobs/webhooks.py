@@ -22,6 +22,7 @@ import concurrent.futures
 import datetime as dt
 import email.utils
 import logging
+import queue
 import ssl
 import threading
 import time
@@ -280,13 +281,19 @@ class DrainStats:
 
 
 def _outcome(work: Work, attempted_at: dt.datetime, response: Response) -> Outcome:
-    return Outcome(work.delivery_id, work.attempt, attempted_at, response.ok, response.status_code,
-                   response.latency_ms, response.excerpt, response.error, response.retry_after,
-                   response.unreachable)
+    return Outcome(work.delivery_id, work.attempt, work.max_attempts, attempted_at, response.ok,
+                   response.status_code, response.latency_ms, response.excerpt, response.error,
+                   response.retry_after, response.unreachable)
 
 
 def _refused(work: Work, attempted_at: dt.datetime, reason: str) -> Outcome:
-    return Outcome(work.delivery_id, work.attempt, attempted_at, False, error=f"refused: {reason}")
+    return Outcome(work.delivery_id, work.attempt, work.max_attempts, attempted_at, False,
+                   error=f"refused: {reason}")
+
+
+def _not_sent(work: Work, attempted_at: dt.datetime, streak: int) -> Outcome:
+    return Outcome(work.delivery_id, work.attempt, work.max_attempts, attempted_at, False, unreachable=True,
+                   error=f"not sent: the endpoint failed {streak} connections in a row")
 
 
 def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
@@ -324,6 +331,11 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
 
 
 def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: float, stats: DrainStats) -> None:
+    """Claim, send and record until nothing is due, the slice is over, or the endpoint is unreachable.
+
+    The sender threads only do HTTP; this thread alone touches the database, so claims and
+    records overlap with requests in flight instead of pausing them.
+    """
     endpoint = WebhookEndpoint.get_or_none(WebhookEndpoint.id == endpoint_id)
     if endpoint is None or endpoint.status != "active":
         return
@@ -331,6 +343,7 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
     client = delivery_client()
     started = last_record = last_lease = time.monotonic()
     inflight: dict[concurrent.futures.Future, Work] = {}
+    finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
     outcomes: list[Outcome] = []
     unreachable_streak = 0
     claiming = True
@@ -359,23 +372,31 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
                             outcomes.extend(_refused(work, clock(), str(error)) for work in works)
                         else:
                             for work in works:
-                                inflight[pool.submit(attempt, work, target, addresses)] = work
+                                future = pool.submit(attempt, work, target, addresses)
+                                inflight[future] = work
+                                future.add_done_callback(finished.put)
             if inflight:
-                done, _ = concurrent.futures.wait(inflight, timeout=RECORD_INTERVAL,
-                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                done = []
+                try:
+                    done.append(finished.get(timeout=RECORD_INTERVAL))
+                    while True:
+                        done.append(finished.get_nowait())
+                except queue.Empty:
+                    pass
                 for future in done:
-                    inflight.pop(future)
+                    if inflight.pop(future, None) is None or future.cancelled():
+                        continue
                     outcome = future.result()
                     outcomes.append(outcome)
                     unreachable_streak = unreachable_streak + 1 if outcome.unreachable else 0
                 if unreachable_streak >= UNREACHABLE_THRESHOLD:
+                    # The receiver is down: fail what is queued now rather than wait out a timeout
+                    # for each; those deliveries retry on their schedule like any failure.
                     claiming = False
                     for future, work in list(inflight.items()):
                         if future.cancel():
                             inflight.pop(future)
-                            outcomes.append(Outcome(
-                                work.delivery_id, work.attempt, clock(), False, unreachable=True,
-                                error=f"not sent: the endpoint failed {unreachable_streak} connections in a row"))
+                            outcomes.append(_not_sent(work, clock(), unreachable_streak))
             now_monotonic = time.monotonic()
             if outcomes and (len(outcomes) >= RECORD_BATCH or not inflight
                              or now_monotonic - last_record >= RECORD_INTERVAL):
@@ -441,13 +462,15 @@ def notify_new_events() -> None:
         log.warning("could not enqueue the webhook fan-out; the sweep will catch up", exc_info=True)
 
 
-def kick() -> int:
-    """Fan out now and start a drain for every endpoint with due deliveries; returns drains started."""
-    run_fan_out()
+def kick() -> tuple[int, int]:
+    """Fan out now and start a drain for every endpoint with due deliveries.
+
+    Returns (events fanned out, drains started).
+    """
+    fanned = run_fan_out()
     endpoint_ids = webhooks.endpoints_with_due_work(utcnow())
-    for endpoint_id in endpoint_ids:
-        drain_endpoint(endpoint_id)
-    return len(endpoint_ids)
+    start_drains(endpoint_ids)
+    return fanned, len(endpoint_ids)
 
 
 @periodic_task(crontab(minute="*"))

@@ -40,7 +40,7 @@ from config import get_settings
 from models import secrets, ssrf
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import atomic
+from models.db import atomic, execute
 from models.errors import Conflict, Invalid, NotFound
 from models.events import CORE_EVENTS, PAYMENT_EVENT, Event
 from models.ids import new_id
@@ -355,26 +355,30 @@ def _active_endpoints_by_tenant(tenant_ids: Iterable[int]) -> dict[int, list[Web
     return by_tenant
 
 
+# Picks the oldest events not fanned out yet and stamps them; the outer `IS NULL` is re-checked
+# on each row as it is written, so of two concurrent fan-outs only one stamps (and returns) it.
+_FAN_OUT_CLAIM_SQL = (
+    'UPDATE "event" SET "fanned_out_at" = ? WHERE "id" IN ('
+    ' SELECT "id" FROM "event" WHERE "fanned_out_at" IS NULL ORDER BY "id" LIMIT ?)'
+    ' AND "fanned_out_at" IS NULL RETURNING "id", "tenant_id", "name"'
+)
+
+
 def fan_out(limit: int = 500, now: dt.datetime | None = None) -> FanOut:
     """Turn up to `limit` outbox events into deliveries, in one transaction.
 
-    1. Pick the oldest events not fanned out yet.
-    2. Claim them: a conditional UPDATE stamps `fanned_out_at` where it is still NULL; RETURNING
-       gives exactly the rows this call stamped, so two concurrent fan-outs never share one.
-    3. Insert one delivery per claimed event and subscribed active endpoint, in the same
+    1. Claim the oldest events not fanned out yet (_FAN_OUT_CLAIM_SQL); RETURNING gives exactly
+       the rows this call stamped.
+    2. Insert one delivery per claimed event and subscribed active endpoint, in the same
        transaction: a crash leaves either both (stamp and deliveries) or neither.
     """
     now = now or utcnow()
     result = FanOut()
-    candidates = [row[0] for row in Event.select(Event.id).where(Event.fanned_out_at.is_null())
-                  .order_by(Event.id).limit(limit).tuples()]
-    if not candidates:
-        return result
     with atomic():
-        claimed = list(Event.update(fanned_out_at=now)
-                       .where(Event.id.in_(candidates) & Event.fanned_out_at.is_null())
-                       .returning(Event.id, Event.tenant, Event.name).tuples().execute())
+        claimed = execute(_FAN_OUT_CLAIM_SQL, (now, limit)).fetchall()
         result.events = len(claimed)
+        if not claimed:
+            return result
         endpoints = _active_endpoints_by_tenant({tenant_id for _id, tenant_id, _name in claimed})
         rows = []
         for event_id, tenant_id, name in sorted(claimed):
@@ -387,17 +391,25 @@ def fan_out(limit: int = 500, now: dt.datetime | None = None) -> FanOut:
 
 
 def _delivery_row(event_id: int, endpoint: WebhookEndpoint, tenant_id: int, name: str, sequence: int,
-                  now: dt.datetime) -> dict:
-    return {"event": event_id, "endpoint": endpoint.id, "tenant": tenant_id, "event_name": name,
-            "sequence": sequence, "status": "pending", "attempts": 0, "max_attempts": max_attempts_for(name),
-            "next_attempt_at": now, "created_at": now, "updated_at": now}
+                  now: dt.datetime) -> tuple:
+    """Values in _DELIVERY_COLUMNS order."""
+    return (event_id, endpoint.id, tenant_id, name, sequence, "pending", 0, max_attempts_for(name), now, now, now)
 
 
-def _insert_deliveries(rows: list[dict]) -> int:
+_DELIVERY_COLUMNS = ("event_id", "endpoint_id", "tenant_id", "event_name", "sequence", "status", "attempts",
+                     "max_attempts", "next_attempt_at", "created_at", "updated_at")
+
+
+def _insert_deliveries(rows: list[tuple]) -> int:
+    """Multi-row INSERT .. ON CONFLICT DO NOTHING, written once (this is the fan-out's hot path)."""
+    columns = ", ".join(f'"{name}"' for name in _DELIVERY_COLUMNS)
+    row_marks = "(" + ", ".join("?" * len(_DELIVERY_COLUMNS)) + ")"
     # Chunks keep each statement well under SQLite's bound-parameter limit.
     for start in range(0, len(rows), 200):
-        (WebhookDelivery.insert_many(rows[start:start + 200])
-         .on_conflict_ignore().execute())
+        chunk = rows[start:start + 200]
+        execute(f'INSERT INTO "{WebhookDelivery._meta.table_name}" ({columns}) VALUES '
+                f'{", ".join([row_marks] * len(chunk))} ON CONFLICT DO NOTHING',
+                [value for row in chunk for value in row])
     return len(rows)
 
 
@@ -410,6 +422,7 @@ class Work:
 
     delivery_id: int
     attempt: int  # the number this attempt will have (1 = first)
+    max_attempts: int
     event_id: str
     event_name: str
     body: bytes
@@ -419,8 +432,9 @@ class Work:
 class Outcome:
     """What one attempt produced; `jobs.webhooks` fills it in, `record` stores it."""
 
-    delivery_id: int | None
+    delivery_id: int
     attempt: int
+    max_attempts: int
     attempted_at: dt.datetime
     ok: bool
     status_code: int | None = None
@@ -469,33 +483,43 @@ def endpoints_with_due_work(now: dt.datetime) -> list[int]:
     return [row[0] for row in query.tuples()]
 
 
+_CLAIM_SQL = (
+    'UPDATE "webhook_delivery" SET "claimed_until" = ? WHERE "id" IN ('
+    ' SELECT "d"."id" FROM "webhook_delivery" AS "d"'
+    ' JOIN "webhook_endpoint" AS "e" ON "e"."id" = "d"."endpoint_id"'
+    """ WHERE "d"."endpoint_id" = ? AND "e"."status" = 'active' AND "d"."status" IN ('pending', 'failed')"""
+    ' AND "d"."next_attempt_at" <= ? AND ("d"."claimed_until" IS NULL OR "d"."claimed_until" < ?)'
+    ' ORDER BY "d"."next_attempt_at", "d"."id" LIMIT ?)'
+    ' AND ("claimed_until" IS NULL OR "claimed_until" < ?)'
+    ' RETURNING "id", "attempts", "max_attempts", "event_id", "next_attempt_at"'
+)
+
+
 def claim_due(endpoint_id: int, limit: int, now: dt.datetime) -> list[Work]:
     """Claim up to `limit` due deliveries of an active endpoint, oldest due first.
 
-    The conditional UPDATE re-checks the claim in the same statement, so a delivery is never
-    handed to two senders at once; the claim expires after CLAIM_SECONDS, so one whose worker
-    died is sent again (at least once).
+    One conditional UPDATE picks and claims them: the claim condition is re-checked on each
+    row as it is written, so a delivery is never handed to two senders at once. The claim
+    expires after CLAIM_SECONDS, so one whose worker died is sent again (at least once).
+    Hand-written SQL: this runs for every batch of every delivery.
     """
-    due = (WebhookDelivery.select(WebhookDelivery.id).join(WebhookEndpoint)
-           .where((WebhookDelivery.endpoint == endpoint_id) & (WebhookEndpoint.status == "active") & _due(now))
-           .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id).limit(limit))
-    ids = [row[0] for row in due.tuples()]
-    if not ids:
-        return []
+    claimed_until = now + dt.timedelta(seconds=CLAIM_SECONDS)
     with atomic():
-        claimed = [row[0] for row in WebhookDelivery.update(claimed_until=now + dt.timedelta(seconds=CLAIM_SECONDS))
-                   .where(WebhookDelivery.id.in_(ids) & _due(now))
-                   .returning(WebhookDelivery.id).tuples().execute()]
+        claimed = execute(_CLAIM_SQL, (claimed_until, endpoint_id, now, now, limit, now)).fetchall()
     if not claimed:
         return []
-    # The body is the event's JSON exactly as stored when it was emitted (cast to text so the
-    # field is not parsed and re-serialized): every attempt and replay sends the same bytes.
-    rows = (WebhookDelivery.select(WebhookDelivery.id, WebhookDelivery.attempts, Event.public_id, Event.name,
-                                   Event.payload.cast("TEXT"))
-            .join(Event).where(WebhookDelivery.id.in_(claimed))
-            .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id).tuples())
-    return [Work(delivery_id, attempts + 1, event_id, name, raw.encode()) for delivery_id, attempts, event_id, name, raw
-            in rows]
+    # The body is the event's JSON text exactly as stored when it was emitted (read raw, never
+    # parsed and re-serialized): every attempt and every replay sends the same bytes.
+    event_ids = sorted({row[3] for row in claimed})
+    events = {row[0]: row[1:] for row in execute(
+        f'SELECT "id", "public_id", "name", "payload" FROM "{Event._meta.table_name}" WHERE "id" IN '
+        f'({", ".join("?" * len(event_ids))})', event_ids).fetchall()}
+    works = []
+    for delivery_id, attempts, max_attempts, event_id, _due_at in sorted(claimed, key=lambda row: (str(row[4]),
+                                                                                                   row[0])):
+        public_id, name, payload = events[event_id]
+        works.append(Work(delivery_id, attempts + 1, max_attempts, public_id, name, payload.encode()))
+    return works
 
 
 def retry_delay(attempts_made: int, rng: random.Random | None = None) -> float:
@@ -515,43 +539,56 @@ def record(endpoint_id: int, outcomes: Sequence[Outcome], rng: random.Random | N
 
     A delivery moves only while it is still open: one cancelled meanwhile (its endpoint was
     deleted) keeps its status, though the attempt that was already on the wire is logged.
+    The SQL is written once by hand: this runs for every delivery, beside the HTTP it records.
     """
     if not outcomes:
         return
-    by_id = {
-        row.id: row for row in WebhookDelivery.select(WebhookDelivery.id, WebhookDelivery.max_attempts)
-        .where(WebhookDelivery.id.in_([o.delivery_id for o in outcomes if o.delivery_id is not None]))
-    }
     with atomic():
-        WebhookAttempt.insert_many([{
-            "delivery": outcome.delivery_id, "number": outcome.attempt, "attempted_at": outcome.attempted_at,
-            "outcome": "delivered" if outcome.ok else "failed", "status_code": outcome.status_code,
-            "latency_ms": outcome.latency_ms, "response_excerpt": _truncate(outcome.excerpt, EXCERPT_BYTES),
-            "error": _truncate(outcome.error, MAX_ERROR_CHARS),
-        } for outcome in outcomes if outcome.delivery_id in by_id]).execute()
+        _insert_attempts(outcomes)
         for outcome in outcomes:
-            delivery = by_id.get(outcome.delivery_id)
-            if delivery is not None:
-                _advance(delivery, outcome, rng)
+            execute(_ADVANCE_SQL, _advance_params(outcome, rng))
         _update_endpoint_health(endpoint_id, outcomes)
 
 
-def _advance(delivery: WebhookDelivery, outcome: Outcome, rng: random.Random | None) -> None:
-    changes: dict = {"attempts": outcome.attempt, "claimed_until": None, "updated_at": outcome.attempted_at,
-                     "last_status_code": outcome.status_code}
+_ATTEMPT_COLUMNS = ("delivery_id", "number", "attempted_at", "outcome", "status_code", "latency_ms",
+                    "response_excerpt", "error")
+# Only an open delivery moves (see record); OPEN_STATUSES spelled out.
+_ADVANCE_SQL = (
+    'UPDATE "webhook_delivery" SET "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "claimed_until" = NULL, '
+    '"last_status_code" = ?, "last_error" = ?, "updated_at" = ?, "delivered_at" = COALESCE(?, "delivered_at") '
+    """WHERE "id" = ? AND "status" IN ('pending', 'failed')"""
+)
+
+
+def _insert_attempts(outcomes: Sequence[Outcome]) -> None:
+    columns = ", ".join(f'"{name}"' for name in _ATTEMPT_COLUMNS)
+    row_marks = "(" + ", ".join("?" * len(_ATTEMPT_COLUMNS)) + ")"
+    for start in range(0, len(outcomes), 200):
+        chunk = outcomes[start:start + 200]
+        params: list = []
+        for outcome in chunk:
+            params += [outcome.delivery_id, outcome.attempt, outcome.attempted_at,
+                       "delivered" if outcome.ok else "failed", outcome.status_code, outcome.latency_ms,
+                       _truncate(outcome.excerpt, EXCERPT_BYTES), _truncate(outcome.error, MAX_ERROR_CHARS)]
+        execute(f'INSERT INTO "{WebhookAttempt._meta.table_name}" ({columns}) VALUES '
+                f'{", ".join([row_marks] * len(chunk))}', params)
+
+
+def _advance_params(outcome: Outcome, rng: random.Random | None) -> tuple:
+    """Parameters of _ADVANCE_SQL: delivered, failed with a retry scheduled, or exhausted."""
     if outcome.ok:
-        changes.update(status="delivered", next_attempt_at=None, delivered_at=outcome.attempted_at, last_error=None)
+        status, next_at, error, delivered_at = "delivered", None, None, outcome.attempted_at
     else:
-        changes["last_error"] = _truncate(outcome.error, MAX_ERROR_CHARS)
-        if outcome.attempt >= delivery.max_attempts or outcome.attempt >= len(RETRY_SCHEDULE):
-            changes.update(status="exhausted", next_attempt_at=None)
+        error, delivered_at = _truncate(outcome.error, MAX_ERROR_CHARS), None
+        if outcome.attempt >= min(outcome.max_attempts, len(RETRY_SCHEDULE)):
+            status, next_at = "exhausted", None
         else:
             delay = retry_delay(outcome.attempt, rng)
             if outcome.retry_after is not None:
                 delay = max(delay, min(outcome.retry_after, MAX_RETRY_AFTER))
-            changes.update(status="failed", next_attempt_at=outcome.attempted_at + dt.timedelta(seconds=delay))
-    (WebhookDelivery.update(**changes)
-     .where((WebhookDelivery.id == delivery.id) & WebhookDelivery.status.in_(OPEN_STATUSES)).execute())
+            status, next_at = "failed", outcome.attempted_at + dt.timedelta(seconds=delay)
+    return (status, outcome.attempt, next_at, outcome.status_code, error, outcome.attempted_at, delivered_at,
+            outcome.delivery_id)
 
 
 def _update_endpoint_health(endpoint_id: int, outcomes: Sequence[Outcome]) -> None:

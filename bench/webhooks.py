@@ -1,0 +1,258 @@
+"""Webhook deliveries per second through the whole pipeline against a bare loop of the same POSTs.
+
+    .venv/bin/python -m bench.webhooks [--events 3000] [--rounds 2]
+
+A receiver runs in its own process (HTTPS on 127.0.0.1, a trustme certificate, keep-alive;
+it counts requests and distinct event ids). Each round:
+
+- bare: ENDPOINT_CONCURRENCY threads POST N signed bodies through the delivery client (the same
+  pooled session, address vetting and signing as deliveries), nothing else;
+- pipeline: N events committed to the outbox, then fan-out and a drain of the endpoint until
+  every delivery is recorded: claims, the HTTP, the attempt log, retries bookkeeping.
+
+Both use the same client and the same concurrency; the ratio pipeline/bare is the cost of the
+bookkeeping. Storage is a fresh SQLite file unless SVC_DATABASE_URL is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import requests
+
+from bench.common import ROOT, free_port
+
+STATS_PATH = "/_stats"
+
+
+# --- the receiver (its own process) --------------------------------------------------------
+
+
+def serve(port: int, cert: str, key: str) -> None:
+    """A minimal HTTP/1.1 keep-alive receiver: answers 200 to every POST, counts event ids."""
+    received = 0
+    event_ids: set[str] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal received
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                event_id = None
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    name = name.strip().lower()
+                    if name == b"content-length":
+                        length = int(value)
+                    elif name == b"x-service-event-id":
+                        event_id = value.strip().decode()
+                if length:
+                    await reader.readexactly(length)
+                if head.startswith(b"GET " + STATS_PATH.encode()):
+                    body = orjson.dumps({"received": received, "unique": len(event_ids)})
+                else:
+                    received += 1
+                    if event_id:
+                        event_ids.add(event_id)
+                    body = b"ok"
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        server = await asyncio.start_server(handle, "127.0.0.1", port, ssl=context, backlog=256)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+def start_receiver(workdir: Path) -> tuple[subprocess.Popen, int, str]:
+    import trustme
+
+    ca = trustme.CA()
+    ca_path = workdir / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    server_cert = ca.issue_cert("localhost", "127.0.0.1")
+    cert_path, key_path = workdir / "cert.pem", workdir / "key.pem"
+    server_cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))
+    server_cert.private_key_pem.write_to_path(str(key_path))
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "bench.webhooks", "--serve", str(port),
+                                "--cert", str(cert_path), "--key", str(key_path)], cwd=ROOT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            requests.get(f"https://127.0.0.1:{port}{STATS_PATH}", verify=str(ca_path), timeout=1)
+            return process, port, str(ca_path)
+        except requests.RequestException:
+            time.sleep(0.05)
+    process.kill()
+    raise SystemExit("the receiver did not start")
+
+
+def receiver_stats(port: int, ca_path: str) -> dict:
+    return requests.get(f"https://127.0.0.1:{port}{STATS_PATH}", verify=ca_path, timeout=5).json()
+
+
+# --- the two runs --------------------------------------------------------------------------
+
+
+def install_settings(workdir: Path, ca_path: str):
+    from config import load_settings, use_settings
+
+    # A fresh data dir always (the queue file, the SQLite database); the outbox lives in
+    # SVC_DATABASE_URL only when one is given on purpose.
+    env = {"SVC_DATA_DIR": str(workdir / "data"), "SVC_WEBHOOK_ALLOW_PRIVATE": "true",
+           "SVC_WEBHOOK_CA_BUNDLE": ca_path}
+    if os.environ.get("SVC_DATABASE_URL"):
+        env["SVC_DATABASE_URL"] = os.environ["SVC_DATABASE_URL"]
+    settings = use_settings(load_settings(env))
+    from models import db
+
+    db.init_db(settings)
+    db.upgrade()
+    return settings
+
+
+def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrency: int) -> float:
+    """The same signed POSTs through the same client at the same concurrency; returns seconds."""
+    from jobs import webhooks as jobs
+    from models import ssrf
+
+    client = jobs.delivery_client()
+    target = ssrf.parse_target(url)
+    addresses = jobs.vetted_addresses(target)
+    cursor = iter(range(len(bodies)))
+    lock = threading.Lock()
+    failures = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                index = next(cursor, None)
+            if index is None:
+                return
+            event_id, body = bodies[index]
+            response = jobs.post_signed(client, target, addresses, secret, event_id, "message.sent", body)
+            if not response.ok:
+                failures.append(response.error)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"bare loop: {len(failures)} failures, e.g. {failures[0]}")
+    return elapsed
+
+
+def pipeline(tenant_id: int, endpoint_id: int, count: int) -> tuple[float, float]:
+    """Commit `count` events, then fan out and drain; returns (total seconds, fan-out seconds)."""
+    from jobs import webhooks as jobs
+    from models import events, webhooks
+    from models.db import atomic
+    from models.webhooks import WebhookDelivery
+
+    with atomic():
+        for index in range(count):
+            events.emit(tenant_id, "message.sent", sample(index))
+    started = time.perf_counter()
+    while webhooks.fan_out(jobs.FAN_OUT_BATCH).events:
+        pass
+    fanned = time.perf_counter() - started
+    jobs.drain(endpoint_id, slice_seconds=3600)
+    elapsed = time.perf_counter() - started
+    open_deliveries = WebhookDelivery.select().where(WebhookDelivery.status != "delivered").count()
+    if open_deliveries:
+        raise SystemExit(f"pipeline: {open_deliveries} deliveries not delivered")
+    return elapsed, fanned
+
+
+def sample(index: int) -> dict:
+    return {"account_id": "wacc_bench", "campaign_id": "cmp_bench", "recipient": f"57300{index:07d}",
+            "external_contact_id": f"contact-{index}", "wam_id": f"wamid.bench{index}", "status": "sent",
+            "timestamp": "2025-01-01T10:00:00Z"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cert", help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.cert, args.key)
+        return
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-webhooks-"))
+    receiver, port, ca_path = start_receiver(workdir)
+    try:
+        install_settings(workdir, ca_path)
+        from jobs import webhooks as jobs
+        from models import webhooks
+        from models.db import connection
+        from models.ids import new_id
+        from models.tenants import create_tenant
+
+        url = f"https://localhost:{port}/hooks"
+        with connection():
+            tenant = create_tenant("Bench Co")
+            endpoint, secret = webhooks.create_endpoint(tenant.id, url, ["message.sent"])
+            concurrency = jobs.ENDPOINT_CONCURRENCY
+            bodies = [(new_id("evt_"), orjson.dumps({"event": "message.sent", **sample(index)}))
+                      for index in range(args.events)]
+            bare_loop(url, secret, bodies[:300], concurrency)  # warm-up: connections, TLS sessions
+            bare_best = pipeline_best = float("inf")
+            fan_out_time = 0.0
+            for _ in range(args.rounds):
+                before = receiver_stats(port, ca_path)
+                bare_best = min(bare_best, bare_loop(url, secret, bodies, concurrency))
+                middle = receiver_stats(port, ca_path)
+                elapsed, fanned = pipeline(tenant.id, endpoint.id, args.events)
+                after = receiver_stats(port, ca_path)
+                if middle["received"] - before["received"] != args.events:
+                    raise SystemExit("the receiver did not get every bare POST")
+                if (after["received"] - middle["received"], after["unique"] - middle["unique"]) != (
+                        args.events, args.events):
+                    raise SystemExit(f"pipeline: expected {args.events} distinct events exactly once, got {after}")
+                if elapsed < pipeline_best:
+                    pipeline_best, fan_out_time = elapsed, fanned
+    finally:
+        receiver.terminate()
+        receiver.wait(timeout=10)
+
+    bare_rate = args.events / bare_best
+    pipeline_rate = args.events / pipeline_best
+    engine = "postgresql" if os.environ.get("SVC_DATABASE_URL") else "sqlite"
+    print(f"events per round:  {args.events}  (concurrency {concurrency}, {engine}, best of {args.rounds})")
+    print(f"bare signed POSTs: {bare_rate:8.0f} /s")
+    print(f"pipeline:          {pipeline_rate:8.0f} deliveries/s  (fan-out {fan_out_time * 1000:.0f} ms of "
+          f"{pipeline_best * 1000:.0f} ms)")
+    print(f"ratio:             {pipeline_rate / bare_rate:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
