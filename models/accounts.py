@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
+from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField, fn
 
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.errors import NotFound
+from models.errors import Invalid, NotFound
 from models.tenants import Tenant
 
 COEXISTENCE_MPS = 20
@@ -172,3 +172,106 @@ def window_open(account_id: int, wa_id: str, now: dt.datetime | None = None) -> 
     now = now or utcnow()
     window = ContactWindow.get_or_none((ContactWindow.account == account_id) & (ContactWindow.wa_id == wa_id))
     return window is not None and window.last_inbound_at > now - CUSTOMER_WINDOW
+
+
+# Administration and platform-driven changes (numbers and templates area).
+
+# The platform's messaging-limit tiers: unique users a number may start conversations with per
+# moving 24 hours. TIER_UNLIMITED is the only tier without a cap (None).
+TIER_LIMITS: dict[str, int | None] = {
+    "TIER_50": 50,
+    "TIER_250": 250,
+    "TIER_1K": 1000,
+    "TIER_2K": 2000,
+    "TIER_10K": 10000,
+    "TIER_100K": 100000,
+    "TIER_UNLIMITED": None,
+}
+DEFAULT_DAILY_LIMIT = 250
+ADMIN_PAUSE = "administrator"
+
+
+def daily_limit_for_tier(tier: str | None, current: int | None = DEFAULT_DAILY_LIMIT) -> int | None:
+    """The daily limit of a messaging tier; an unknown or missing tier keeps `current`.
+
+    Keeping the current value matters: None means unlimited, so guessing None for a tier we do
+    not recognise would lift the cap.
+    """
+    if tier is None:
+        return current
+    return TIER_LIMITS.get(tier.strip().upper(), current)
+
+
+def find_account(public_id: str) -> MessagingAccount:
+    """Any tenant's account by its public id: for administrators (svcctl) only."""
+    account = MessagingAccount.get_or_none(MessagingAccount.public_id == public_id)
+    if account is None:
+        raise NotFound(f"no account {public_id}", code="account_not_found")
+    return account
+
+
+def accounts_of(tenant_id: int):
+    return MessagingAccount.select().where(MessagingAccount.tenant == tenant_id).order_by(MessagingAccount.id)
+
+
+def messages_sent_today_by_account(account_ids: list[int], now: dt.datetime | None = None) -> dict[int, int]:
+    """`messages_sent_today` for many accounts in one query (accounts without sends are absent)."""
+    if not account_ids:
+        return {}
+    since = (now or utcnow()) - CUSTOMER_WINDOW
+    query = (BusinessInitiated.select(BusinessInitiated.account, fn.COUNT(BusinessInitiated.id).alias("sent"))
+             .where(BusinessInitiated.account.in_(account_ids) & (BusinessInitiated.last_sent_at > since))
+             .group_by(BusinessInitiated.account))
+    return {row.account_id: row.sent for row in query}
+
+
+def approved_templates(account_id: int):
+    """What a company may send with: approved by the platform and still present there."""
+    return (Template.select()
+            .where((Template.account == account_id) & (Template.status == "approved") & Template.active)
+            .order_by(Template.name, Template.language))
+
+
+def pause_account(account_id: int, reason: str) -> bool:
+    """Pause a number; True when it was active. The reason is kept for `resume_account`."""
+    return (MessagingAccount.update(status="paused", paused_reason=reason[:255])
+            .where((MessagingAccount.id == account_id) & (MessagingAccount.status == "active"))
+            .execute()) == 1
+
+
+def resume_account(account_id: int, paused_for: str | None = None) -> bool:
+    """Resume a paused number; with `paused_for`, only when it was paused for that reason.
+
+    The platform lifting a flag must not resume a number an administrator paused (and the other
+    way round), hence the reason prefix check.
+    """
+    condition = (MessagingAccount.id == account_id) & (MessagingAccount.status == "paused")
+    if paused_for is not None:
+        condition &= MessagingAccount.paused_reason.startswith(paused_for)
+    return (MessagingAccount.update(status="active", paused_reason=None).where(condition).execute()) == 1
+
+
+def set_sending_limits(account: MessagingAccount, mps: int | None = None, daily_limit: int | None = None,
+                       unlimited: bool = False) -> MessagingAccount:
+    """An administrator's pacing (`mps`) and daily-limit override.
+
+    Coexistence numbers are capped at 20 messages/s by the platform itself; pacing one faster
+    would only buy throttling errors (130429), so a higher value is refused rather than stored.
+    """
+    if mps is not None:
+        if not 1 <= mps <= MAX_MPS:
+            raise Invalid(f"mps must be between 1 and {MAX_MPS}")
+        if account.connection_mode == "coexistence" and mps > COEXISTENCE_MPS:
+            raise Invalid(f"coexistence numbers are capped at {COEXISTENCE_MPS} messages/s by the platform; "
+                          f"{mps} is not possible for {account.public_id}")
+        account.mps = mps
+    if daily_limit is not None and unlimited:
+        raise Invalid("give either a daily limit or unlimited, not both")
+    if daily_limit is not None:
+        if daily_limit < 1:
+            raise Invalid("the daily limit must be at least 1")
+        account.daily_limit = daily_limit
+    elif unlimited:
+        account.daily_limit = None
+    account.save()
+    return account

@@ -1,0 +1,322 @@
+"""The messaging platform from our side: the Graph client factory, and its webhooks.
+
+A webhook POST is stored as one batch row and acknowledged at once; the worker processes it
+later (`process_batch`). Processing is safe to repeat, because the platform redelivers batches
+and a lost enqueue is made up for by a sweep:
+
+- inbound messages and business-app echoes are deduplicated by wamid (`ProcessedMessage`, a
+  unique key inserted in the same transaction as the event it guards);
+- template, quality and account updates set state, so applying one twice changes nothing;
+- status updates go to `models.statuses.apply_status_updates`, which keeps statuses moving
+  forward only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from peewee import CharField, DateTimeField, IntegerField, TextField
+
+from config import get_settings
+from messaging.client import GraphClient
+from messaging.webhooks import (
+    AccountUpdate,
+    EchoMessage,
+    InboundMessage,
+    PhoneQualityUpdate,
+    StatusUpdate,
+    TemplateStatusUpdate,
+    parse_notification,
+)
+from models import accounts
+from models.accounts import MessagingAccount
+from models.base import BaseModel
+from models.clock import isoformat, to_utc_naive, utcnow
+from models.db import atomic
+from models.events import emit
+from models.secrets import decrypt
+
+log = logging.getLogger(__name__)
+
+# A claim older than this belongs to a worker that died while processing; the sweep takes it over.
+CLAIM_TIMEOUT = dt.timedelta(minutes=5)
+# After this many failed runs a batch is left alone (and logged) instead of failing forever.
+MAX_ATTEMPTS = 20
+
+QUALITY_FLAGGED = "quality_flagged"
+ACCOUNT_RESTRICTED = "account_restricted"
+ACCOUNT_DISABLED = "account_disabled"
+
+
+def graph_client() -> GraphClient:
+    """The process's Graph API client for the configured platform (one pooled session)."""
+    settings = get_settings()
+    return _client_for(settings.graph_url, settings.graph_version, settings.app_id, settings.app_secret)
+
+
+@functools.lru_cache(maxsize=4)
+def _client_for(graph_url: str, version: str, app_id: str, app_secret: str) -> GraphClient:
+    # Keyed by the settings it is built from: tests (and `svcctl`) switch platforms in one process.
+    return GraphClient(graph_url, version, app_id=app_id, app_secret=app_secret)
+
+
+def account_token(account: MessagingAccount) -> str:
+    """The number's platform access token, decrypted; only ready accounts have one."""
+    if not account.access_token:
+        raise ValueError(f"account {account.public_id} has no access token (onboarding incomplete)")
+    return decrypt(account.access_token)
+
+
+class PlatformWebhookBatch(BaseModel):
+    """One signed POST from the platform, exactly as received."""
+
+    body = TextField()
+    received_at = DateTimeField(default=utcnow)
+    claimed_at = DateTimeField(null=True)
+    # Inbound, echo, template, quality and account updates are applied, with their events.
+    applied_at = DateTimeField(null=True)
+    # Everything is done, statuses included.
+    processed_at = DateTimeField(null=True)
+    attempts = IntegerField(default=0)
+    last_error = TextField(null=True)
+
+    class Meta:
+        indexes = ((("processed_at", "id"), False),)
+
+
+class ProcessedMessage(BaseModel):
+    """An inbound message or echo whose event exists: the platform may deliver it again."""
+
+    wamid = CharField(max_length=255, unique=True)
+    kind = CharField(max_length=16)
+    processed_at = DateTimeField(default=utcnow)
+
+
+def store_batch(raw: bytes) -> PlatformWebhookBatch:
+    """Keep a verified POST for the worker; call inside a transaction."""
+    return PlatformWebhookBatch.create(body=raw.decode())
+
+
+def pending_batches(older_than: dt.timedelta, limit: int = 200) -> list[int]:
+    """Batches a sweep should (re)process: unfinished, not freshly received, not given up on."""
+    now = utcnow()
+    query = (PlatformWebhookBatch.select(PlatformWebhookBatch.id)
+             .where(PlatformWebhookBatch.processed_at.is_null()
+                    & (PlatformWebhookBatch.received_at < now - older_than)
+                    & (PlatformWebhookBatch.attempts < MAX_ATTEMPTS)
+                    & (PlatformWebhookBatch.claimed_at.is_null()
+                       | (PlatformWebhookBatch.claimed_at < now - CLAIM_TIMEOUT)))
+             .order_by(PlatformWebhookBatch.id).limit(limit))
+    return [row.id for row in query]
+
+
+@dataclass
+class BatchOutcome:
+    """What a processed batch asks of the worker once committed."""
+
+    claimed: bool = False
+    events: int = 0
+    statuses_applied: bool = False
+    resync_templates: set[int] = field(default_factory=set)
+    refresh_numbers: set[int] = field(default_factory=set)
+
+
+def process_batch(batch_id: int) -> BatchOutcome:
+    """Apply one stored batch.
+
+    1. Claim it with a conditional UPDATE: no other worker holds a fresh claim on it.
+    2. Unless done before, apply every update but the statuses, with their events, and stamp
+       `applied_at`, all in one transaction (so the events exist exactly once).
+    3. Hand the statuses to `models.statuses.apply_status_updates` and stamp `processed_at` in
+       one transaction. While that function is not available yet (NotImplementedError) the
+       batch stays unprocessed, for the sweep to finish later.
+    4. Release the claim whatever happened.
+    """
+    outcome = BatchOutcome()
+    now = utcnow()
+    claimed = (PlatformWebhookBatch.update(claimed_at=now)
+               .where((PlatformWebhookBatch.id == batch_id) & PlatformWebhookBatch.processed_at.is_null()
+                      & (PlatformWebhookBatch.claimed_at.is_null()
+                         | (PlatformWebhookBatch.claimed_at < now - CLAIM_TIMEOUT)))
+               .execute())
+    if claimed != 1:
+        return outcome
+    outcome.claimed = True
+    batch = PlatformWebhookBatch.get_by_id(batch_id)
+    error: str | None = None
+    try:
+        updates = parse_notification(_without_nul(orjson.loads(batch.body)))
+        statuses = [update for update in updates if isinstance(update, StatusUpdate)]
+        if batch.applied_at is None:
+            with atomic():
+                for update in updates:
+                    if not isinstance(update, StatusUpdate):
+                        _apply(update, outcome)
+                PlatformWebhookBatch.update(applied_at=utcnow()).where(
+                    PlatformWebhookBatch.id == batch_id).execute()
+        outcome.statuses_applied = _apply_statuses(batch_id, statuses)
+    except Exception as exc:  # recorded on the batch; the sweep retries it
+        log.exception("platform webhook batch %s failed", batch_id)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+    finally:
+        changes: dict[Any, Any] = {PlatformWebhookBatch.claimed_at: None}
+        if error is not None:
+            # Only failures count: waiting for status handling to exist is not one.
+            changes[PlatformWebhookBatch.last_error] = error
+            changes[PlatformWebhookBatch.attempts] = PlatformWebhookBatch.attempts + 1
+        PlatformWebhookBatch.update(changes).where(PlatformWebhookBatch.id == batch_id).execute()
+    return outcome
+
+
+def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:
+    from models.statuses import apply_status_updates
+
+    try:
+        with atomic():
+            if statuses:
+                apply_status_updates(statuses)
+            PlatformWebhookBatch.update(processed_at=utcnow()).where(
+                PlatformWebhookBatch.id == batch_id).execute()
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _without_nul(value: Any) -> Any:
+    # PostgreSQL text cannot hold NUL; a JSON "\u0000" would make every retry of the batch fail.
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _without_nul(item) for key, item in value.items()}
+    return value
+
+
+def _apply(update: Any, outcome: BatchOutcome) -> None:
+    if isinstance(update, InboundMessage):
+        _apply_inbound(update, outcome)
+    elif isinstance(update, EchoMessage):
+        _apply_echo(update, outcome)
+    elif isinstance(update, TemplateStatusUpdate):
+        _apply_template_status(update, outcome)
+    elif isinstance(update, PhoneQualityUpdate):
+        _apply_quality(update, outcome)
+    elif isinstance(update, AccountUpdate):
+        _apply_account_update(update)
+
+
+def _account_for_number(phone_number_id: str) -> MessagingAccount | None:
+    account = MessagingAccount.get_or_none(MessagingAccount.phone_id == phone_number_id)
+    if account is None:
+        log.info("platform webhook for unknown phone number %s ignored", phone_number_id)
+    return account
+
+
+def _first_time(wamid: str, kind: str) -> bool:
+    """Record the wamid; False when it was recorded before (a redelivery)."""
+    inserted = (ProcessedMessage.insert(wamid=wamid[:255], kind=kind)
+                .on_conflict_ignore().as_rowcount().execute())
+    return inserted == 1
+
+
+def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
+    account = _account_for_number(message.phone_number_id)
+    if account is None or not _first_time(message.wamid, "inbound"):
+        return
+    at = to_utc_naive(message.timestamp)
+    accounts.open_window(account.id, message.from_wa_id, at)
+    emit(account.tenant_id, "message.inbound.created", {
+        "account_id": account.public_id,
+        "from": message.from_wa_id,
+        "type": message.type,
+        "body": message.body,
+        "wam_id": message.wamid,
+        "timestamp": isoformat(at),
+    })
+    outcome.events += 1
+
+
+def _apply_echo(message: EchoMessage, outcome: BatchOutcome) -> None:
+    account = _account_for_number(message.phone_number_id)
+    if account is None or not _first_time(message.wamid, "echo"):
+        return
+    emit(account.tenant_id, "message.echo.created", {
+        "account_id": account.public_id,
+        "direction": "outgoing_from_business_app",
+        "to": message.to_wa_id,
+        "type": message.type,
+        "body": message.body,
+        "wam_id": message.wamid,
+        "timestamp": isoformat(to_utc_naive(message.timestamp)),
+    })
+    outcome.events += 1
+
+
+def _apply_template_status(update: TemplateStatusUpdate, outcome: BatchOutcome) -> None:
+    from models.templates_sync import apply_template_status
+
+    outcome.resync_templates |= apply_template_status(update)
+
+
+def _apply_quality(update: PhoneQualityUpdate, outcome: BatchOutcome) -> None:
+    """FLAGGED pauses the number (quality RED); UNFLAGGED resumes it if that was the reason;
+    a tier change moves the daily limit."""
+    phone = "+" + "".join(ch for ch in update.display_phone_number or "" if ch.isdigit())
+    query = MessagingAccount.select().where((MessagingAccount.business_account_id == update.waba_id)
+                                            & (MessagingAccount.phone_number == phone))
+    event = update.event.upper()
+    for account in query:
+        changes: dict[Any, Any] = {}
+        if update.current_limit:
+            limit = accounts.daily_limit_for_tier(update.current_limit, account.daily_limit)
+            if limit != account.daily_limit:
+                changes[MessagingAccount.daily_limit] = limit
+        if event == "FLAGGED":
+            changes[MessagingAccount.quality_rating] = "RED"
+        if changes:
+            MessagingAccount.update(changes).where(MessagingAccount.id == account.id).execute()
+        if event == "FLAGGED":
+            accounts.pause_account(account.id, f"{QUALITY_FLAGGED}: the platform flagged the number's quality (RED)")
+        elif event == "UNFLAGGED":
+            accounts.resume_account(account.id, paused_for=QUALITY_FLAGGED)
+            # The event does not say which rating the number is back to; the worker asks.
+            outcome.refresh_numbers.add(account.id)
+
+
+def _apply_account_update(update: AccountUpdate) -> None:
+    """Restrictions and bans pause the business account's numbers; lifting them resumes the
+    numbers paused for that reason (never those an administrator paused)."""
+    event = update.event.upper()
+    numbers = MessagingAccount.select(MessagingAccount.id).where(
+        MessagingAccount.business_account_id == update.waba_id)
+    phone = update.raw.get("phone_number")
+    if phone:
+        numbers = numbers.where(MessagingAccount.phone_number == "+" + "".join(
+            ch for ch in str(phone) if ch.isdigit()))
+    account_ids = [row.id for row in numbers]
+    if event == "ACCOUNT_RESTRICTION":
+        restrictions = update.restriction_info or []
+        if restrictions:
+            kinds = ", ".join(sorted({str(item.get("restriction_type", "restricted")) for item in restrictions}))
+            for account_id in account_ids:
+                accounts.pause_account(account_id, f"{ACCOUNT_RESTRICTED}: {kinds}")
+        else:
+            for account_id in account_ids:
+                accounts.resume_account(account_id, paused_for=ACCOUNT_RESTRICTED)
+    elif event == "DISABLED_UPDATE":
+        state = str((update.ban_info or {}).get("waba_ban_state", "")).upper()
+        if state in {"DISABLE", "SCHEDULE_FOR_DISABLE"}:
+            for account_id in account_ids:
+                accounts.pause_account(account_id, f"{ACCOUNT_DISABLED}: {state.lower()}")
+        elif state == "REINSTATE":
+            for account_id in account_ids:
+                accounts.resume_account(account_id, paused_for=ACCOUNT_DISABLED)
+    else:
+        log.info("platform account_update %s for %s: nothing to do", event, update.waba_id)
+
