@@ -1,3 +1,125 @@
-"""API routes of the campaigns area."""
+"""POST/GET /campaigns, GET /campaigns/{id}, GET /campaigns/{id}/recipients, POST /campaigns/{id}/cancel."""
 
-ROUTES: list = []
+from __future__ import annotations
+
+from api.errors import validation_error
+from api.operation import Reply, operation
+from api.pagination import paginate
+from api.schemas import PAGE_QUERY, DataOnly, Output, Page
+from jobs.campaigns import enqueue_dispatch, notify_events
+from models import campaigns
+from models.campaigns import CAMPAIGN_STATUSES, RECIPIENT_STATUSES, CampaignInput
+
+
+class Campaign(Output):
+    id: str
+    external_reference: str | None
+    account_id: str | None
+    template_name: str | None
+    template_language: str | None
+    status: str
+    total_recipients: int
+    reserved_credits: int
+    consumed_credits: int
+    released_credits: int
+    refunded_credits: int
+    queued: int
+    sent: int
+    delivered: int
+    read: int
+    failed: int
+    pending: int
+    cancelled: int
+    hold_reason: str | None
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+
+
+class CampaignRecipient(Output):
+    id: str
+    wa_id: str
+    external_contact_id: str | None
+    status: str
+    attempts: int
+    last_error: str | None
+    message_id: str | None
+    sent_at: str | None
+    created_at: str | None
+
+
+STATUS_QUERY = ("status", {"type": "string", "enum": list(CAMPAIGN_STATUSES)}, "only campaigns in this status")
+RECIPIENT_QUERY = (
+    ("page", {"type": "integer", "minimum": 1, "default": 1}, "page number"),
+    ("per_page", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "items per page"),
+    ("status", {"type": "string", "enum": list(RECIPIENT_STATUSES)}, "only recipients in this status"),
+)
+ERRORS = (401, 403, 404, 429)
+
+
+def _status_param(req, allowed: tuple[str, ...]) -> str | None:
+    status = req.get_param("status")
+    if status is not None and status not in allowed:
+        raise validation_error({"status": [f"status must be one of {', '.join(allowed)}"]})
+    return status
+
+
+class CampaignsResource:
+    @operation("Create a campaign", scope="campaigns:write", body=CampaignInput,
+               responses={201: DataOnly[Campaign]}, errors=(401, 403, 404, 409, 422, 429), rate_limit=60,
+               tags=("campaigns",),
+               description="Reserves one credit per recipient and queues the campaign. 422 codes: "
+                           "`account_inactive`, `account_not_ready`, `template_not_approved`, "
+                           "`variable_count_mismatch` (details name the recipient index), "
+                           "`insufficient_credits`, `wallet_paused`, `validation_failed`.")
+    def on_post(self, req, resp) -> Reply:
+        campaign = campaigns.create_campaign(req.context.tenant_id, req.context.body)
+        data = campaigns.campaign_dict(campaign)
+        notify_events()
+        enqueue_dispatch(campaign.id)
+        return Reply(201, {"data": data})
+
+    @operation("List campaigns created through the API, newest first", scope="campaigns:read",
+               responses={200: Page[Campaign]}, errors=(401, 403, 422, 429), query=(STATUS_QUERY, *PAGE_QUERY),
+               tags=("campaigns",))
+    def on_get(self, req, resp) -> Reply:
+        status = _status_param(req, CAMPAIGN_STATUSES)
+        body = paginate(req, campaigns.campaigns_of(req.context.tenant_id, status), lambda row: row)
+        body["data"] = campaigns.campaign_dicts(body["data"])
+        return Reply(200, body)
+
+
+class CampaignResource:
+    @operation("Read a campaign with its counters and credits", scope="campaigns:read",
+               responses={200: DataOnly[Campaign]}, errors=ERRORS, tags=("campaigns",))
+    def on_get(self, req, resp, campaign_id: str) -> Reply:
+        campaign = campaigns.get_campaign(req.context.tenant_id, campaign_id)
+        return Reply(200, {"data": campaigns.campaign_dict(campaign)})
+
+
+class RecipientsResource:
+    @operation("List a campaign's recipients", scope="campaigns:read", responses={200: Page[CampaignRecipient]},
+               errors=(401, 403, 404, 422, 429), query=RECIPIENT_QUERY, tags=("campaigns",))
+    def on_get(self, req, resp, campaign_id: str) -> Reply:
+        campaign = campaigns.get_campaign(req.context.tenant_id, campaign_id)
+        status = _status_param(req, RECIPIENT_STATUSES)
+        body = paginate(req, campaigns.recipients_of(campaign, status), lambda row: row.as_dict(), max_per_page=200)
+        return Reply(200, body)
+
+
+class CancelResource:
+    @operation("Cancel a queued campaign", scope="campaigns:cancel", responses={200: DataOnly[Campaign]},
+               errors=(401, 403, 404, 409, 429), tags=("campaigns",),
+               description="Only while the campaign is `queued` (nothing sent yet); otherwise 409 "
+                           "`campaign_not_cancellable`. The reserved credits are released.")
+    def on_post(self, req, resp, campaign_id: str) -> Reply:
+        campaign = campaigns.cancel_campaign(req.context.tenant_id, campaign_id)
+        return Reply(200, {"data": campaigns.campaign_dict(campaign)})
+
+
+ROUTES = [
+    ("/campaigns", CampaignsResource()),
+    ("/campaigns/{campaign_id}", CampaignResource()),
+    ("/campaigns/{campaign_id}/recipients", RecipientsResource()),
+    ("/campaigns/{campaign_id}/cancel", CancelResource()),
+]

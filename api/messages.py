@@ -1,3 +1,96 @@
-"""API routes of the messages area."""
+"""POST /messages (single messages inside the 24-hour window) and GET /messages/{message_id}."""
 
-ROUTES: list = []
+from __future__ import annotations
+
+import re
+import time
+
+from api.errors import ApiError
+from api.operation import Reply, operation
+from api.schemas import DataOnly, Output
+from jobs.campaigns import notify_events
+from jobs.messages import enqueue_send
+from models import messages
+from models.messages import Message, MessageInput
+
+MAX_WAIT = 10.0  # seconds a client may ask to wait for the outcome (Prefer: wait=N)
+POLL_EVERY = 0.05
+_WAIT_PREFERENCE = re.compile(r"(?:^|[,;])\s*wait\s*=\s*\"?(\d+(?:\.\d+)?)\"?\s*(?=$|[,;])", re.I)
+
+
+class MessageError(Output):
+    code: str | None
+    message: str | None
+
+
+class MessageOut(Output):
+    id: str
+    wam_id: str | None
+    account_id: str | None
+    to: str
+    type: str
+    status: str
+    external_reference: str | None
+    credits_reserved: int
+    created_at: str | None
+    sent_at: str | None
+    error: MessageError | None
+
+
+def preferred_wait(header: str | None) -> float:
+    """Seconds from `Prefer: wait=N` (RFC 7240), at most 10; an unusable value is ignored."""
+    if not header:
+        return 0.0
+    match = _WAIT_PREFERENCE.search(header)
+    return min(MAX_WAIT, float(match.group(1))) if match else 0.0
+
+
+def _outcome(message_id: int, seconds: float) -> Message:
+    """The message once its send has an outcome, or as it is after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        message = Message.get_by_id(message_id)
+        if message.status != "queued" or time.monotonic() >= deadline:
+            return message
+        time.sleep(min(POLL_EVERY, max(0.0, deadline - time.monotonic())))
+
+
+class MessagesResource:
+    @operation("Send a single message inside the 24-hour customer window", scope="messages:write",
+               body=MessageInput, responses={202: DataOnly[MessageOut], 201: DataOnly[MessageOut]},
+               errors=(401, 403, 404, 409, 422, 429, 502), tags=("messages",),
+               description="Asynchronous: 202 with status `queued`. With `Prefer: wait=N` (N up to 10 s) the "
+                           "answer waits for the send: 201 with status `sent` and `wam_id`, or 502 "
+                           "`messaging_send_failed` when the platform rejected it (the credit is released), "
+                           "or the usual 202 when N seconds pass first. 422 codes: `outside_24h_window`, "
+                           "`account_not_ready`, `account_inactive`, `daily_limit_reached`, "
+                           "`insufficient_credits`, `wallet_paused`, `invalid_recipient`, `validation_failed`.")
+    def on_post(self, req, resp) -> Reply:
+        wait = preferred_wait(req.get_header("Prefer"))
+        message = messages.create_message(req.context.tenant_id, req.context.body)
+        account_public_id = req.context.body.account_id
+        queued = message.as_dict(account_public_id)
+        notify_events()
+        enqueue_send(message.id)
+        if not wait:
+            return Reply(202, {"data": queued})
+        applied = {"Preference-Applied": f"wait={wait:g}"}
+        message = _outcome(message.id, wait)
+        if message.status == "failed":
+            data = message.as_dict(account_public_id)
+            raise ApiError(502, "messaging_send_failed", f"the platform rejected the message: {message.last_error}",
+                           {"message": data, "error": data["error"]}, headers=applied)
+        if message.status == "queued":
+            return Reply(202, {"data": queued}, applied)
+        return Reply(201, {"data": message.as_dict(account_public_id)}, applied)
+
+
+class MessageResource:
+    @operation("Read a single message", scope="messages:write", responses={200: DataOnly[MessageOut]},
+               errors=(401, 403, 404, 429), tags=("messages",))
+    def on_get(self, req, resp, message_id: str) -> Reply:
+        message = messages.get_message(req.context.tenant_id, message_id)
+        return Reply(200, {"data": message.as_dict()})
+
+
+ROUTES = [("/messages", MessagesResource()), ("/messages/{message_id}", MessageResource())]

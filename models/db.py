@@ -135,3 +135,10 @@ def upgrade() -> list[str]:
     """Apply pending schema migrations; returns the names applied (none when up to date)."""
     with connection():
         return Runner(db.obj, directory=str(MIGRATIONS_DIR)).up()
+
+
+def skip_locked(query):
+    """A work-claim subquery: on PostgreSQL it locks the rows it picks and skips rows another
+    claimer holds, so concurrent claimers take disjoint work instead of queueing on each other.
+    SQLite runs one writer at a time, so it needs no lock (and has no FOR UPDATE)."""
+    return query.for_update(skip_locked=True) if is_postgres() else query

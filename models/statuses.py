@@ -1,8 +1,249 @@
-"""Applying the platform's message status updates to campaign recipients and single messages."""
+"""Applying the platform's message status updates to campaign recipients and single messages.
+
+The platform batches status updates, retries them for days and does not keep their order, so
+every update is applied as a conditional UPDATE that only moves a row forward:
+
+    queued -> sent -> delivered -> read        (and queued / sent / delivered -> failed)
+
+A row that did not move is skipped, and only rows that moved get an event, so a duplicate or a
+late `delivered` after `read` changes nothing and emits nothing. A concurrent processor handling
+the same row waits on the row lock and then finds the status moved (READ COMMITTED re-checks the
+WHERE clause; SQLite runs writers one at a time), so each transition happens exactly once.
+
+Rows are found by wamid, or, for those still `queued` (the worker died, or its answer was lost,
+before the wamid was recorded), by the `biz_opaque_callback_data` the dispatcher sent: the
+recipient's `rcp_` id or the message's `msg_` id. Any status proves the platform accepted the
+message, so such a row is first accepted (credit consumed, `message.sent`), then moved on.
+A `failed` after acceptance refunds the credit.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
 
-def apply_status_updates(updates: list) -> None:
-    """Move recipients and messages forward by the platform's status updates (see models/campaigns)."""
-    raise NotImplementedError
+from peewee import Case
+
+from messaging.webhooks import StatusUpdate
+from models import accounts, credits
+from models.accounts import MessagingAccount
+from models.campaigns import (
+    Campaign,
+    CampaignRecipient,
+    emit_many,
+    finish_if_done,
+    message_event,
+    move_credits,
+    public_ids,
+)
+from models.clock import to_utc_naive, utcnow
+from models.db import atomic
+from models.messages import Message, event_fields
+
+RANK = {"pending": 0, "queued": 1, "sent": 2, "delivered": 3, "read": 4}
+CHUNK = 400  # ids per IN (...) list
+
+
+@dataclass
+class _Target:
+    """One recipient or message and the updates that name it in this call."""
+
+    row: Any
+    account: MessagingAccount
+    updates: list[StatusUpdate] = field(default_factory=list)
+
+    def latest(self, status: str) -> StatusUpdate | None:
+        found = [u for u in self.updates if u.status == status]
+        return max(found, key=lambda u: u.timestamp) if found else None
+
+    def earliest(self) -> StatusUpdate:
+        return min(self.updates, key=lambda u: u.timestamp)
+
+
+def apply_status_updates(updates: list[StatusUpdate]) -> None:
+    """Move recipients and messages forward by the platform's status updates (one transaction)."""
+    if not updates:
+        return
+    with atomic():
+        recipients = _targets(CampaignRecipient, "rcp_", updates)
+        messages = _targets(Message, "msg_", updates)
+        if recipients:
+            _apply_recipients(recipients)
+        if messages:
+            _apply_messages(messages)
+
+
+def _chunks(values: list, size: int = CHUNK):
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
+
+
+def _targets(model, prefix: str, updates: list[StatusUpdate]) -> dict[int, _Target]:
+    wamids = list({u.wamid for u in updates})
+    callbacks = list({u.callback_data for u in updates if u.callback_data and u.callback_data.startswith(prefix)})
+    rows: dict[int, Any] = {}
+    for chunk in _chunks(wamids):
+        rows.update({row.id: row for row in model.select().where(model.wam_id.in_(chunk))})
+    for chunk in _chunks(callbacks):
+        rows.update({row.id: row for row in model.select().where(model.public_id.in_(chunk))})
+    if not rows:
+        return {}
+    if model is CampaignRecipient:
+        campaign_ids = {row.campaign_id for row in rows.values()}
+        campaigns = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(campaign_ids)))}
+        account_of = {row_id: campaigns[row.campaign_id].account_id for row_id, row in rows.items()}
+    else:
+        account_of = {row_id: row.account_id for row_id, row in rows.items()}
+    account_rows = {a.id: a for a in MessagingAccount.select().where(
+        MessagingAccount.id.in_(list(set(account_of.values()))))}
+    by_wamid: dict[str, int] = {row.wam_id: row_id for row_id, row in rows.items() if row.wam_id}
+    by_public: dict[str, int] = {row.public_id: row_id for row_id, row in rows.items()}
+    targets: dict[int, _Target] = {}
+    for update in updates:
+        row_id = by_wamid.get(update.wamid)
+        if row_id is None and update.callback_data:
+            row_id = by_public.get(update.callback_data)
+            # The callback names the row, but a row that already has another wamid is another
+            # send: a status for a different wamid must not move it.
+            if row_id is not None and rows[row_id].wam_id not in (None, update.wamid):
+                row_id = None
+        if row_id is None:
+            continue
+        account = account_rows[account_of[row_id]]
+        if account.phone_id != update.phone_number_id:
+            continue  # another number's message: callback data is ours, but be strict anyway
+        target = targets.setdefault(row_id, _Target(rows[row_id], account))
+        target.updates.append(update)
+    return targets
+
+
+def _at(update: StatusUpdate | None) -> dt.datetime:
+    return to_utc_naive(update.timestamp) if update is not None else utcnow()
+
+
+def _error(update: StatusUpdate) -> dict[str, str]:
+    first = update.errors[0] if update.errors else {}
+    details = (first.get("error_data") or {}).get("details") if isinstance(first.get("error_data"), dict) else None
+    return {"code": str(first.get("code", "unknown")),
+            "message": str(details or first.get("message") or first.get("title") or "delivery failed")}
+
+
+def _accept(model, targets: dict[int, _Target]) -> list[int]:
+    """Queued rows named by a status: the platform has them. One UPDATE; returns the ids moved."""
+    queued = [t for t in targets.values() if t.row.status == "queued"]
+    moved: list[int] = []
+    for chunk in _chunks(queued):
+        ids = [t.row.id for t in chunk]
+        wamid = Case(model.id, [(t.row.id, t.earliest().wamid) for t in chunk])
+        sent_at = Case(model.id, [(t.row.id, _at(t.earliest())) for t in chunk])
+        changes: dict = {model.status: "sent", model.wam_id: wamid, model.sent_at: sent_at, model.claim_token: None}
+        if model is CampaignRecipient:
+            message_ids = public_ids("msg_", len(chunk))
+            changes[model.message_id] = Case(model.id, list(zip(ids, message_ids, strict=True)))
+        query = (model.update(changes).where(model.id.in_(ids) & (model.status == "queued"))
+                 .returning(model.id))
+        moved += [row.id for row in query.execute()]
+    return moved
+
+
+def _advance(model, targets: dict[int, _Target], status: str, allowed_from: tuple[str, ...],
+             extra: dict | None = None) -> list[int]:
+    """Move rows that have a `status` update and are still in `allowed_from`; returns the ids moved."""
+    chosen = [(t.row.id, t.latest(status)) for t in targets.values() if t.latest(status) is not None]
+    moved: list[int] = []
+    column = {"delivered": model.delivered_at, "read": model.read_at, "failed": model.failed_at}[status]
+    for chunk in _chunks(chosen):
+        ids = [row_id for row_id, _ in chunk]
+        changes: dict = {model.status: status, column: Case(model.id, [(i, _at(u)) for i, u in chunk])}
+        if extra:
+            changes.update(extra(chunk))
+        query = (model.update(changes).where(model.id.in_(ids) & model.status.in_(allowed_from))
+                 .returning(model.id))
+        moved += [row.id for row in query.execute()]
+    return moved
+
+
+def _failure_columns(model):
+    def columns(chunk):
+        errors = {row_id: _error(update) for row_id, update in chunk}
+        return {model.error_code: Case(model.id, [(i, e["code"][:32]) for i, e in errors.items()]),
+                model.last_error: Case(model.id, [(i, e["message"][:1000]) for i, e in errors.items()])}
+    return columns
+
+
+def _reload(model, ids: list[int]) -> dict[int, Any]:
+    rows: dict[int, Any] = {}
+    for chunk in _chunks(ids):
+        rows.update({row.id: row for row in model.select().where(model.id.in_(chunk))})
+    return rows
+
+
+def _progress(model, targets: dict[int, _Target]) -> dict[str, list[int]]:
+    """Apply every transition in order; returns the ids moved into each status."""
+    moved = {"sent": _accept(model, targets)}
+    moved["delivered"] = _advance(model, targets, "delivered", ("sent",))
+    moved["read"] = _advance(model, targets, "read", ("sent", "delivered"))
+    moved["failed"] = _advance(model, targets, "failed", ("sent", "delivered"), _failure_columns(model))
+    return moved
+
+
+def _apply_recipients(targets: dict[int, _Target]) -> None:
+    moved = _progress(CampaignRecipient, targets)
+    changed = {row_id for ids in moved.values() for row_id in ids}
+    if not changed:
+        return
+    rows = _reload(CampaignRecipient, list(changed))
+    campaigns = {c.id: c for c in Campaign.select().where(
+        Campaign.id.in_(list({row.campaign_id for row in rows.values()})))}
+    per_campaign: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for status, ids in moved.items():
+        for row_id in ids:
+            per_campaign[rows[row_id].campaign_id][status].append(row_id)
+    account_of = {rows[row_id].campaign_id: targets[row_id].account for row_id in changed}
+    for campaign_id, by_status in per_campaign.items():
+        campaign = campaigns[campaign_id]
+        account = account_of[campaign_id]
+        accepted = by_status.get("sent", [])
+        if accepted:
+            move_credits(campaign, consume=len(accepted))
+            accounts.record_business_sends(account.id, [rows[i].wa_id for i in accepted])
+        refunded = by_status.get("failed", [])
+        if refunded:
+            move_credits(campaign, refund=len(refunded), description="the platform reported a failure after accepting")
+        for status in ("sent", "delivered", "read", "failed"):
+            ids = by_status.get(status, [])
+            if not ids:
+                continue
+            items = []
+            for row_id in ids:
+                row = rows[row_id]
+                update = targets[row_id].earliest() if status == "sent" else targets[row_id].latest(status)
+                error = _error(update) if status == "failed" else None
+                items.append(message_event(campaign.public_id, account.public_id, row, status, _at(update), error))
+            emit_many(campaign.tenant_id, f"message.{status}", items)
+    if any(by_status.get("sent") for by_status in per_campaign.values()):
+        # Accepting the last queued recipient may finish its campaign.
+        finish_if_done(per_campaign)
+
+
+def _apply_messages(targets: dict[int, _Target]) -> None:
+    moved = _progress(Message, targets)
+    changed = {row_id for ids in moved.values() for row_id in ids}
+    if not changed:
+        return
+    rows = _reload(Message, list(changed))
+    for status in ("sent", "delivered", "read", "failed"):
+        for row_id in moved[status]:
+            message, account = rows[row_id], targets[row_id].account
+            update = targets[row_id].earliest() if status == "sent" else targets[row_id].latest(status)
+            if status == "sent":
+                credits.consume(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id)
+                accounts.record_business_sends(account.id, [message.to])
+            elif status == "failed":
+                credits.refund(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id,
+                               description="the platform reported a failure after accepting")
+            error = _error(update) if status == "failed" else None
+            emit_many(message.tenant_id, f"message.{status}",
+                      [event_fields(message, account.public_id, status, _at(update), error)])

@@ -1,0 +1,587 @@
+"""Campaigns: one approved template sent to up to 5000 recipients through one number.
+
+A campaign is created in one transaction (credits reserved one per recipient, the campaign and
+its recipients inserted in bulk, `campaign.created` written) and then dispatched by the engine
+in models/dispatch.py. This module holds the tables, the creation and cancel rules, and what a
+client reads. The invariants every writer keeps:
+
+- A recipient's credit is reserved at creation and then either consumed (the platform accepted
+  it) or released (it never reached the platform); a failure reported after acceptance refunds.
+  `reserved_credits = consumed_credits + released_credits` once nothing is in flight, and each
+  column moves in the same transaction as its ledger entry (`move_credits`).
+- Counters are not stored: they are counted from the recipients' statuses on the
+  (campaign, status) index, so they cannot drift from them.
+- Recipient statuses only move forward: pending -> queued -> sent -> delivered -> read, with
+  failed and cancelled as ends. Every change is a conditional UPDATE on the status it expects.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import string
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
+
+import pydantic
+from peewee import (
+    CharField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    fn,
+)
+from pydantic import AliasChoices, Field, StringConstraints
+
+from api.schemas import Input, text
+from models import credits
+from models.accounts import MessagingAccount, Template, get_account
+from models.base import BaseModel, JSONField
+from models.clock import isoformat, utcnow
+from models.db import atomic
+from models.errors import Conflict, Invalid, NotFound
+from models.events import Event
+from models.ids import new_id
+from models.tenants import Tenant
+
+MAX_RECIPIENTS = 5000
+INSERT_CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
+
+CAMPAIGN_STATUSES = ("queued", "pending", "processing", "completed", "failed", "cancelled")
+ACTIVE_STATUSES = ("queued", "pending", "processing")
+RECIPIENT_STATUSES = ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled")
+# What a campaign reports; `cancelled` is extra, so the counters always add up to the total.
+COUNTERS = ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled")
+MEDIA_HEADERS = ("image", "video", "document")
+
+
+# Request schemas (also the OpenAPI document's CampaignInput).
+
+Variable = Annotated[str, StringConstraints(max_length=1000)] | None
+
+
+class RecipientInput(Input):
+    wa_id: text(32)
+    external_contact_id: text(160) | None = None
+    vars: list[Variable] | None = None
+    payload: dict[str, Any] | None = None
+
+
+class CampaignInput(Input):
+    account_id: text(64)
+    template_name: text(255)
+    recipients: Annotated[list[RecipientInput], Field(min_length=1, max_length=MAX_RECIPIENTS)]
+    external_reference: text(160) | None = None
+    language: text(20) | None = Field(None, validation_alias=AliasChoices("language", "template_language"),
+                                      description="alias: template_language")
+    header_type: Literal["none", "image", "video", "document"] | None = None
+    header_url: Annotated[str, StringConstraints(max_length=1000, pattern=r"^https?://[^\s/?#]+[^\s]*$")] | None \
+        = None
+    body_placeholders: list[Variable] | None = None
+    dedupe: bool = False
+
+
+# Tables.
+
+
+class Campaign(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE", index=False)
+    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
+    # "api" for POST /campaigns; other areas (collection reminders) name themselves.
+    source = CharField(max_length=16, default="api")
+    external_reference = CharField(max_length=160, null=True)
+    template_name = CharField(max_length=255)
+    template_language = CharField(max_length=20)
+    header_type = CharField(max_length=16, null=True)
+    header_url = CharField(max_length=1000, null=True)
+    body_placeholders = JSONField(null=True)
+    status = CharField(max_length=16, default="queued")
+    hold_reason = CharField(max_length=64, null=True)  # why a campaign is `pending`
+    total_recipients = IntegerField()
+    reserved_credits = IntegerField(default=0)
+    consumed_credits = IntegerField(default=0)
+    released_credits = IntegerField(default=0)
+    refunded_credits = IntegerField(default=0)
+    created_at = DateTimeField(default=utcnow)
+    started_at = DateTimeField(null=True)
+    finished_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = (
+            (("tenant", "source", "id"), False),
+            (("status",), False),
+        )
+
+
+class CampaignRecipient(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    # The (campaign, status, id) index serves claims, counters and the recipients list.
+    campaign = ForeignKeyField(Campaign, on_delete="CASCADE", index=False)
+    wa_id = CharField(max_length=32)
+    external_contact_id = CharField(max_length=160, null=True)
+    vars = JSONField(null=True)
+    payload = JSONField(null=True)
+    status = CharField(max_length=16, default="pending")
+    attempts = IntegerField(default=0)  # times it was handed to the platform
+    throttled = IntegerField(default=0)  # pair-rate throttles (131056): the X of the 4^X s wait
+    retries = IntegerField(default=0)  # transient platform errors, bounded
+    error_code = CharField(max_length=32, null=True)
+    last_error = CharField(max_length=1000, null=True)
+    not_before = DateTimeField(null=True)
+    claim_token = CharField(max_length=64, null=True)
+    claimed_at = DateTimeField(null=True)
+    message_id = CharField(max_length=40, null=True)
+    wam_id = CharField(max_length=255, null=True, index=True)
+    sent_at = DateTimeField(null=True)
+    delivered_at = DateTimeField(null=True)
+    read_at = DateTimeField(null=True)
+    failed_at = DateTimeField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = (
+            (("campaign", "status", "id"), False),
+            (("status", "claimed_at"), False),
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.public_id,
+            "wa_id": self.wa_id,
+            "external_contact_id": self.external_contact_id,
+            "status": self.status,
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+            "message_id": self.message_id,
+            "sent_at": isoformat(self.sent_at),
+            "created_at": isoformat(self.created_at),
+            "wam_id": self.wam_id,
+            "error_code": self.error_code,
+            "delivered_at": isoformat(self.delivered_at),
+            "read_at": isoformat(self.read_at),
+            "payload": self.payload,
+        }
+
+
+# Public ids in bulk: `models.ids.new_id` draws one character at a time, which costs ~0.1 s for a
+# 5000-recipient campaign; this draws all the randomness at once with the same alphabet and
+# the same uniform distribution (bytes past 4 * 62 are dropped, not folded, so none is favoured).
+
+_ALPHABET = (string.ascii_letters + string.digits).encode()
+_BYTE_TO_CHAR = bytes(_ALPHABET[byte % 62] for byte in range(248)) + bytes(8)
+_DROPPED = bytes(range(248, 256))
+ID_LENGTH = 24
+
+
+def public_ids(prefix: str, count: int) -> list[str]:
+    needed = count * ID_LENGTH
+    chars = b""
+    while len(chars) < needed:
+        chars += os.urandom(needed - len(chars) + 64).translate(_BYTE_TO_CHAR, _DROPPED)
+    text_chars = chars[:needed].decode()
+    return [prefix + text_chars[i:i + ID_LENGTH] for i in range(0, needed, ID_LENGTH)]
+
+
+# Events.
+
+
+def emit_many(tenant_id: int, name: str, items: list[dict[str, Any]], at: dt.datetime | None = None) -> int:
+    """Write many core events of one name in one INSERT: the outbox rows `models.events.emit` writes.
+
+    The dispatcher records up to a few hundred message events per batch; one INSERT instead of
+    one per event keeps a batch's transaction short.
+    """
+    if not items:
+        return 0
+    now = at or utcnow()
+    ids = public_ids("evt_", len(items))
+    rows = [{"public_id": public_id, "tenant": tenant_id, "name": name, "payload": {"event": name, **fields},
+             "created_at": now} for public_id, fields in zip(ids, items, strict=True)]
+    for start in range(0, len(rows), INSERT_CHUNK):
+        Event.insert_many(rows[start:start + INSERT_CHUNK]).execute()
+    return len(rows)
+
+
+def message_event(campaign_public_id: str, account_public_id: str, recipient: Any, status: str,
+                  at: dt.datetime | None, error: dict | None = None) -> dict[str, Any]:
+    """The fields of `message.*` events for a campaign recipient (contract section 6).
+
+    `recipient` is anything with the recipient's `wa_id`, `external_contact_id`, `wam_id` and
+    `public_id` (a row, or the dispatcher's job).
+    """
+    fields: dict[str, Any] = {
+        "account_id": account_public_id,
+        "campaign_id": campaign_public_id,
+        "recipient": recipient.wa_id,
+        "external_contact_id": recipient.external_contact_id,
+        "wam_id": recipient.wam_id,
+        "status": status,
+        "timestamp": isoformat(at or utcnow()),
+        "recipient_id": recipient.public_id,
+    }
+    if error is not None:
+        fields["error"] = error
+    return fields
+
+
+def campaign_event(campaign: Campaign, account_public_id: str) -> dict[str, Any]:
+    return {
+        "account_id": account_public_id,
+        "campaign_id": campaign.public_id,
+        "external_reference": campaign.external_reference,
+        "status": campaign.status,
+        "total_recipients": campaign.total_recipients,
+        "timestamp": isoformat(utcnow()),
+    }
+
+
+# Credits.
+
+
+def move_credits(campaign: Campaign, *, consume: int = 0, release: int = 0, refund: int = 0,
+                 description: str | None = None) -> None:
+    """Ledger entries and the campaign's credit columns, together; call inside a transaction."""
+    common = {"campaign_id": campaign.id, "messaging_account_id": campaign.account_id,
+              "reference": campaign.public_id}
+    changes: dict = {}
+    if consume:
+        credits.consume(campaign.tenant_id, consume, **common)
+        changes[Campaign.consumed_credits] = Campaign.consumed_credits + consume
+    if release:
+        credits.release(campaign.tenant_id, release, description=description, **common)
+        changes[Campaign.released_credits] = Campaign.released_credits + release
+    if refund:
+        credits.refund(campaign.tenant_id, refund, description=description, **common)
+        changes[Campaign.refunded_credits] = Campaign.refunded_credits + refund
+    if changes:
+        Campaign.update(changes).where(Campaign.id == campaign.id).execute()
+
+
+# Creation.
+
+
+def _validation_errors(error: pydantic.ValidationError) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    for item in error.errors(include_url=False, include_context=False, include_input=False):
+        path = ".".join(str(part) for part in item["loc"]) or "body"
+        errors.setdefault(path, []).append(item["msg"])
+    return errors
+
+
+def validate_spec(spec: dict | CampaignInput) -> CampaignInput:
+    if isinstance(spec, CampaignInput):
+        return spec
+    try:
+        return CampaignInput.model_validate(spec)
+    except pydantic.ValidationError as error:
+        raise Invalid("The given data was invalid.", details={"errors": _validation_errors(error)}) from None
+
+
+def digits(value: str) -> str:
+    return "".join(ch for ch in value if ch.isdigit())
+
+
+def sendable_account(tenant_id: int, public_id: str) -> MessagingAccount:
+    """The tenant's number, ready and active: 404, then 422 `account_not_ready` / `account_inactive`."""
+    account = get_account(tenant_id, public_id)
+    if not account.ready:
+        raise Invalid(f"the number {public_id} has not finished onboarding", code="account_not_ready")
+    if account.status != "active":
+        raise Invalid(f"the number {public_id} is paused", code="account_inactive",
+                      details={"reason": account.paused_reason} if account.paused_reason else None)
+    return account
+
+
+def approved_template(account: MessagingAccount, name: str, language: str | None) -> Template:
+    query = Template.select().where((Template.account == account.id) & (Template.name == name)
+                                    & (Template.status == "approved") & Template.active)
+    if language is not None:
+        query = query.where(Template.language == language)
+    found = list(query.order_by(Template.language))
+    if len(found) > 1:
+        raise Invalid(f"the template {name} is approved in several languages; say which with `language`",
+                      details={"errors": {"language": [
+                          "required: one of " + ", ".join(t.language for t in found)]}})
+    if not found:
+        where = f" in {language}" if language else ""
+        raise Invalid(f"the template {name} is not approved{where} for this number", code="template_not_approved",
+                      details={"template_name": name, "language": language})
+    return found[0]
+
+
+def _header(template: Template, data: CampaignInput) -> tuple[str | None, str | None]:
+    wanted = None if data.header_type in (None, "none") else data.header_type
+    expected = template.header_type if template.header_type in MEDIA_HEADERS else None
+    if expected is None:
+        if wanted is not None or data.header_url is not None:
+            raise Invalid("the template has no media header",
+                          details={"errors": {"header_type" if wanted else "header_url": [
+                              "the template has no media header"]}})
+        return None, None
+    if wanted is not None and wanted != expected:
+        raise Invalid(f"the template's header is {expected}, not {wanted}",
+                      details={"errors": {"header_type": [f"the template's header is {expected}"]}})
+    if data.header_url is None:
+        raise Invalid(f"the template has an {expected} header: header_url is required",
+                      details={"errors": {"header_url": [f"required: the template has an {expected} header"]}})
+    return expected, data.header_url
+
+
+def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, Any]]:
+    """Normalize, deduplicate and resolve the variables of every recipient.
+
+    A recipient's `vars` replace `body_placeholders`; a null in `vars` takes the default at the
+    same position. Every recipient must end with exactly the template's variable count.
+    """
+    defaults = data.body_placeholders or []
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    bad_numbers: dict[str, list[str]] = {}
+    for index, item in enumerate(data.recipients):
+        wa_id = digits(item.wa_id)
+        if not wa_id:
+            bad_numbers[f"recipients.{index}.wa_id"] = ["must contain digits"]
+            continue
+        if data.dedupe:
+            if wa_id in seen:
+                continue
+            seen.add(wa_id)
+        given = item.vars if item.vars is not None else defaults
+        values = [value if value is not None else (defaults[i] if i < len(defaults) else None)
+                  for i, value in enumerate(given)]
+        if len(values) != variable_count or any(value is None for value in values):
+            raise Invalid(
+                f"recipient {index} has {sum(v is not None for v in values)} of the template's "
+                f"{variable_count} variables",
+                code="variable_count_mismatch",
+                details={"recipient_index": index, "wa_id": wa_id, "expected": variable_count,
+                         "given": sum(value is not None for value in values)})
+        rows.append({"wa_id": wa_id, "external_contact_id": item.external_contact_id, "vars": values,
+                     "payload": item.payload})
+    if bad_numbers:
+        raise Invalid("The given data was invalid.", details={"errors": bad_numbers})
+    return rows
+
+
+def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str = "api") -> Campaign:
+    """Validate and create a queued campaign; the caller enqueues `jobs.campaigns.enqueue_dispatch`
+    once its transaction has committed (this may run inside the caller's transaction).
+
+    Raises NotFound (`account_not_found`) or Invalid (`account_not_ready`, `account_inactive`,
+    `template_not_approved`, `variable_count_mismatch`, `insufficient_credits`, `wallet_paused`,
+    `validation_failed`).
+    """
+    data = validate_spec(spec)
+    account = sendable_account(tenant_id, data.account_id)
+    template = approved_template(account, data.template_name, data.language)
+    header_type, header_url = _header(template, data)
+    rows = _recipient_rows(data, template.variable_count or 0)
+    total = len(rows)
+    now = utcnow()
+    with atomic():
+        campaign = Campaign.create(
+            public_id=new_id("cmp_"), tenant=tenant_id, account=account.id, source=source[:16],
+            external_reference=data.external_reference, template_name=template.name,
+            template_language=template.language, header_type=header_type, header_url=header_url,
+            body_placeholders=data.body_placeholders, status="queued", total_recipients=total,
+            reserved_credits=total, created_at=now)
+        credits.reserve(tenant_id, total, campaign_id=campaign.id, messaging_account_id=account.id,
+                        reference=campaign.public_id)
+        ids = public_ids("rcp_", total)
+        for row, public_id in zip(rows, ids, strict=True):
+            row.update(public_id=public_id, campaign=campaign.id, status="pending", created_at=now)
+        for start in range(0, total, INSERT_CHUNK):
+            CampaignRecipient.insert_many(rows[start:start + INSERT_CHUNK]).execute()
+        emit_many(tenant_id, "campaign.created", [campaign_event(campaign, account.public_id)])
+    return campaign
+
+
+# Reads.
+
+
+def get_campaign(tenant_id: int, public_id: str) -> Campaign:
+    campaign = Campaign.get_or_none((Campaign.public_id == public_id) & (Campaign.tenant == tenant_id))
+    if campaign is None:
+        raise NotFound(f"no campaign {public_id}", code="campaign_not_found")
+    return campaign
+
+
+def find_campaign(public_id: str) -> Campaign:
+    """Any tenant's campaign: for administrators (svcctl) only."""
+    campaign = Campaign.get_or_none(Campaign.public_id == public_id)
+    if campaign is None:
+        raise NotFound(f"no campaign {public_id}", code="campaign_not_found")
+    return campaign
+
+
+def campaigns_of(tenant_id: int, status: str | None = None, source: str | None = "api"):
+    """A tenant's campaigns, newest first (a query, for pagination)."""
+    query = Campaign.select().where(Campaign.tenant == tenant_id)
+    if source is not None:
+        query = query.where(Campaign.source == source)
+    if status is not None:
+        query = query.where(Campaign.status == status)
+    return query.order_by(Campaign.id.desc())
+
+
+def recipients_of(campaign: Campaign, status: str | None = None):
+    query = CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id)
+    if status is not None:
+        query = query.where(CampaignRecipient.status == status)
+    return query.order_by(CampaignRecipient.id)
+
+
+def status_counts(campaign_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+    """Recipients per status for each campaign: one GROUP BY on the (campaign, status) index."""
+    ids = list(campaign_ids)
+    counts: dict[int, dict[str, int]] = {campaign_id: dict.fromkeys(COUNTERS, 0) for campaign_id in ids}
+    if not ids:
+        return counts
+    query = (CampaignRecipient
+             .select(CampaignRecipient.campaign, CampaignRecipient.status, fn.COUNT(CampaignRecipient.id).alias("n"))
+             .where(CampaignRecipient.campaign.in_(ids))
+             .group_by(CampaignRecipient.campaign, CampaignRecipient.status)
+             .tuples())
+    for campaign_id, status, number in query:
+        counts[campaign_id][status] = number
+    return counts
+
+
+def campaign_dicts(campaigns: list[Campaign]) -> list[dict]:
+    """The contract's Campaign for each, counters included, in two queries whatever the number."""
+    counts = status_counts(c.id for c in campaigns)
+    account_ids = {c.account_id for c in campaigns}
+    accounts = dict(MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id)
+                    .where(MessagingAccount.id.in_(list(account_ids))).tuples()) if account_ids else {}
+    return [_as_dict(c, accounts.get(c.account_id), counts[c.id]) for c in campaigns]
+
+
+def campaign_dict(campaign: Campaign) -> dict:
+    return campaign_dicts([campaign])[0]
+
+
+def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str, int]) -> dict:
+    return {
+        "id": campaign.public_id,
+        "external_reference": campaign.external_reference,
+        "account_id": account_public_id,
+        "template_name": campaign.template_name,
+        "template_language": campaign.template_language,
+        "status": campaign.status,
+        "total_recipients": campaign.total_recipients,
+        "reserved_credits": campaign.reserved_credits,
+        "consumed_credits": campaign.consumed_credits,
+        "released_credits": campaign.released_credits,
+        "refunded_credits": campaign.refunded_credits,
+        **{name: counts.get(name, 0) for name in COUNTERS},
+        "hold_reason": campaign.hold_reason if campaign.status == "pending" else None,
+        "source": campaign.source,
+        "created_at": isoformat(campaign.created_at),
+        "started_at": isoformat(campaign.started_at),
+        "finished_at": isoformat(campaign.finished_at),
+    }
+
+
+# Cancel.
+
+
+def cancel_campaign(tenant_id: int, public_id: str) -> Campaign:
+    """Cancel a campaign that is still `queued` (the dispatcher has not claimed anything).
+
+    The dispatcher moves a campaign to `processing` in the same transaction as its first claim,
+    and both changes are conditional UPDATEs of the campaign row: whichever commits first wins,
+    so a cancelled campaign is never sent and a started one is never cancelled.
+    """
+    campaign = get_campaign(tenant_id, public_id)
+    now = utcnow()
+    with atomic():
+        changed = (Campaign.update(status="cancelled", finished_at=now, hold_reason=None)
+                   .where((Campaign.id == campaign.id) & (Campaign.status == "queued")).execute())
+        if changed != 1:
+            current = Campaign.get_by_id(campaign.id)
+            raise Conflict(f"the campaign is {current.status}; only a queued campaign can be cancelled",
+                           code="campaign_not_cancellable", details={"status": current.status})
+        cancelled = (CampaignRecipient.update(status="cancelled")
+                     .where((CampaignRecipient.campaign == campaign.id) & (CampaignRecipient.status == "pending"))
+                     .execute())
+        campaign = Campaign.get_by_id(campaign.id)
+        leftover = campaign.reserved_credits - campaign.consumed_credits - campaign.released_credits
+        if leftover != cancelled:
+            # Something was claimed although the campaign was queued: a broken invariant, not a race.
+            raise Conflict("the campaign has messages in flight", code="campaign_not_cancellable")
+        if leftover:
+            move_credits(campaign, release=leftover, description="campaign cancelled")
+    return Campaign.get_by_id(campaign.id)
+
+
+# Finishing.
+
+
+def unfinished(campaign_ids: Iterable[int]) -> set[int]:
+    """Those of the campaigns that still have recipients waiting or in flight."""
+    ids = list(campaign_ids)
+    if not ids:
+        return set()
+    query = (CampaignRecipient.select(CampaignRecipient.campaign).distinct()
+             .where(CampaignRecipient.campaign.in_(ids)
+                    & CampaignRecipient.status.in_(("pending", "queued"))).tuples())
+    return {campaign_id for (campaign_id,) in query}
+
+
+def finish_if_done(campaign_ids: Iterable[int]) -> list[Campaign]:
+    """Complete every active campaign with nothing left to send; returns those completed.
+
+    1. Find those without pending or queued recipients.
+    2. Move each to `completed` with a conditional UPDATE (only one caller wins), release any
+       credit still reserved (none, when every recipient was accounted for), and write
+       `campaign.completed`, all in one transaction.
+    """
+    ids = set(campaign_ids)
+    done = ids - unfinished(ids)
+    finished: list[Campaign] = []
+    for campaign_id in sorted(done):
+        with atomic():
+            changed = (Campaign.update(status="completed", finished_at=utcnow(), hold_reason=None)
+                       .where((Campaign.id == campaign_id) & Campaign.status.in_(ACTIVE_STATUSES)).execute())
+            if changed != 1:
+                continue
+            campaign = Campaign.get_by_id(campaign_id)
+            _close(campaign)
+            finished.append(campaign)
+    return finished
+
+
+def _close(campaign: Campaign) -> None:
+    leftover = campaign.reserved_credits - campaign.consumed_credits - campaign.released_credits
+    if leftover > 0:
+        move_credits(campaign, release=leftover, description="campaign finished")
+    account_public_id = MessagingAccount.get_by_id(campaign.account_id).public_id
+    emit_many(campaign.tenant_id, "campaign.completed", [campaign_event(campaign, account_public_id)])
+
+
+def fail_campaign(campaign_id: int, code: str, message: str) -> bool:
+    """Stop a campaign that cannot go on (number disconnected, token revoked).
+
+    Its waiting recipients fail with `code` and their credits are released; recipients in flight
+    are settled by their batch. `campaign.completed` reports the `failed` status.
+    """
+    now = utcnow()
+    with atomic():
+        changed = (Campaign.update(status="failed", finished_at=now, hold_reason=None)
+                   .where((Campaign.id == campaign_id) & Campaign.status.in_(ACTIVE_STATUSES)).execute())
+        if changed != 1:
+            return False
+        campaign = Campaign.get_by_id(campaign_id)
+        account_public_id = MessagingAccount.get_by_id(campaign.account_id).public_id
+        failed = list(CampaignRecipient.update(status="failed", error_code=code, last_error=message[:1000],
+                                               failed_at=now, claim_token=None)
+                      .where((CampaignRecipient.campaign == campaign_id) & (CampaignRecipient.status == "pending"))
+                      .returning(CampaignRecipient).execute())
+        if failed:
+            move_credits(campaign, release=len(failed), description=message[:1000])
+            error = {"code": code, "message": message}
+            emit_many(campaign.tenant_id, "message.failed",
+                      [message_event(campaign.public_id, account_public_id, r, "failed", now, error) for r in failed])
+        emit_many(campaign.tenant_id, "campaign.completed", [campaign_event(campaign, account_public_id)])
+    return True

@@ -1,0 +1,900 @@
+"""The campaign dispatch engine: claim recipients, pace every number, send, record.
+
+The engine sits behind two small interfaces (the shape of listmonk's manager):
+
+- a `store` (`DatabaseStore`): which numbers have work, claiming recipients, recording outcomes;
+- a `messenger` (`GraphMessenger`): how one message goes out (the Graph client and the payload
+  builders of `messaging/`).
+
+and paces with the shared counter store (`models.db.counters()`: token buckets in the database
+or in Redis), so every consumer process and host spends from the same per-number budget.
+
+One engine runs per worker process, inside a queue task (jobs/campaigns.py). It works in ticks:
+
+1. Every second, `store.plan()` lists the numbers with active campaigns: held ones (number or
+   wallet paused, daily limit reached) are marked `pending`, those whose number is gone are
+   failed, and the rest report how many recipients are due.
+2. Every tick (0.2 s) it asks the pacer, in one call, for up to a tick's worth of tokens per
+   number (the number's `mps` is the bucket's rate), sharing the engine's send capacity first
+   between tenants, then between a tenant's numbers (water-filling, so a tenant with fifty
+   numbers does not crowd out a tenant with one).
+3. It claims that many recipients per number in one transaction, split evenly between the
+   number's campaigns (so one big campaign does not starve a small one): a conditional UPDATE
+   pending -> queued with a claim token `<engine id>.<n>` and a timestamp.
+4. The tick's recipients are one batch: sent concurrently on the send pool (every HTTP call is
+   bounded by the client's timeout), then recorded in one transaction: accepted -> `sent` with
+   the credit consumed and `message.sent`; permanent errors -> `failed` with the credit released
+   and `message.failed`; throttling -> back to `pending` (not a failure) while the number's
+   bucket is put in debt; a lost answer -> left `queued` for the status webhooks to settle.
+5. Campaigns with nothing pending or queued complete (`campaign.completed`).
+
+A recipient is never sent twice: it is handed to the platform only by the engine that claimed
+it, and a claim is only ever given up by `recover_stuck` -- which fails the recipient (releasing
+its credit) rather than sending again, once its engine is known dead (no heartbeat) and the
+platform has had time to report it through a status webhook.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from peewee import Case, fn
+
+from messaging.errors import PlatformError, PlatformUnavailableError, ThrottledError
+from messaging.payloads import template_message
+from models import accounts, credits
+from models.accounts import MessagingAccount
+from models.campaigns import (
+    ACTIVE_STATUSES,
+    Campaign,
+    CampaignRecipient,
+    emit_many,
+    fail_campaign,
+    finish_if_done,
+    message_event,
+    public_ids,
+)
+from models.clock import utcnow
+from models.credits import Wallet
+from models.db import atomic, connection, counters, skip_locked
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The engine's knobs, with their defaults and why."""
+
+    tick: float = 0.2  # seconds between claims; a tick's tokens per number go out as one burst
+    refresh: float = 1.0  # seconds between plans (new campaigns, holds, due recipients)
+    send_threads: int = 32  # concurrent platform calls per engine
+    max_in_flight: int = 1200  # recipients claimed and not yet recorded, per engine (backpressure)
+    batch_threads: int = 6  # batches sent and recorded at once
+    burst_seconds: float = 0.5  # a bucket holds at most this many seconds of its rate
+    heartbeat_ttl: float = 10.0  # an engine that has not beaten for this long is dead
+    recover_every: float = 5.0
+    session: float | None = 30.0  # a run ends after this long (the task re-queues itself)
+    linger: float = 5.0  # an idle engine waits this long for new work before ending
+
+
+# How long a claim may stay unanswered before `recover_stuck` settles it. A live engine answers
+# within the client's timeout (13 s) plus one transaction; a dead engine's claims get a grace
+# period for the platform's status webhooks to name them.
+DEAD_ENGINE_GRACE = dt.timedelta(seconds=10)
+STUCK_AFTER = dt.timedelta(minutes=2)
+UNCONFIRMED = "send_unconfirmed"
+
+MAX_RETRIES = 5  # transient platform errors per recipient before it fails
+MAX_PAIR_THROTTLES = 5  # 131056 waits: 4, 16, 64, 256, 1024 s
+MAX_THROTTLE_HOLD = 16.0  # seconds a number's bucket is held after repeated 130429
+LONG_HOLD = 8.0  # a throttle hold this long marks the number's campaigns `pending`
+
+# The number cannot send any more: expired or revoked token (190), permissions (10, 200),
+# account locked (131031), number deregistered (133010), access denied (131005).
+DISCONNECTED_CODES = frozenset({10, 190, 200, 131005, 131031, 133010})
+# The template itself is refused: every recipient would fail the same way.
+TEMPLATE_CODES = frozenset({132000, 132001, 132005, 132007, 132012, 132015, 132016})
+
+
+def bucket_key(account_id: int) -> str:
+    return f"mps:{account_id}"
+
+
+def engine_key(engine_id: str) -> str:
+    return f"engine:{engine_id}"
+
+
+# Units of work.
+
+
+@dataclass
+class Job:
+    """One claimed recipient, with everything needed to send it and to record the outcome."""
+
+    id: int
+    public_id: str
+    campaign_id: int
+    campaign_public_id: str
+    tenant_id: int
+    account_id: int
+    account_public_id: str
+    phone_id: str
+    token: str
+    wa_id: str
+    external_contact_id: str | None
+    throttled: int
+    retries: int
+    payload: dict[str, Any]
+    claim_token: str
+    wam_id: str | None = None
+    error: PlatformError | None = None
+
+
+@dataclass
+class NumberPlan:
+    account_id: int
+    tenant_id: int
+    public_id: str
+    mps: int
+    campaigns: list[int]
+    due: int  # recipients claimable now
+    allowance: int | None  # new users the daily limit still allows (None: unlimited)
+
+
+@dataclass
+class BatchResult:
+    accepted: int = 0
+    failed: int = 0
+    retried: int = 0
+    unanswered: int = 0
+    throttled_numbers: set[int] = field(default_factory=set)
+    accepted_numbers: set[int] = field(default_factory=set)
+    disconnected: dict[int, str] = field(default_factory=dict)  # campaign id -> reason
+    template_refused: dict[int, str] = field(default_factory=dict)
+    campaigns: set[int] = field(default_factory=set)
+
+
+class Messenger(Protocol):
+    def send(self, job: Job) -> str:
+        """Hand one message to the platform; returns its wamid or raises PlatformError."""
+
+
+class Pacer(Protocol):
+    def take_tokens(self, requests: dict[str, tuple[float, float, int]]) -> dict[str, tuple[int, float]]: ...
+    def hold_tokens(self, key: str, rate: float, seconds: float) -> None: ...
+    def beat(self, key: str, ttl_seconds: float) -> None: ...
+    def alive(self, keys: list[str]) -> set[str]: ...
+
+
+# The messenger: the Graph client through the payload builders.
+
+
+def graph_client():
+    """The process's pooled Graph client (models.platform owns the factory)."""
+    from models.platform import graph_client as factory
+
+    return factory()
+
+
+def account_token(account: MessagingAccount) -> str:
+    from models.platform import account_token as decrypt_token
+
+    return decrypt_token(account)
+
+
+class GraphMessenger:
+    def __init__(self, client_factory: Callable[[], Any] = graph_client):
+        self.client_factory = client_factory
+
+    def send(self, job: Job) -> str:
+        return self.client_factory().send_message(job.phone_id, job.token, job.payload)
+
+
+def template_payload(campaign: Campaign, wa_id: str, variables: list[str] | None, callback: str) -> dict:
+    header = {"type": campaign.header_type, "link": campaign.header_url} if campaign.header_type else None
+    return template_message(wa_id, campaign.template_name, campaign.template_language, variables or (),
+                            header=header, callback_data=callback)
+
+
+# The store.
+
+
+class DatabaseStore:
+    """Recipients come from the database and their outcomes go back to it."""
+
+    def __init__(self):
+        self._tokens: dict[tuple[int, str], str] = {}  # (account id, ciphertext) -> token
+
+    def _token(self, account: MessagingAccount) -> str:
+        key = (account.id, account.access_token)
+        if key not in self._tokens:
+            self._tokens[key] = account_token(account)
+        return self._tokens[key]
+
+    # 1. The plan.
+
+    def plan(self, now: dt.datetime | None = None) -> list[NumberPlan]:
+        """Numbers with active campaigns and what they may send now; holds, resumes and fails."""
+        now = now or utcnow()
+        rows = list(Campaign.select(Campaign.id, Campaign.tenant, Campaign.account, Campaign.status,
+                                    Campaign.hold_reason, Wallet.status.alias("wallet_status"))
+                    .join(Wallet, on=(Wallet.tenant == Campaign.tenant))
+                    .where(Campaign.status.in_(ACTIVE_STATUSES)).order_by(Campaign.id).objects())
+        if not rows:
+            return []
+        by_account: dict[int, list] = defaultdict(list)
+        for row in rows:
+            by_account[row.account_id].append(row)
+        numbers = {a.id: a for a in MessagingAccount.select().where(MessagingAccount.id.in_(list(by_account)))}
+        limited = [a.id for a in numbers.values() if a.daily_limit is not None]
+        sent_today = accounts.messages_sent_today_by_account(limited, now) if limited else {}
+        due = self._due(rows, now)
+        plans: list[NumberPlan] = []
+        holds: dict[str, list[int]] = defaultdict(list)
+        for account_id, campaigns in by_account.items():
+            account = numbers[account_id]
+            ids = [c.id for c in campaigns]
+            if not account.ready:
+                for campaign_id in ids:
+                    fail_campaign(campaign_id, "account_disconnected", "the number is no longer connected")
+                continue
+            if account.status != "active":
+                holds["account_paused"] += ids
+                continue
+            if campaigns[0].wallet_status != "active":
+                holds["wallet_paused"] += ids
+                continue
+            allowance = None
+            if account.daily_limit is not None:
+                allowance = account.daily_limit - sent_today.get(account_id, 0)
+                if allowance <= 0:
+                    # Recipients beyond the limit wait; the plan resumes them as the moving
+                    # 24-hour window frees up (and a periodic task re-queues held campaigns).
+                    holds["daily_limit"] += ids
+                    continue
+            waiting = sum(due.get(campaign_id, 0) for campaign_id in ids)
+            if not waiting:
+                # Nothing due: finished, or everything in flight or waiting for a retry time.
+                finish_if_done(ids)
+                continue
+            plans.append(NumberPlan(account_id, account.tenant_id, account.public_id, account.mps or 1,
+                                    [c for c in ids if due.get(c)], waiting, allowance))
+        for reason, ids in holds.items():
+            self.hold(ids, reason)
+        return plans
+
+    @staticmethod
+    def _due(rows: list, now: dt.datetime) -> dict[int, int]:
+        R = CampaignRecipient
+        query = (R.select(R.campaign, fn.COUNT(R.id))
+                 .where(R.campaign.in_([row.id for row in rows]) & (R.status == "pending")
+                        & (R.not_before.is_null() | (R.not_before <= now)))
+                 .group_by(R.campaign).tuples())
+        return dict(query)
+
+    def hold(self, campaign_ids: list[int], reason: str) -> None:
+        """Mark campaigns `pending` while their number cannot send; the next claim resumes them."""
+        if campaign_ids:
+            (Campaign.update(status="pending", hold_reason=reason)
+             .where(Campaign.id.in_(campaign_ids) & Campaign.status.in_(ACTIVE_STATUSES)
+                    & ((Campaign.status != "pending") | (Campaign.hold_reason != reason)
+                       | Campaign.hold_reason.is_null()))
+             .execute())
+
+    # 2. Claims.
+
+    def claim(self, grants: dict[int, int], plans: dict[int, NumberPlan], claim_token: str,
+              now: dt.datetime | None = None) -> list[Job]:
+        """Claim up to `grants[account]` due recipients per number, in one transaction.
+
+        A number's share is split evenly between its campaigns; what one campaign cannot use goes
+        to the others. The campaign rows move to `processing` first, with a conditional UPDATE that
+        a concurrent cancel also makes: whichever commits first wins, so a cancelled campaign is
+        never claimed from.
+        """
+        now = now or utcnow()
+        jobs: list[Job] = []
+        with atomic():
+            campaign_ids = [c for account_id in grants for c in plans[account_id].campaigns]
+            started = {row.id for row in Campaign.update(
+                status="processing", hold_reason=None, started_at=fn.COALESCE(Campaign.started_at, now))
+                .where(Campaign.id.in_(campaign_ids) & Campaign.status.in_(ACTIVE_STATUSES))
+                .returning(Campaign.id).execute()}
+            if not started:
+                return []
+            campaigns = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(started)))}
+            numbers = {a.id: a for a in MessagingAccount.select().where(MessagingAccount.id.in_(list(grants)))}
+            for account_id, granted in grants.items():
+                plan = plans[account_id]
+                account = numbers[account_id]
+                live = [c for c in plan.campaigns if c in started]
+                rows = self._claim_number(live, granted, plan.allowance, account_id, claim_token, now)
+                if plan.allowance is not None:
+                    plan.allowance -= len({row.wa_id for row in rows})
+                token = self._token(account) if rows else ""
+                for row in rows:
+                    campaign = campaigns[row.campaign_id]
+                    jobs.append(Job(
+                        id=row.id, public_id=row.public_id, campaign_id=campaign.id,
+                        campaign_public_id=campaign.public_id, tenant_id=campaign.tenant_id, account_id=account_id,
+                        account_public_id=account.public_id, phone_id=account.phone_id, token=token,
+                        wa_id=row.wa_id, external_contact_id=row.external_contact_id, throttled=row.throttled,
+                        retries=row.retries, payload=template_payload(campaign, row.wa_id, row.vars, row.public_id),
+                        claim_token=claim_token))
+        return jobs
+
+    def _claim_number(self, campaign_ids: list[int], wanted: int, allowance: int | None, account_id: int,
+                      claim_token: str, now: dt.datetime) -> list[CampaignRecipient]:
+        claimed: list[CampaignRecipient] = []
+        remaining = list(campaign_ids)
+        while wanted > 0 and remaining:
+            share = math.ceil(wanted / len(remaining))
+            still = []
+            for campaign_id in remaining:
+                take = min(share, wanted)
+                if take <= 0:
+                    break
+                rows = self._claim_campaign(campaign_id, take, allowance, account_id, claim_token, now)
+                if allowance is not None:
+                    allowance -= len({row.wa_id for row in rows})
+                claimed += rows
+                wanted -= len(rows)
+                if len(rows) == take:
+                    still.append(campaign_id)
+            remaining = still
+        return claimed
+
+    @staticmethod
+    def _claim_campaign(campaign_id: int, take: int, allowance: int | None, account_id: int, claim_token: str,
+                        now: dt.datetime) -> list[CampaignRecipient]:
+        R = CampaignRecipient
+        due = ((R.campaign == campaign_id) & (R.status == "pending")
+               & (R.not_before.is_null() | (R.not_before <= now)))
+        if allowance is None:
+            chosen = skip_locked(R.select(R.id).where(due).order_by(R.id).limit(take))
+        else:
+            # The daily limit counts new users: take those already messaged today freely, and
+            # new ones only while the allowance lasts. The rest wait for the window to free up.
+            candidates = list(R.select(R.id, R.wa_id).where(due).order_by(R.id).limit(take * 4).tuples())
+            known = accounts.recently_messaged(account_id, list({wa_id for _, wa_id in candidates}), utcnow())
+            picked, new_users = [], set()
+            for row_id, wa_id in candidates:
+                if wa_id not in known and wa_id not in new_users:
+                    if len(new_users) >= max(0, allowance):
+                        continue
+                    new_users.add(wa_id)
+                picked.append(row_id)
+                if len(picked) >= take:
+                    break
+            if not picked:
+                return []
+            chosen = picked
+        return list(R.update(status="queued", claim_token=claim_token, claimed_at=now, attempts=R.attempts + 1,
+                             last_error=None)
+                    .where(R.id.in_(chosen) & (R.status == "pending"))
+                    .returning(R).execute())
+
+    # 3. Outcomes.
+
+    def record(self, jobs: list[Job]) -> BatchResult:
+        """Write a sent batch's outcomes, credit movements and events in one transaction."""
+        result = BatchResult(campaigns={job.campaign_id for job in jobs})
+        accepted, failed, retry = [], [], []
+        for job in jobs:
+            error = job.error
+            if error is None:
+                accepted.append(job)
+                result.accepted_numbers.add(job.account_id)
+            elif isinstance(error, PlatformUnavailableError) and error.ambiguous:
+                result.unanswered += 1  # may have been accepted: only a status webhook can tell
+            elif isinstance(error, ThrottledError):
+                if error.pair_rate_limited and job.throttled + 1 > MAX_PAIR_THROTTLES:
+                    failed.append(job)
+                else:
+                    retry.append(job)
+                    if not error.pair_rate_limited:
+                        result.throttled_numbers.add(job.account_id)
+            elif error.retryable:
+                (retry if job.retries + 1 <= MAX_RETRIES else failed).append(job)
+            else:
+                failed.append(job)
+                if error.code in DISCONNECTED_CODES or _object_gone(error):
+                    result.disconnected[job.campaign_id] = str(error)
+                elif error.code in TEMPLATE_CODES:
+                    result.template_refused[job.campaign_id] = str(error)
+        now = utcnow()
+        with atomic():
+            result.accepted = self._record_accepted(accepted, now)
+            result.failed = self._record_failed(failed, now)
+            result.retried = self._record_retry(retry, now)
+        return result
+
+    @staticmethod
+    def _campaigns(ids) -> dict[int, Campaign]:
+        return {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(ids)))}
+
+    def _record_accepted(self, jobs: list[Job], now: dt.datetime) -> int:
+        if not jobs:
+            return 0
+        R = CampaignRecipient
+        by_id = {job.id: job for job in jobs}
+        message_ids = dict(zip(by_id, public_ids("msg_", len(by_id)), strict=True))
+        moved: list[Job] = []
+        for token, group in _by_token(jobs).items():
+            ids = [job.id for job in group]
+            query = (R.update(status="sent", wam_id=Case(R.id, [(job.id, job.wam_id) for job in group]),
+                              message_id=Case(R.id, [(i, message_ids[i]) for i in ids]), sent_at=now,
+                              claim_token=None, last_error=None, error_code=None)
+                     .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token))
+                     .returning(R.id))
+            # A row that did not move was settled first by a status webhook (which consumed it).
+            moved += [by_id[row.id] for row in query.execute()]
+        self._consume(moved, now)
+        return len(moved)
+
+    def _consume(self, jobs: list[Job], now: dt.datetime) -> None:
+        if not jobs:
+            return
+        per_campaign: dict[int, list[Job]] = defaultdict(list)
+        for job in jobs:
+            per_campaign[job.campaign_id].append(job)
+        campaigns = self._campaigns(per_campaign)
+        per_tenant: dict[int, list[int]] = defaultdict(list)
+        for campaign_id in per_campaign:
+            per_tenant[campaigns[campaign_id].tenant_id].append(campaign_id)
+        # One consume entry per tenant and batch (DECISIONS allows one per batch); each campaign's
+        # own column moves in the same transaction.
+        for tenant_id, ids in per_tenant.items():
+            total = sum(len(per_campaign[c]) for c in ids)
+            single = campaigns[ids[0]] if len(ids) == 1 else None
+            reference = single.public_id if single else ",".join(campaigns[c].public_id for c in ids)[:255]
+            credits.consume(tenant_id, total, campaign_id=single.id if single else None,
+                            messaging_account_id=single.account_id if single else None, reference=reference)
+        Campaign.update(consumed_credits=Campaign.consumed_credits + Case(
+            Campaign.id, [(c, len(group)) for c, group in per_campaign.items()], 0)).where(
+            Campaign.id.in_(list(per_campaign))).execute()
+        per_account: dict[int, list[str]] = defaultdict(list)
+        for job in jobs:
+            per_account[job.account_id].append(job.wa_id)
+        for account_id, wa_ids in per_account.items():
+            accounts.record_business_sends(account_id, wa_ids, now)
+        for group in per_campaign.values():
+            job = group[0]
+            emit_many(job.tenant_id, "message.sent",
+                      [message_event(j.campaign_public_id, j.account_public_id, j, "sent", now) for j in group], now)
+
+    def _record_failed(self, jobs: list[Job], now: dt.datetime) -> int:
+        if not jobs:
+            return 0
+        R = CampaignRecipient
+        by_id = {job.id: job for job in jobs}
+        moved: list[Job] = []
+        for token, group in _by_token(jobs).items():
+            ids = [job.id for job in group]
+            query = (R.update(status="failed", failed_at=now, claim_token=None,
+                              error_code=Case(R.id, [(j.id, _code(j.error)) for j in group]),
+                              last_error=Case(R.id, [(j.id, _message(j.error)) for j in group]))
+                     .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token))
+                     .returning(R.id))
+            moved += [by_id[row.id] for row in query.execute()]
+        release_failed(moved, now, lambda job: {"code": _code(job.error), "message": _message(job.error)})
+        return len(moved)
+
+    def _record_retry(self, jobs: list[Job], now: dt.datetime) -> int:
+        if not jobs:
+            return 0
+        R = CampaignRecipient
+        changed = 0
+        for token, group in _by_token(jobs).items():
+            waits, throttled, retries = [], [], []
+            for job in group:
+                error = job.error
+                if isinstance(error, ThrottledError) and error.pair_rate_limited:
+                    # Too many messages to this user: only this recipient waits, 4^X seconds.
+                    waits.append((job.id, now + dt.timedelta(seconds=4 ** (job.throttled + 1))))
+                    throttled.append((job.id, job.throttled + 1))
+                    retries.append((job.id, job.retries))
+                elif isinstance(error, ThrottledError):
+                    # The whole number is throttled: the pacer holds its bucket; not a failure.
+                    waits.append((job.id, None))
+                    throttled.append((job.id, job.throttled))
+                    retries.append((job.id, job.retries))
+                else:
+                    waits.append((job.id, now + dt.timedelta(seconds=2 ** (job.retries + 1))))
+                    throttled.append((job.id, job.throttled))
+                    retries.append((job.id, job.retries + 1))
+            ids = [job.id for job in group]
+            changed += (R.update(status="pending", claim_token=None, claimed_at=None,
+                                 not_before=Case(R.id, waits), throttled=Case(R.id, throttled),
+                                 retries=Case(R.id, retries),
+                                 last_error=Case(R.id, [(j.id, _message(j.error)) for j in group]))
+                        .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token))
+                        .execute())
+        return changed
+
+    def finish(self, campaign_ids: set[int]) -> None:
+        finish_if_done(campaign_ids)
+
+    def fail(self, campaign_id: int, code: str, message: str) -> None:
+        fail_campaign(campaign_id, code, message)
+
+
+def release_failed(jobs: list, now: dt.datetime, error_of: Callable[[Any], dict]) -> None:
+    """Credits and events for recipients that failed before reaching the platform (`jobs` have
+    campaign ids and the recipient's fields); call inside the transaction that failed them."""
+    if not jobs:
+        return
+    per_campaign: dict[int, list] = defaultdict(list)
+    for job in jobs:
+        per_campaign[job.campaign_id].append(job)
+    campaigns = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(per_campaign)))}
+    account_ids = {c.account_id for c in campaigns.values()}
+    account_public = dict(MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id)
+                          .where(MessagingAccount.id.in_(list(account_ids))).tuples())
+    from models.campaigns import move_credits
+
+    for campaign_id, group in per_campaign.items():
+        campaign = campaigns[campaign_id]
+        first = error_of(group[0])
+        move_credits(campaign, release=len(group), description=first["message"][:1000])
+        emit_many(campaign.tenant_id, "message.failed",
+                  [message_event(campaign.public_id, account_public[campaign.account_id], job, "failed", now,
+                                 error_of(job)) for job in group], now)
+
+
+def _by_token(jobs: list[Job]) -> dict[str, list[Job]]:
+    groups: dict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        groups[job.claim_token].append(job)
+    return groups
+
+
+def _object_gone(error: PlatformError) -> bool:
+    # (#100) subcode 33: the phone number id does not exist (any more) for this token.
+    return error.code == 100 and error.details.get("error_subcode") == 33
+
+
+def _code(error: PlatformError | None) -> str:
+    if error is None:
+        return "unknown"
+    return str(error.code) if error.code is not None else type(error).__name__
+
+
+def _message(error: PlatformError | None) -> str:
+    if error is None:
+        return ""
+    details = error.details.get("details") if isinstance(error.details, dict) else None
+    text = f"{error.message}: {details}" if details else error.message
+    return text[:1000]
+
+
+# Recovery.
+
+
+def recover_stuck(pacer: Pacer | None = None, now: dt.datetime | None = None,
+                  stuck_after: dt.timedelta = STUCK_AFTER, grace: dt.timedelta = DEAD_ENGINE_GRACE) -> int:
+    """Settle recipients whose claim nobody will answer; returns how many were failed.
+
+    A claim older than `grace` whose engine has stopped beating, or any claim older than
+    `stuck_after`, gets no answer any more. Status webhooks carrying the recipient's callback
+    data have had that long to settle it (they move `queued` rows to `sent` and on); what is
+    still `queued` has no evidence of reaching the platform, and sending it again could
+    duplicate it. So it fails with `send_unconfirmed` and its credit is released.
+    """
+    pacer = pacer or counters()
+    now = now or utcnow()
+    R = CampaignRecipient
+    rows = list(R.select(R.id, R.public_id, R.campaign, R.claim_token, R.claimed_at, R.wa_id, R.external_contact_id,
+                         R.wam_id)
+                .where((R.status == "queued") & (R.claimed_at < now - grace)).order_by(R.id).limit(5000))
+    if not rows:
+        return 0
+    engines = {row.claim_token.split(".")[0] for row in rows if row.claim_token}
+    live = {key.split(":", 1)[1] for key in pacer.alive([engine_key(e) for e in engines])}
+    stuck = [row for row in rows if row.claimed_at < now - stuck_after
+             or not row.claim_token or row.claim_token.split(".")[0] not in live]
+    if not stuck:
+        return 0
+    error = {"code": UNCONFIRMED,
+             "message": "the platform never confirmed this send; it was not retried, to avoid a duplicate"}
+    failed: list = []
+    with atomic():
+        for token, group in itertools.groupby(sorted(stuck, key=lambda r: r.claim_token or ""),
+                                              key=lambda r: r.claim_token):
+            group = list(group)
+            by_id = {row.id: row for row in group}
+            query = (R.update(status="failed", failed_at=now, claim_token=None, error_code=UNCONFIRMED,
+                              last_error=error["message"])
+                     .where(R.id.in_(list(by_id)) & (R.status == "queued") & (R.claim_token == token))
+                     .returning(R.id))
+            failed += [by_id[row.id] for row in query.execute()]
+        release_failed(failed, now, lambda _row: error)
+        finish_if_done({row.campaign_id for row in failed})
+    if failed:
+        log.warning("recovered %d unconfirmed sends", len(failed))
+    return len(failed)
+
+
+# The engine.
+
+
+@dataclass
+class _Number:
+    plan: NumberPlan
+    due: int
+    held_until: float = 0.0
+    throttle_streak: int = 0
+
+
+class Engine:
+    def __init__(self, store: DatabaseStore | None = None, messenger: Messenger | None = None,
+                 pacer: Pacer | None = None, settings: Settings | None = None,
+                 notify: Callable[[], None] | None = None):
+        self.notify = notify  # asks for a prompt webhook fan-out after a batch committed events
+        self.store = store or DatabaseStore()
+        self.messenger = messenger or GraphMessenger()
+        self._pacer = pacer
+        self.settings = settings or Settings()
+        self.id = uuid.uuid4().hex[:16]
+        self._claims = itertools.count(1)
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._refresh_now = threading.Event()
+        self._numbers: dict[int, _Number] = {}
+        self._in_flight = 0
+        self._batches: set = set()
+        self._rotation = 0
+        self._last_plan = 0.0
+        self._last_batch_done = 0.0
+        self.sent = 0
+
+    @property
+    def pacer(self) -> Pacer:
+        return self._pacer or counters()
+
+    def woken_late(self) -> bool:
+        """Someone asked for a plan after this run made its last one (call after `run`)."""
+        return self._refresh_now.is_set()
+
+    def wake(self) -> None:
+        """New work may exist: plan again at once."""
+        self._refresh_now.set()
+        self._changed.set()
+
+    def run(self, *, session: float | None = None, linger: float | None = None) -> bool:
+        """Dispatch until idle for `linger` seconds or `session` seconds have passed.
+
+        Returns True when work is left (the caller queues another run).
+        """
+        settings = self.settings
+        session = settings.session if session is None else session
+        linger = settings.linger if linger is None else linger
+        started = time.monotonic()
+        sender = ThreadPoolExecutor(settings.send_threads, thread_name_prefix="dispatch-send")
+        batcher = ThreadPoolExecutor(settings.batch_threads, thread_name_prefix="dispatch-batch")
+        next_plan = next_beat = next_recover = next_tick = 0.0
+        idle_since: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= next_beat:
+                    self.pacer.beat(engine_key(self.id), settings.heartbeat_ttl)
+                    next_beat = now + settings.heartbeat_ttl / 5
+                if now >= next_recover:
+                    recover_stuck(self.pacer)
+                    next_recover = now + settings.recover_every
+                if now >= next_plan or self._refresh_now.is_set():
+                    self._refresh_now.clear()
+                    self._replan()
+                    next_plan = now + settings.refresh
+                over = session is not None and now - started >= session
+                if not over and now >= next_tick:
+                    self._tick(now, sender, batcher)
+                    next_tick = now + settings.tick
+                busy = bool(self._batches)
+                has_work = any(n.due > 0 for n in self._numbers.values())
+                if over and not busy:
+                    return has_work or self._has_future_work()
+                if not busy and not has_work:
+                    if self._last_plan <= self._last_batch_done:
+                        # A batch finished after the last plan: it may have given work back.
+                        self._refresh_now.set()
+                        continue
+                    idle_since = idle_since if idle_since is not None else now
+                    if now - idle_since >= linger:
+                        return self._has_future_work()
+                else:
+                    idle_since = None
+                self._changed.wait(max(0.005, min(next_tick, next_plan) - time.monotonic()))
+                self._changed.clear()
+        finally:
+            for batch in list(self._batches):
+                batch.result()
+            batcher.shutdown(wait=True)
+            sender.shutdown(wait=True)
+
+    def _has_future_work(self) -> bool:
+        """Recipients waiting for a retry time, or campaigns held: a later run must see them."""
+        return Campaign.select().where(Campaign.status.in_(ACTIVE_STATUSES)).exists()
+
+    def _replan(self) -> None:
+        self._last_plan = time.monotonic()
+        plans = self.store.plan()
+        with self._lock:
+            numbers: dict[int, _Number] = {}
+            for plan in plans:
+                known = self._numbers.get(plan.account_id)
+                number = _Number(plan, plan.due)
+                if known is not None:
+                    number.held_until, number.throttle_streak = known.held_until, known.throttle_streak
+                numbers[plan.account_id] = number
+            self._numbers = numbers
+
+    def _tick(self, now: float, sender: ThreadPoolExecutor, batcher: ThreadPoolExecutor) -> None:
+        settings = self.settings
+        with self._lock:
+            capacity = settings.max_in_flight - self._in_flight
+            ready = [n for n in self._numbers.values() if n.due > 0 and n.held_until <= now]
+        if capacity <= 0 or not ready:
+            return
+        wants = {}
+        for number in ready:
+            rate = float(number.plan.mps)
+            burst = max(1.0, rate * settings.burst_seconds)
+            want = min(number.due, max(1, math.ceil(burst)))
+            wants[number.plan.account_id] = want
+        shares = fair_shares(capacity, {n.plan.account_id: n.plan.tenant_id for n in ready}, wants, self._rotation)
+        self._rotation += 1
+        requests = {bucket_key(account_id): (float(self._numbers[account_id].plan.mps),
+                                             max(1.0, self._numbers[account_id].plan.mps * settings.burst_seconds),
+                                             share)
+                    for account_id, share in shares.items() if share > 0}
+        if not requests:
+            return
+        grants = self.pacer.take_tokens(requests)
+        granted = {account_id: grants[bucket_key(account_id)][0] for account_id in shares
+                   if bucket_key(account_id) in grants and grants[bucket_key(account_id)][0] > 0}
+        if not granted:
+            return
+        plans = {account_id: self._numbers[account_id].plan for account_id in granted}
+        token = f"{self.id}.{next(self._claims)}"
+        jobs = self.store.claim(granted, plans, token)
+        with self._lock:
+            for account_id, count in granted.items():
+                number = self._numbers.get(account_id)
+                if number is None:
+                    continue
+                claimed = sum(1 for job in jobs if job.account_id == account_id)
+                # Fewer than granted: nothing more is due for now (the next plan recounts).
+                number.due = 0 if claimed < count else max(0, number.due - claimed)
+            if not jobs:
+                return
+            self._in_flight += len(jobs)
+        batch = batcher.submit(self._send_batch, jobs, sender)
+        self._batches.add(batch)
+        batch.add_done_callback(self._batch_done)
+
+    def _batch_done(self, batch) -> None:
+        self._batches.discard(batch)
+        self._changed.set()
+
+    def _send_batch(self, jobs: list[Job], sender: ThreadPoolExecutor) -> None:
+        try:
+            futures = {sender.submit(self._send_one, job): job for job in jobs}
+            wait(futures)
+            with connection():
+                result = self.store.record(jobs)
+                self._after(result)
+            self.sent += result.accepted
+        except Exception:
+            # The claims stay `queued`; recovery settles them. Never resend from here.
+            log.exception("dispatch batch of %d failed to record", len(jobs))
+        finally:
+            with self._lock:
+                self._in_flight -= len(jobs)
+                self._last_batch_done = time.monotonic()
+            # Recipients given back (throttled) are counted again by the next plan.
+            self._refresh_now.set()
+            if self.notify is not None:
+                self.notify()
+
+    def _send_one(self, job: Job) -> None:
+        try:
+            job.wam_id = self.messenger.send(job)
+        except PlatformError as error:
+            job.error = error
+        except Exception as error:  # a bug or a dropped connection: never retried blindly
+            log.exception("send to %s failed unexpectedly", job.public_id)
+            job.error = PlatformUnavailableError(f"unexpected send failure: {error}", ambiguous=True)
+
+    def _after(self, result: BatchResult) -> None:
+        """Throttling, disconnected numbers, refused templates, finished campaigns."""
+        for account_id in result.throttled_numbers:
+            with self._lock:
+                number = self._numbers.get(account_id)
+                streak = (number.throttle_streak + 1) if number else 1
+                hold = min(MAX_THROTTLE_HOLD, 2.0 ** (streak - 1))
+                if number is not None:
+                    number.throttle_streak = streak
+                    number.held_until = time.monotonic() + hold
+                    rate = float(number.plan.mps)
+                    campaigns = list(number.plan.campaigns)
+                else:
+                    rate, campaigns = 1.0, []
+            self.pacer.hold_tokens(bucket_key(account_id), rate, hold)
+            if hold >= LONG_HOLD:
+                self.store.hold(campaigns, "throttled")
+        with self._lock:
+            for account_id in result.accepted_numbers - result.throttled_numbers:
+                if account_id in self._numbers:
+                    self._numbers[account_id].throttle_streak = 0
+        for campaign_id, reason in result.disconnected.items():
+            self.store.fail(campaign_id, "account_disconnected", reason)
+        for campaign_id, reason in result.template_refused.items():
+            self.store.fail(campaign_id, "template_not_approved", reason)
+        self.store.finish(result.campaigns)
+
+
+def fair_shares(capacity: int, tenant_of: dict[int, int], wants: dict[int, int], rotation: int = 0) -> dict[int, int]:
+    """Split `capacity` between numbers: first evenly between tenants, then between a tenant's
+    numbers, never giving anyone more than it wants (water-filling). `rotation` turns the order
+    leftover units are handed out in, so no one is always last."""
+    shares = dict.fromkeys(wants, 0)
+    tenants: dict[int, list[int]] = defaultdict(list)
+    for number in sorted(wants):
+        tenants[tenant_of[number]].append(number)
+    order = sorted(tenants)
+    if order:
+        turn = rotation % len(order)
+        order = order[turn:] + order[:turn]
+    left = capacity
+    active = [t for t in order if any(wants[n] for n in tenants[t])]
+    while left > 0 and active:
+        per_tenant = max(1, left // len(active))
+        still = []
+        for tenant in active:
+            if left <= 0:
+                break
+            budget = min(per_tenant, left)
+            numbers = [n for n in tenants[tenant] if shares[n] < wants[n]]
+            spent = _fill(shares, wants, numbers, budget, rotation)
+            left -= spent
+            if any(shares[n] < wants[n] for n in tenants[tenant]):
+                still.append(tenant)
+        if still == active and per_tenant == 1 and left <= 0:
+            break
+        active = still
+    return shares
+
+
+def _fill(shares: dict[int, int], wants: dict[int, int], numbers: list[int], budget: int, rotation: int) -> int:
+    spent = 0
+    if numbers:
+        turn = rotation % len(numbers)
+        numbers = numbers[turn:] + numbers[:turn]
+    while budget > spent and numbers:
+        per_number = max(1, (budget - spent) // len(numbers))
+        still = []
+        for number in numbers:
+            if spent >= budget:
+                break
+            give = min(per_number, wants[number] - shares[number], budget - spent)
+            shares[number] += give
+            spent += give
+            if shares[number] < wants[number]:
+                still.append(number)
+        numbers = still
+    return spent
+
+

@@ -1,0 +1,291 @@
+"""Single messages: text, media and interactive messages inside the 24-hour customer window.
+
+`create_message` validates and, in one transaction, reserves one credit and stores the message
+as `queued`; `jobs.messages` sends it. The send is claimed first (a conditional UPDATE that
+sets a claim token), so two workers can never send one message, and the outcome is recorded
+with its credit movement and event in one transaction:
+
+- accepted: `sent`, wam_id filled, the credit consumed, `message.sent`;
+- rejected: `failed`, the credit released, `message.failed`;
+- no answer (timeout after the request left): left claimed; a status webhook carrying its
+  callback data settles it, else `recover_stuck` fails it after a safe delay (never resent).
+
+Internally a message's status also moves on to `delivered` and `read` (so statuses never move
+backwards and each is reported once); the contract's Message shows those as `sent`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
+from pydantic import Field, StringConstraints, model_validator
+
+from api.schemas import Input
+from api.schemas import text as limited  # a field below is called `text`
+from models import accounts, credits
+from models.accounts import MessagingAccount
+from models.base import BaseModel, JSONField
+from models.campaigns import digits, emit_many, sendable_account
+from models.clock import isoformat, utcnow
+from models.db import atomic
+from models.errors import Invalid, NotFound
+from models.ids import new_id
+from models.tenants import Tenant
+
+MESSAGE_TYPES = ("text", "image", "document", "audio", "video", "interactive")
+MIN_DIGITS, MAX_DIGITS = 8, 15
+PUBLIC_STATUS = {"queued": "queued", "sent": "sent", "delivered": "sent", "read": "sent", "failed": "failed"}
+
+Url = Annotated[str, StringConstraints(max_length=2000, pattern=r"^https?://[^\s/?#]+[^\s]*$")]
+
+
+# Request schemas (also the OpenAPI document's MessageInput).
+
+
+class TextInput(Input):
+    body: limited(4096, min_length=1)
+
+
+class _Media(Input):
+    url: Url | None = None
+    media_id: limited(255, min_length=1) | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.url is None) == (self.media_id is None):
+            raise ValueError("exactly one of url and media_id is required")
+        return self
+
+
+class MediaInput(_Media):
+    caption: limited(1024) | None = None
+
+
+class AudioInput(_Media):
+    """Audio takes no caption."""
+
+
+class DocumentInput(MediaInput):
+    filename: limited(255) | None = None
+
+
+class InteractiveButton(Input):
+    id: limited(256, min_length=1)
+    title: limited(20, min_length=1)
+
+
+class InteractiveRow(Input):
+    id: limited(200, min_length=1)
+    title: limited(24, min_length=1)
+    description: limited(72) | None = None
+
+
+class InteractiveSection(Input):
+    title: limited(24) | None = None
+    rows: Annotated[list[InteractiveRow], Field(min_length=1, max_length=10)]
+
+
+class InteractiveInput(Input):
+    kind: Literal["buttons", "list"]
+    body: limited(1024, min_length=1)
+    header: limited(60) | None = None
+    footer: limited(60) | None = None
+    buttons: Annotated[list[InteractiveButton], Field(min_length=1, max_length=3)] | None = None
+    button: limited(20, min_length=1) | None = None
+    sections: Annotated[list[InteractiveSection], Field(min_length=1, max_length=10)] | None = None
+
+    @model_validator(mode="after")
+    def _fits_kind(self):
+        if self.kind == "buttons":
+            if self.buttons is None:
+                raise ValueError("buttons is required when kind is buttons")
+            if self.button is not None or self.sections is not None:
+                raise ValueError("button and sections belong to kind list")
+        else:
+            if self.button is None or self.sections is None:
+                raise ValueError("button and sections are required when kind is list")
+            if self.buttons is not None:
+                raise ValueError("buttons belong to kind buttons")
+        return self
+
+
+class MessageInput(Input):
+    account_id: limited(64)
+    to: limited(32)
+    type: Literal["text", "image", "document", "audio", "video", "interactive"]
+    external_reference: limited(160) | None = None
+    text: TextInput | None = None
+    image: MediaInput | None = None
+    video: MediaInput | None = None
+    audio: AudioInput | None = None
+    document: DocumentInput | None = None
+    interactive: InteractiveInput | None = None
+
+    @model_validator(mode="after")
+    def _content_matches_type(self):
+        if getattr(self, self.type) is None:
+            raise ValueError(f"{self.type} is required when type is {self.type}")
+        others = [kind for kind in MESSAGE_TYPES if kind != self.type and getattr(self, kind) is not None]
+        if others:
+            raise ValueError(f"{', '.join(others)} does not go with type {self.type}")
+        return self
+
+    def content(self) -> dict[str, Any]:
+        return getattr(self, self.type).model_dump(exclude_none=True)
+
+
+# Table.
+
+
+class Message(BaseModel):
+    public_id = CharField(unique=True, max_length=40)
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
+    to = CharField(max_length=32)
+    type = CharField(max_length=16)
+    content = JSONField()
+    external_reference = CharField(max_length=160, null=True)
+    status = CharField(max_length=16, default="queued")
+    wam_id = CharField(max_length=255, null=True, index=True)
+    claim_token = CharField(max_length=64, null=True)
+    claimed_at = DateTimeField(null=True)
+    attempts = IntegerField(default=0)
+    error_code = CharField(max_length=32, null=True)
+    last_error = CharField(max_length=1000, null=True)
+    created_at = DateTimeField(default=utcnow)
+    sent_at = DateTimeField(null=True)
+    delivered_at = DateTimeField(null=True)
+    read_at = DateTimeField(null=True)
+    failed_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("status", "claimed_at"), False),)
+
+    def as_dict(self, account_public_id: str | None = None) -> dict:
+        if account_public_id is None:
+            account_public_id = MessagingAccount.get_by_id(self.account_id).public_id
+        return {
+            "id": self.public_id,
+            "wam_id": self.wam_id,
+            "account_id": account_public_id,
+            "to": self.to,
+            "type": self.type,
+            "status": PUBLIC_STATUS[self.status],
+            "external_reference": self.external_reference,
+            "credits_reserved": 1,
+            "created_at": isoformat(self.created_at),
+            "sent_at": isoformat(self.sent_at),
+            "error": {"code": self.error_code, "message": self.last_error} if self.status == "failed" else None,
+        }
+
+
+def event_fields(message: Message, account_public_id: str, status: str, at: dt.datetime | None,
+                 error: dict | None = None) -> dict[str, Any]:
+    """The fields of `message.*` events for a single message (contract section 6)."""
+    fields: dict[str, Any] = {
+        "account_id": account_public_id,
+        "campaign_id": None,
+        "recipient": message.to,
+        "external_contact_id": None,
+        "wam_id": message.wam_id,
+        "status": status,
+        "timestamp": isoformat(at or utcnow()),
+        "message_id": message.public_id,
+    }
+    if error is not None:
+        fields["error"] = error
+    return fields
+
+
+def normalize_recipient(raw: str) -> str:
+    number = digits(raw)
+    if not MIN_DIGITS <= len(number) <= MAX_DIGITS:
+        raise Invalid(f"`to` must have {MIN_DIGITS} to {MAX_DIGITS} digits; {raw!r} has {len(number)}",
+                      code="invalid_recipient", details={"to": raw})
+    return number
+
+
+def create_message(tenant_id: int, data: MessageInput) -> Message:
+    """Validate the rules of a single message and store it queued with one credit reserved.
+
+    Raises NotFound (`account_not_found`) or Invalid (`account_not_ready`, `account_inactive`,
+    `invalid_recipient`, `outside_24h_window`, `daily_limit_reached`, `insufficient_credits`,
+    `wallet_paused`). Nothing is reserved unless every rule passes.
+    """
+    account = sendable_account(tenant_id, data.account_id)
+    to = normalize_recipient(data.to)
+    if not accounts.window_open(account.id, to):
+        raise Invalid(f"{to} has not written to this number in the last 24 hours; use a template campaign",
+                      code="outside_24h_window", details={"to": to})
+    if account.daily_limit is not None and not accounts.recently_messaged(account.id, [to]):
+        sent_today = accounts.messages_sent_today(account.id)
+        if sent_today >= account.daily_limit:
+            raise Invalid(f"the number reached its daily limit of {account.daily_limit} users",
+                          code="daily_limit_reached",
+                          details={"daily_limit": account.daily_limit, "messages_sent_today": sent_today})
+    public_id = new_id("msg_")
+    with atomic():
+        credits.reserve(tenant_id, 1, messaging_account_id=account.id, reference=public_id)
+        return Message.create(public_id=public_id, tenant=tenant_id, account=account.id, to=to, type=data.type,
+                              content=data.content(), external_reference=data.external_reference)
+
+
+def get_message(tenant_id: int, public_id: str) -> Message:
+    message = Message.get_or_none((Message.public_id == public_id) & (Message.tenant == tenant_id))
+    if message is None:
+        raise NotFound(f"no message {public_id}", code="message_not_found")
+    return message
+
+
+# The send, in three steps: claim, (the platform call, in jobs.messages), record.
+
+
+def claim(message_id: int, token: str) -> Message | None:
+    """Take the message for sending; None when it is not queued or another worker holds it."""
+    changed = (Message.update(claim_token=token, claimed_at=utcnow(), attempts=Message.attempts + 1)
+               .where((Message.id == message_id) & (Message.status == "queued") & Message.claim_token.is_null())
+               .execute())
+    return Message.get_by_id(message_id) if changed == 1 else None
+
+
+def unclaim(message: Message, token: str) -> None:
+    """The platform refused for now (throttled): give the message back to the queue."""
+    (Message.update(claim_token=None, claimed_at=None)
+     .where((Message.id == message.id) & (Message.claim_token == token) & (Message.status == "queued")).execute())
+
+
+def record_sent(message: Message, token: str, wam_id: str) -> bool:
+    now = utcnow()
+    with atomic():
+        changed = (Message.update(status="sent", wam_id=wam_id, sent_at=now, claim_token=None)
+                   .where((Message.id == message.id) & (Message.status == "queued")
+                          & (Message.claim_token == token)).execute())
+        if changed != 1:
+            return False  # a status webhook settled it first
+        account = MessagingAccount.get_by_id(message.account_id)
+        credits.consume(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id)
+        accounts.record_business_sends(account.id, [message.to], now)
+        message.wam_id = wam_id
+        emit_many(message.tenant_id, "message.sent", [event_fields(message, account.public_id, "sent", now)])
+    return True
+
+
+def record_failed(message: Message, token: str | None, code: str, text_: str) -> bool:
+    """The message never reached the platform (rejected, or unconfirmed by recovery): release."""
+    now = utcnow()
+    with atomic():
+        condition = (Message.id == message.id) & (Message.status == "queued")
+        if token is not None:
+            condition &= Message.claim_token == token
+        changed = (Message.update(status="failed", error_code=code[:32], last_error=text_[:1000], failed_at=now,
+                                  claim_token=None).where(condition).execute())
+        if changed != 1:
+            return False
+        account = MessagingAccount.get_by_id(message.account_id)
+        credits.release(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id,
+                        description=text_[:1000])
+        emit_many(message.tenant_id, "message.failed",
+                  [event_fields(message, account.public_id, "failed", now, {"code": code, "message": text_})])
+    return True

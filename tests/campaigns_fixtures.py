@@ -1,0 +1,142 @@
+"""Fixtures for campaigns, messages and dispatch: a real simulator over HTTP, connected numbers
+with their templates, and the app pointed at that simulator.
+
+`from tests.campaigns_fixtures import *` brings the fixtures; helpers are imported by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+
+import pytest
+from falcon import testing
+
+from config import get_settings, use_settings
+from messaging.client import GraphClient
+from messaging.simulator import Simulator, builtin_templates
+from messaging.webhooks import StatusUpdate
+from models.accounts import MessagingAccount, Template, open_window
+from models.clock import utcnow
+from models.credits import LedgerEntry, Wallet
+from models.db import connection, db, init_db
+from models.ids import new_id
+from models.secrets import encrypt
+
+__all__ = ["campaign_simulator", "sim", "app", "client", "number"]
+
+# The simulator's built-in templates, as the template sync stores them.
+TEMPLATES = [
+    {"name": "hello_world", "language": "en_US", "status": "approved", "category": "UTILITY",
+     "body_text": "Hello World", "header_type": None, "variable_count": 0},
+    {"name": "payment_reminder", "language": "es", "status": "approved", "category": "UTILITY",
+     "body_text": "Hola {{1}}, tu saldo pendiente es {{2}}.", "header_type": None, "variable_count": 2},
+    {"name": "order_update", "language": "en_US", "status": "approved", "category": "MARKETING",
+     "body_text": "Your order {{1}} has shipped", "header_type": "image", "variable_count": 1},
+    {"name": "promo_pending", "language": "en_US", "status": "pending", "category": "MARKETING",
+     "body_text": "New deals {{1}}", "header_type": None, "variable_count": 1},
+]
+
+_serial = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def campaign_simulator():
+    # One per session; status webhooks are off (no receiver in-process): tests that need
+    # statuses feed `apply_status_updates` or run the live service.
+    simulator = Simulator(duplicate_rate=0.0)
+    simulator.start()
+    yield simulator
+    simulator.stop()
+
+
+@pytest.fixture
+def sim(campaign_simulator, storage):
+    campaign_simulator.configure(app_secret=storage.app_secret, webhook_url=None)
+    with campaign_simulator._lock:
+        campaign_simulator._templates = builtin_templates()
+    settings = dataclasses.replace(storage, graph_url=campaign_simulator.base_url)
+    use_settings(settings)
+    init_db(settings)
+    with connection():
+        yield campaign_simulator
+
+
+@pytest.fixture
+def app(sim):
+    from api.app import create_app
+
+    return create_app(get_settings())
+
+
+class Client(testing.TestClient):
+    """The app's client; the test's own connection is open again after each request."""
+
+    def simulate_request(self, *args, **kwargs):
+        try:
+            return super().simulate_request(*args, **kwargs)
+        finally:
+            db.connect(reuse_if_open=True)
+
+
+@pytest.fixture
+def client(app):
+    return Client(app)
+
+
+def make_number(tenant_id: int, simulator: Simulator | None = None, *, mps: int = 20, status: str = "active",
+                ready: bool = True, daily_limit: int | None = None, templates=TEMPLATES,
+                connection_mode: str = "coexistence") -> MessagingAccount:
+    """A connected number of `tenant_id`: a real one on the simulator when given, with its templates."""
+    serial = next(_serial)
+    phone_id, token = f"9{serial:08d}", "not-a-token"
+    if simulator is not None:
+        signup = simulator.signup(mps=mps)
+        settings = get_settings()
+        with GraphClient(simulator.base_url, app_id=settings.app_id, app_secret=settings.app_secret) as graph:
+            token = graph.exchange_code(signup["code"])
+        phone_id = signup["phone_number_id"]
+    account = MessagingAccount.create(
+        public_id=new_id("wacc_"), tenant=tenant_id, label=f"number {serial}", phone_number=f"+1555010{serial:04d}",
+        name=f"Business {serial}", status=status, connection_mode=connection_mode,
+        business_account_id="102290129340398", phone_id=phone_id if ready else None,
+        access_token=encrypt(token) if ready else None, subscribed_to_webhooks=ready, quality_rating="GREEN",
+        daily_limit=daily_limit, mps=mps, connected_at=utcnow() if ready else None)
+    for template in templates:
+        Template.create(account=account.id, platform_id=str(1500000000000000 + serial), **template)
+    return account
+
+
+@pytest.fixture
+def number(sim, alice):
+    """Alice's connected number on the simulator."""
+    return make_number(alice.id, sim)
+
+
+def campaign_body(account: MessagingAccount, wa_ids, template: str = "hello_world", **extra) -> dict:
+    return {"account_id": account.public_id, "template_name": template,
+            "recipients": [{"wa_id": wa_id} for wa_id in wa_ids], **extra}
+
+
+def status_update(account: MessagingAccount, wamid: str, status: str, *, callback: str | None = None,
+                  at: dt.datetime | None = None, error_code: int | None = None) -> StatusUpdate:
+    errors = [{"code": error_code, "title": "Message undeliverable", "message": "Message undeliverable",
+               "error_data": {"details": "The recipient could not be reached."}}] if error_code else []
+    return StatusUpdate(phone_number_id=account.phone_id, wamid=wamid, status=status,
+                        timestamp=(at or dt.datetime.now(dt.UTC)), recipient_id=None, callback_data=callback,
+                        errors=errors)
+
+
+def let_write(account: MessagingAccount, wa_id: str, when: dt.datetime | None = None) -> None:
+    """The customer wrote to the number: the 24-hour window is open."""
+    open_window(account.id, wa_id, when or utcnow())
+
+
+def ledger_types(tenant_id: int) -> list[tuple[str, int]]:
+    return [(e.type, e.amount) for e in LedgerEntry.select().where(LedgerEntry.tenant == tenant_id)
+            .order_by(LedgerEntry.id)]
+
+
+def wallet(tenant_id: int) -> Wallet:
+    return Wallet.get(Wallet.tenant == tenant_id)
