@@ -21,7 +21,7 @@ def process_platform_batch(batch_id: int) -> None:
 
 
 def follow_up(outcome: platform.BatchOutcome) -> None:
-    if outcome.events:
+    if outcome.events or outcome.statuses:
         notify_events()
     for account_id in outcome.resync_templates:
         sync_account_templates(account_id)

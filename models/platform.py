@@ -122,6 +122,8 @@ class BatchOutcome:
     claimed: bool = False
     events: int = 0
     statuses_applied: bool = False
+    # Status updates handed on: their events (message.delivered, ...) are written by statuses.py.
+    statuses: int = 0
     resync_templates: set[int] = field(default_factory=set)
     refresh_numbers: set[int] = field(default_factory=set)
 
@@ -160,6 +162,8 @@ def process_batch(batch_id: int) -> BatchOutcome:
                 PlatformWebhookBatch.update(applied_at=utcnow()).where(
                     PlatformWebhookBatch.id == batch_id).execute()
         outcome.statuses_applied = _apply_statuses(batch_id, statuses)
+        if outcome.statuses_applied:
+            outcome.statuses = len(statuses)
     except Exception as exc:  # recorded on the batch; the sweep retries it
         log.exception("platform webhook batch %s failed", batch_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
