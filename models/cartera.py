@@ -51,7 +51,7 @@ from models.cartera_input import (
 )
 from models.cartera_money import MoneyError, amount_json, to_minor
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import atomic, db
+from models.db import atomic, db, execute
 from models.errors import Conflict, DomainError, Invalid, NotFound
 from models.events import emit
 from models.ids import new_id
@@ -63,8 +63,8 @@ OPEN_INSTALLMENT = ("pending", "partial", "overdue")
 OPEN_DEBT = ("pending", "partial", "overdue")
 RESOLVED_DEBT = ("paid", "cancelled", "written_off")
 DEBT_STATUSES = OPEN_DEBT + ("paid", "cancelled", "written_off")
-# Rows per INSERT: well under SQLite's 32766 bound variables with the widest table here.
-INSERT_CHUNK = 500
+# Bound values per INSERT statement: under SQLite's limit (32766) and PostgreSQL's (65535).
+MAX_INSERT_PARAMS = 30000
 
 
 class Debtor(BaseModel):
@@ -110,8 +110,13 @@ class Debt(BaseModel):
         indexes = ((("tenant", "external_id"), True), (("tenant", "status"), False))
 
     def summary(self) -> dict:
-        return {"external_id": self.external_id, "saldo_pendiente": amount_json(self.saldo_pendiente, self.moneda),
-                "status": self.status, "external_version": self.external_version}
+        return debt_summary(self)
+
+
+def debt_summary(debt) -> dict:
+    """What a write answers about a debt (a Debt row, or one just inserted by a batch)."""
+    return {"external_id": debt.external_id, "saldo_pendiente": amount_json(debt.saldo_pendiente, debt.moneda),
+            "status": debt.status, "external_version": debt.external_version}
 
 
 class Installment(BaseModel):
@@ -176,6 +181,71 @@ class Reminder(BaseModel):
 
 
 TABLES = [Debtor, Debt, Installment, Payment, Allocation, Reminder]
+
+
+def _marks(values: list) -> str:
+    return ", ".join("?" * len(values))
+
+
+class _NewInstallment:
+    """An installment planned for insertion: plain attributes, none of the ORM's bookkeeping
+    (an import plans hundreds of thousands; see bench/import_debts.py)."""
+
+    __slots__ = ("id", "external_id", "numero", "monto", "pagado", "vence", "estado", "declared_estado")
+
+    def __init__(self, external_id: str, numero: int, monto: int, vence: dt.date, declared_estado: str):
+        self.id = None
+        self.external_id, self.numero, self.monto, self.vence = external_id, numero, monto, vence
+        self.pagado, self.estado, self.declared_estado = 0, "", declared_estado
+
+
+class _NewDebt:
+    """A debt planned for insertion (see _NewInstallment); attributes named as Debt's columns."""
+
+    __slots__ = ("id", "tenant_id", "external_id", "account_id", "debtor_id", "moneda", "referencia",
+                 "monto_original", "saldo_pendiente", "tipo", "auto_send", "status", "external_version",
+                 "external_updated_at", "resolution", "row_version", "created_at", "updated_at")
+
+    def __init__(self, tenant_id: int, external_id: str, now: dt.datetime):
+        self.id = self.account_id = self.debtor_id = self.referencia = None
+        self.external_version = self.external_updated_at = self.resolution = None
+        self.tenant_id, self.external_id, self.created_at, self.updated_at = tenant_id, external_id, now, now
+        self.moneda, self.monto_original, self.saldo_pendiente = "", 0, 0
+        self.tipo, self.auto_send, self.status, self.row_version = "single", False, "pending", 0
+
+    def summary(self) -> dict:
+        return debt_summary(self)
+
+
+class _NewDebtor:
+    """A debtor planned for insertion (see _NewInstallment)."""
+
+    __slots__ = ("id", "nombre", "documento", "telefono", "updated_at")
+
+    def __init__(self, nombre: str, documento: str | None, telefono: str | None):
+        self.id = None
+        self.nombre, self.documento, self.telefono = nombre, documento, telefono
+
+
+def bulk_insert(model, fields: list, rows: list[tuple], returning: list | None = None) -> list[tuple]:
+    """Multi-row INSERTs of `rows` (tuples in the order of `fields`); the RETURNING rows if asked.
+
+    Written directly rather than with `insert_many`: peewee rebuilds the SQL value by value,
+    which costs ten times the insert itself at import volumes (see bench/import_debts.py).
+    Values go to the driver as peewee would pass them (dates, datetimes, bools, ints).
+    """
+    columns = ", ".join(f'"{field.column_name}"' for field in fields)
+    row_marks = "(" + ", ".join("?" * len(fields)) + ")"
+    tail = (" RETURNING " + ", ".join(f'"{field.column_name}"' for field in returning)) if returning else ""
+    per_statement = max(1, MAX_INSERT_PARAMS // len(fields))
+    found: list[tuple] = []
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start:start + per_statement]
+        sql = f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES {", ".join([row_marks] * len(chunk))}{tail}'
+        cursor = execute(sql, [value for row in chunk for value in row])
+        if returning:
+            found.extend(cursor.fetchall())
+    return found
 
 
 # -- time and status --------------------------------------------------------------------------
@@ -250,7 +320,7 @@ def _is_stale(stored: Debt, spec: DebtSpec) -> bool:
 class UpsertResult:
     external_id: str | None
     action: str | None = None  # created, updated, ignored_stale
-    debt: Debt | None = None
+    debt: Debt | _NewDebt | None = None
     error: DomainError | None = None
 
     @property
@@ -260,7 +330,7 @@ class UpsertResult:
 
 @dataclass
 class _DebtState:
-    debt: Debt
+    debt: Debt | _NewDebt
     installments: list[Installment]
     new: bool
     debtor: Debtor | None = None
@@ -298,28 +368,35 @@ class _Batch:
         return results
 
     def _prefetch(self, specs: list[DebtSpec]) -> None:
+        # Hand-written SQL for the two lookups whose IN lists hold a whole batch: peewee would
+        # spend longer building them than the database spends answering.
         tenant = self.tenant_id
         names = list({spec.account_id for spec in specs})
         self.accounts = dict(MessagingAccount.select(MessagingAccount.public_id, MessagingAccount.id)
                              .where((MessagingAccount.tenant == tenant) & MessagingAccount.public_id.in_(names))
                              .tuples())
         external_ids = list({spec.external_id for spec in specs})
-        Debt.update(row_version=Debt.row_version + 1).where(
-            (Debt.tenant == tenant) & Debt.external_id.in_(external_ids)).execute()
-        existing = list(Debt.select().where((Debt.tenant == tenant) & Debt.external_id.in_(external_ids)))
-        schedules: dict[int, list[Installment]] = {debt.id: [] for debt in existing}
-        if existing:
-            for item in (Installment.select().where(Installment.debt.in_(list(schedules)))
-                         .order_by(Installment.id)):
+        # Lock and find in one statement (the lock is what serializes writers; see module doc).
+        locked = execute(f'UPDATE "debt" SET "row_version" = "row_version" + 1 WHERE "tenant_id" = ? '
+                         f'AND "external_id" IN ({_marks(external_ids)}) RETURNING "id"', [tenant, *external_ids])
+        existing_ids = [row[0] for row in locked.fetchall()]
+        if existing_ids:
+            existing = list(Debt.select().where(Debt.id.in_(existing_ids)))
+            schedules: dict[int, list] = {debt.id: [] for debt in existing}
+            for item in Installment.select().where(Installment.debt.in_(existing_ids)).order_by(Installment.id):
                 schedules[item.debt_id].append(item)
-        for debt in existing:
-            self.debts[debt.external_id] = _DebtState(debt, schedules[debt.id], new=False)
+            for debt in existing:
+                self.debts[debt.external_id] = _DebtState(debt, schedules[debt.id], new=False)
         documentos = list({spec.deudor.documento for spec in specs if spec.deudor.documento})
         telefonos = list({spec.deudor.telefono for spec in specs if spec.deudor.telefono})
-        if documentos or telefonos:
-            keys = Debtor.documento.in_(documentos) | Debtor.telefono.in_(telefonos)
-            for debtor in Debtor.select().where((Debtor.tenant == tenant) & keys):
-                self._index_debtor(debtor)
+        keys = [f'"{column}" IN ({_marks(values)})' for column, values in (("documento", documentos),
+                                                                          ("telefono", telefonos)) if values]
+        if keys:
+            found = execute(f'SELECT "id", "nombre", "documento", "telefono" FROM "debtor" WHERE "tenant_id" = ? '
+                            f'AND ({" OR ".join(keys)})', [tenant, *documentos, *telefonos])
+            for debtor_id, nombre, documento, telefono in found.fetchall():
+                self._index_debtor(Debtor(id=debtor_id, tenant=tenant, nombre=nombre, documento=documento,
+                                          telefono=telefono))
 
     def _index_debtor(self, debtor: Debtor) -> None:
         if debtor.documento:
@@ -342,9 +419,8 @@ class _Batch:
         action = "updated"
         if state is None:
             action = "created"
-            debt = Debt(tenant=self.tenant_id, external_id=spec.external_id, created_at=self.now, row_version=0,
-                        auto_send=False, tipo="single", status="pending")
-            state = self.debts[spec.external_id] = _DebtState(debt, [], new=True)
+            state = self.debts[spec.external_id] = _DebtState(_NewDebt(self.tenant_id, spec.external_id, self.now),
+                                                              [], new=True)
         self._apply_fields(state, spec, account_id, debtor)
         self._apply_schedule(state, spec)
         for item in _restate(state.debt, state.installments, self.today):
@@ -366,8 +442,7 @@ class _Batch:
                            details={"documento": deudor.documento, "telefono": deudor.telefono})
         debtor = by_documento or by_telefono
         if debtor is None:
-            debtor = Debtor(tenant=self.tenant_id, nombre=deudor.nombre, documento=deudor.documento,
-                            telefono=deudor.telefono, created_at=self.now, updated_at=self.now)
+            debtor = _NewDebtor(deudor.nombre, deudor.documento, deudor.telefono)
             self.new_debtors.append(debtor)
             self._index_debtor(debtor)
             return debtor
@@ -390,7 +465,7 @@ class _Batch:
 
     def _apply_fields(self, state: _DebtState, spec: DebtSpec, account_id: int, debtor: Debtor) -> None:
         debt = state.debt
-        debt.account = account_id
+        debt.account_id = account_id
         state.debtor = debtor
         debt.moneda = spec.moneda
         debt.monto_original = spec.monto_original
@@ -426,8 +501,7 @@ class _Batch:
             item = known.get(incoming.external_id)
             declared = incoming.estado or "pending"
             if item is None:
-                item = Installment(external_id=incoming.external_id, numero=incoming.numero, monto=incoming.monto,
-                                   pagado=0, vence=incoming.vence, estado="", declared_estado=declared)
+                item = _NewInstallment(incoming.external_id, incoming.numero, incoming.monto, incoming.vence, declared)
                 state.installments.append(item)
                 continue
             item.numero, item.monto, item.vence = incoming.numero, incoming.monto, incoming.vence
@@ -442,7 +516,7 @@ class _Batch:
             debtor.save(only=[Debtor.nombre, Debtor.documento, Debtor.telefono, Debtor.updated_at])
         touched = [state for state in self.debts.values() if state.touched]
         for state in touched:
-            state.debt.debtor = state.debtor
+            state.debt.debtor_id = state.debtor.id
         new_states = [state for state in touched if state.new]
         if new_states:
             self._insert_debts(new_states)
@@ -453,43 +527,39 @@ class _Batch:
         for state in touched:
             for item in state.installments:
                 if item.id is None:
-                    item.debt = state.debt
-                    rows.append({"debt": state.debt.id, "external_id": item.external_id, "numero": item.numero,
-                                 "monto": item.monto, "pagado": item.pagado, "vence": item.vence,
-                                 "estado": item.estado, "declared_estado": item.declared_estado})
+                    rows.append((state.debt.id, item.external_id, item.numero, item.monto, item.pagado, item.vence,
+                                 item.estado, item.declared_estado))
             for item in state.changed_installments.values():
                 item.save(only=[Installment.numero, Installment.monto, Installment.vence, Installment.estado,
                                 Installment.declared_estado])
-        for start in range(0, len(rows), INSERT_CHUNK):
-            Installment.insert_many(rows[start:start + INSERT_CHUNK]).as_rowcount().execute()
+        if rows:
+            bulk_insert(Installment, _INSTALLMENT_COLUMNS, rows)
 
     def _insert_debtors(self) -> None:
-        rows = [{"tenant": self.tenant_id, "nombre": d.nombre, "documento": d.documento, "telefono": d.telefono,
-                 "created_at": self.now, "updated_at": self.now} for d in self.new_debtors]
-        ids_by_key: dict[tuple[str, str], int] = {}
-        for start in range(0, len(rows), INSERT_CHUNK):
-            query = (Debtor.insert_many(rows[start:start + INSERT_CHUNK])
-                     .returning(Debtor.id, Debtor.documento, Debtor.telefono).tuples())
-            for debtor_id, documento, telefono in query.execute():
-                ids_by_key[("d", documento) if documento else ("t", telefono)] = debtor_id
+        rows = [(self.tenant_id, d.nombre, d.documento, d.telefono, self.now, self.now) for d in self.new_debtors]
+        returned = bulk_insert(Debtor, [Debtor.tenant, Debtor.nombre, Debtor.documento, Debtor.telefono,
+                                        Debtor.created_at, Debtor.updated_at], rows,
+                               returning=[Debtor.id, Debtor.documento, Debtor.telefono])
+        # Matched by natural key rather than by position: RETURNING promises no order.
+        ids_by_key = {("d", documento) if documento else ("t", telefono): debtor_id
+                      for debtor_id, documento, telefono in returned}
         for debtor in self.new_debtors:
             debtor.id = ids_by_key[("d", debtor.documento) if debtor.documento else ("t", debtor.telefono)]
 
     def _insert_debts(self, states: list[_DebtState]) -> None:
-        columns = (Debt.tenant, Debt.external_id, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia,
-                   Debt.monto_original, Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status,
-                   Debt.external_version, Debt.external_updated_at, Debt.resolution, Debt.row_version,
-                   Debt.created_at, Debt.updated_at)
-        ids: dict[str, int] = {}
-        for start in range(0, len(states), INSERT_CHUNK):
-            chunk = states[start:start + INSERT_CHUNK]
-            rows = [tuple(getattr(state.debt, column.column_name) for column in columns) for state in chunk]
-            query = (Debt.insert_many(rows, fields=columns).returning(Debt.id, Debt.external_id).tuples())
-            ids.update({external_id: debt_id for debt_id, external_id in query.execute()})
+        rows = [tuple(getattr(state.debt, field.column_name) for field in _DEBT_INSERT_COLUMNS) for state in states]
+        returned = bulk_insert(Debt, _DEBT_INSERT_COLUMNS, rows, returning=[Debt.id, Debt.external_id])
+        ids = {external_id: debt_id for debt_id, external_id in returned}
         for state in states:
             state.debt.id = ids[state.debt.external_id]
 
 
+_DEBT_INSERT_COLUMNS = [Debt.tenant, Debt.external_id, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia,
+                        Debt.monto_original, Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status,
+                        Debt.external_version, Debt.external_updated_at, Debt.resolution, Debt.row_version,
+                        Debt.created_at, Debt.updated_at]
+_INSTALLMENT_COLUMNS = [Installment.debt, Installment.external_id, Installment.numero, Installment.monto,
+                        Installment.pagado, Installment.vence, Installment.estado, Installment.declared_estado]
 _DEBT_UPDATE_FIELDS = [Debt.account, Debt.debtor, Debt.moneda, Debt.referencia, Debt.monto_original,
                        Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status, Debt.external_version,
                        Debt.external_updated_at, Debt.updated_at]
@@ -619,7 +689,7 @@ def debt_detail(debt: Debt) -> dict:
 class PaymentResult:
     action: str  # applied, already_applied
     payment: Payment
-    debt: Debt
+    debt: Debt | _NewDebt
 
     def as_dict(self) -> dict:
         payment = self.payment

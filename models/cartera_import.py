@@ -148,12 +148,34 @@ def _header(reader) -> dict[str, int]:
 
 
 def _numbered_rows(reader) -> Iterator[tuple[int, list[str]]]:
-    """(first line of the row, cells); a quoted cell may span lines, so the count comes from the reader."""
+    """(first line of the row, stripped cells); a quoted cell may span lines, so the count comes
+    from the reader. Blank lines are skipped."""
     next_line = reader.line_num + 1
     for row in reader:
         line, next_line = next_line, reader.line_num + 1
-        if row and any(cell.strip() for cell in row):
-            yield line, row
+        cells = list(map(str.strip, row))
+        if any(cells):
+            yield line, cells
+
+
+class _Layout:
+    """Where each column sits in this file's rows (the header fixes the order)."""
+
+    def __init__(self, columns: dict[str, int]):
+        self.width = len(columns)
+        self.index = columns
+        self.debt_positions = [columns[name] for name in DEBT_COLUMNS if name in columns]
+        self.installment = [(name.removeprefix("cuota_"), columns[name]) for name in INSTALLMENT_COLUMNS]
+
+    def cell(self, row: list[str], name: str) -> str:
+        index = self.index.get(name)
+        return row[index] if index is not None else ""
+
+    def debt_cells(self, row: list[str]) -> list[str]:
+        return [row[index] for index in self.debt_positions]
+
+    def has_installment(self, row: list[str]) -> bool:
+        return any(row[index] for _key, index in self.installment)
 
 
 def read_csv(stream: BinaryIO) -> Iterator[DebtRecord]:
@@ -161,96 +183,93 @@ def read_csv(stream: BinaryIO) -> Iterator[DebtRecord]:
     # Undecodable bytes become U+FFFD so that only their row is refused, not the whole file.
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="replace", newline="")
     reader = csv.reader(text)
-    columns = _header(reader)
-    position = columns["external_id"]
+    layout = _Layout(_header(reader))
+    position = layout.index["external_id"]
 
     def debt_key(item: tuple[int, list[str]]) -> str:
         row = item[1]
-        return row[position].strip() if len(row) > position else ""
+        return row[position] if len(row) > position else ""
 
     try:
         for _external_id, rows in itertools.groupby(_numbered_rows(reader), key=debt_key):
-            yield _csv_debt(list(rows), columns)
+            yield _csv_debt(list(rows), layout)
     except csv.Error as error:
         raise ImportFormatError(f"line {reader.line_num}: unreadable CSV ({error})") from None
 
 
-def _cell(row: list[str], columns: dict[str, int], name: str) -> str:
-    index = columns.get(name)
-    return row[index].strip() if index is not None else ""
+def _row_problem(row: list[str], width: int) -> str | None:
+    if len(row) != width:
+        return f"expected {width} cells, found {len(row)}"
+    joined = "".join(row)
+    if "\x00" in joined:
+        return "cells may not contain NUL characters"
+    if "\ufffd" in joined:
+        return "the row is not valid UTF-8 text"
+    return None
 
 
-def _csv_debt(rows: list[tuple[int, list[str]]], columns: dict[str, int]) -> DebtRecord:
+def _csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtRecord:
     first_line, first = rows[0]
-    external_id = _cell(first, columns, "external_id") or None
+    position = layout.index["external_id"]
+    external_id = (first[position] if len(first) > position else "") or None
     record = DebtRecord(first_line, external_id, rows=len(rows))
-    width = len(columns)
     for line, row in rows:
-        if len(row) != width:
-            record.errors.append(RowError(line, external_id, "validation_failed",
-                                          f"expected {width} cells, found {len(row)}; debt not imported"))
-        elif any("\x00" in cell for cell in row):
-            record.errors.append(RowError(line, external_id, "validation_failed",
-                                          "cells may not contain NUL characters; debt not imported"))
-        elif any("\ufffd" in cell for cell in row):
-            record.errors.append(RowError(line, external_id, "validation_failed",
-                                          "the row is not valid UTF-8 text; debt not imported"))
+        if problem := _row_problem(row, layout.width):
+            record.errors.append(RowError(line, external_id, "validation_failed", f"{problem}; debt not imported"))
     if record.errors:
         return record
-    debt_cells = [_cell(first, columns, name) for name in DEBT_COLUMNS]
+    debt_cells = layout.debt_cells(first)
     for line, row in rows[1:]:
-        if [_cell(row, columns, name) for name in DEBT_COLUMNS] != debt_cells:
+        if layout.debt_cells(row) != debt_cells:
             record.errors.append(RowError(line, external_id, "validation_failed",
                                           f"the debt's columns differ from line {first_line} (same external_id); "
                                           "debt not imported"))
-    installment_rows = [(line, row) for line, row in rows
-                        if any(_cell(row, columns, name) for name in INSTALLMENT_COLUMNS)]
-    if installment_rows and len(installment_rows) != len(rows):
-        bare = next(line for line, row in rows if (line, row) not in installment_rows)
+    flags = [layout.has_installment(row) for _line, row in rows]
+    if any(flags) and not all(flags):
+        bare = rows[flags.index(False)][0]
         record.errors.append(RowError(bare, external_id, "validation_failed",
                                       "a row without installment in a debt that has installments; "
                                       "debt not imported"))
     if record.errors:
         return record
-    body = _csv_body(first, columns, [row for _line, row in installment_rows])
-    lines = [line for line, _row in installment_rows]
+    installment_rows = [row for (_line, row), flag in zip(rows, flags, strict=True) if flag]
     try:
-        record.spec = parse_debt(body)
+        record.spec = parse_debt(_csv_body(first, layout, installment_rows))
     except DomainError as error:
+        lines = [line for (line, _row), flag in zip(rows, flags, strict=True) if flag]
         record.errors = _csv_errors(error, first_line, external_id, lines)
     return record
 
 
-def _csv_body(first: list[str], columns: dict[str, int], installment_rows: list[list[str]]) -> dict[str, Any]:
+def _csv_body(first: list[str], layout: _Layout, installment_rows: list[list[str]]) -> dict[str, Any]:
     """The CSV debt in the API's shape; empty optional cells are left out (or null for referencia)."""
-    def cell(name: str) -> str:
-        return _cell(first, columns, name)
-
-    deudor: dict[str, Any] = {"nombre": cell("deudor_nombre")}
-    for name in ("documento", "telefono"):
-        if value := cell(f"deudor_{name}"):
-            deudor[name] = value
-    body: dict[str, Any] = {"external_id": cell("external_id"), "account_id": cell("account_id"), "deudor": deudor,
-                            "moneda": cell("moneda"), "referencia": cell("referencia") or None,
-                            "monto_original": cell("monto_original"), "saldo_pendiente": cell("saldo_pendiente")}
-    if version := cell("external_version"):
+    cell = layout.cell
+    deudor: dict[str, Any] = {"nombre": cell(first, "deudor_nombre")}
+    if documento := cell(first, "deudor_documento"):
+        deudor["documento"] = documento
+    if telefono := cell(first, "deudor_telefono"):
+        deudor["telefono"] = telefono
+    body: dict[str, Any] = {"external_id": cell(first, "external_id"), "account_id": cell(first, "account_id"),
+                            "deudor": deudor, "moneda": cell(first, "moneda"),
+                            "referencia": cell(first, "referencia") or None,
+                            "monto_original": cell(first, "monto_original"),
+                            "saldo_pendiente": cell(first, "saldo_pendiente")}
+    if version := cell(first, "external_version"):
         body["external_version"] = int(version) if version.isdigit() and version.isascii() else version
-    if updated_at := cell("external_updated_at"):
+    if updated_at := cell(first, "external_updated_at"):
         body["external_updated_at"] = updated_at
-    if tipo := cell("tipo"):
+    if tipo := cell(first, "tipo"):
         body["tipo"] = tipo
-    if auto_send := cell("auto_send"):
+    if auto_send := cell(first, "auto_send"):
         body["auto_send"] = _BOOLEANS.get(auto_send.lower(), auto_send)
     # A CSV debt is a whole snapshot: a debt written without installment cells has none, so
     # its open installments are cancelled (the API's `cuotas: []`).
     cuotas = []
     for row in installment_rows:
-        item: dict[str, Any] = {}
-        for name in INSTALLMENT_COLUMNS:
-            value = _cell(row, columns, name)
-            if value:
-                key = name.removeprefix("cuota_")
-                item[key] = int(value) if key == "numero" and value.isdigit() and value.isascii() else value
+        item: dict[str, Any] = {key: row[index] for key, index in layout.installment if row[index]}
+        numero = item.get("numero")
+        if numero is not None and numero.isdigit() and numero.isascii():
+            item["numero"] = int(numero)
         cuotas.append(item)
     body["cuotas"] = cuotas
     return body

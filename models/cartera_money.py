@@ -7,7 +7,7 @@ numbers with at most the currency's number of decimals.
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow, Rounded
 
 # Active ISO 4217 codes whose minor unit is not 2. Every other code in ACTIVE_CODES has 2.
 # (Precious metals and testing codes such as XAU or XTS have no minor unit and are not money here.)
@@ -39,6 +39,7 @@ ACTIVE_CODES = frozenset({
 # Amounts are capped at 15 significant digits (in minor units): every such value survives a
 # round trip through a JSON number (an IEEE double) unchanged, whatever the client parses with.
 MAX_MINOR = 10**15 - 1
+_EXACT = Context(prec=60, traps=[Inexact, Rounded, InvalidOperation, Overflow])
 
 
 class MoneyError(ValueError):
@@ -57,19 +58,26 @@ def minor_units(currency: str) -> int:
 
 
 def to_minor(amount: Decimal, currency: str) -> int:
-    """`amount` in the currency's minor units; refuses more decimals than the currency has."""
+    """`amount` in the currency's minor units; refuses more decimals than the currency has.
+
+    Scaled in a context wide enough to be exact for every amount that passes the bounds, and
+    trapping inexact results: the default context rounds at 28 digits, which would quietly turn
+    1.00000000000000000000000000001 into 1.00.
+    """
     if not isinstance(amount, Decimal) or not amount.is_finite():
         raise MoneyError("must be a finite decimal number")
-    digits = minor_units(currency)
+    # Checked before any conversion: int(Decimal("1E+999999999")) would build a billion digits.
+    if amount and amount.adjusted() > 18:
+        raise MoneyError(f"must be at most {from_minor(MAX_MINOR, currency)}")
+    digits = MINOR_UNITS_EXCEPTIONS.get(currency, 2)
     try:
-        scaled = amount.scaleb(digits)
-        whole = scaled.to_integral_value()
-    except InvalidOperation:
-        raise MoneyError("is not a usable amount") from None
-    if scaled != whole:
+        scaled = amount.scaleb(digits, _EXACT)
+    except ArithmeticError:  # more significant digits than any amount has
+        scaled = None
+    minor = int(scaled) if scaled is not None else None
+    if minor is None or minor != scaled:
         raise MoneyError(f"{currency} amounts have at most {digits} decimal{'s' if digits != 1 else ''}")
-    minor = int(whole)
-    if abs(minor) > MAX_MINOR:
+    if minor > MAX_MINOR or minor < -MAX_MINOR:
         raise MoneyError(f"must be at most {from_minor(MAX_MINOR, currency)}")
     return minor
 

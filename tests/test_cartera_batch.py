@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -94,33 +95,49 @@ def test_five_hundred_new_debts_in_one_batch(client, alice, account):
     assert (deuda["deudor"]["documento"], len(deuda["cuotas"])) == ("499-K", 3)
 
 
-def test_two_writers_of_the_same_new_debts_end_with_one_each(alice, account, storage, caplog):
-    # On PostgreSQL both batches plan the debts as new; the second INSERT waits for the first
-    # commit, hits the unique key, and the batch is redone element by element as updates.
+def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, account, storage, caplog):
+    # A first writer holds D-0 uncommitted while a batch plans D-0..D-39 as new. On PostgreSQL the
+    # batch's INSERT waits on the unique key, fails once the first commits, and the batch is
+    # redone element by element (D-0 as an update). SQLite admits one writer: the batch waits
+    # at BEGIN and finds D-0 already there. Either way each debt exists once.
     from models import cartera
     from models.cartera_input import parse_debt
-    from models.db import connection
+    from models.db import atomic, connection, db
 
     caplog.set_level(logging.INFO, logger="cartera")
     specs = [parse_debt(debt_body(account.public_id, f"D-{i}", deudor={"nombre": "Ana", "documento": f"{i}-K"}))
              for i in range(40)]
-    outcomes: list[list] = []
-    barrier = threading.Barrier(2)
+    holding, release = threading.Event(), threading.Event()
+    outcomes: list = []
 
-    def write():
+    def first_writer():
+        with connection(), atomic():
+            cartera.upsert_debts(alice.id, specs[:1])
+            holding.set()
+            release.wait(10)
+
+    def batch_writer():
         with connection():
-            barrier.wait()
-            outcomes.append(cartera.upsert_debts(alice.id, specs))
+            outcomes.extend(cartera.upsert_debts(alice.id, specs))
 
-    threads = [threading.Thread(target=write) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(outcomes) == 2
-    actions = [result.action for results in outcomes for result in results]
-    assert all(result.error is None for results in outcomes for result in results)
-    assert (actions.count("created"), actions.count("updated")) == (40, 40)
+    first = threading.Thread(target=first_writer)
+    first.start()
+    assert holding.wait(10)
+    batch = threading.Thread(target=batch_writer)
+    batch.start()
+    if storage.database_url:
+        for _ in range(200):  # until the batch's INSERT is waiting on the first writer's row lock
+            if db.execute_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                              "AND datname = current_database()").fetchone()[0]:
+                break
+            time.sleep(0.05)
+    else:
+        time.sleep(0.2)
+    release.set()
+    first.join()
+    batch.join()
+    assert [result.error for result in outcomes] == [None] * 40
+    assert [result.action for result in outcomes] == ["updated"] + ["created"] * 39
     assert Debt.select().count() == 40
-    if storage.database_url:  # SQLite admits one writer at a time: no conflict can happen there
+    if storage.database_url:
         assert "conflicted with a concurrent write" in caplog.text
