@@ -181,19 +181,21 @@ def complete(public_id: str, code: str, waba_id: str, phone_number_id: str) -> O
 
     from models.platform import graph_client
 
-    client = graph_client()
+    step = "exchange"
     try:
+        client = graph_client()
         token = client.exchange_code(code)
-    except PermanentPlatformError as error:
-        return fail(CODE_EXCHANGE_FAILED, str(error))
-    except PlatformError as error:
-        return fail(PLATFORM_UNAVAILABLE, str(error))
-    try:
+        step = "number"
         number = client.get_phone_number(phone_number_id, token)
     except PermanentPlatformError as error:
-        return fail(NUMBER_UNAVAILABLE, str(error))
+        return fail(CODE_EXCHANGE_FAILED if step == "exchange" else NUMBER_UNAVAILABLE, str(error))
     except PlatformError as error:
         return fail(PLATFORM_UNAVAILABLE, str(error))
+    except Exception as error:
+        # A misconfiguration (no app id or secret, ...): end the attempt rather than leave it
+        # claimed, and leave the cause in the log.
+        log.exception("onboarding %s failed at the %s step", attempt.public_id, step)
+        return fail(PLATFORM_UNAVAILABLE, f"{type(error).__name__}: {error}"[:1000])
 
     with atomic():
         # Locks the tenant's row on PostgreSQL (SQLite's BEGIN IMMEDIATE already serializes): two

@@ -322,6 +322,19 @@ def test_an_unreachable_platform_fails_with_platform_unavailable(client, alice):
 
 
 @sqlite_only
+def test_a_misconfigured_platform_app_ends_the_attempt(client, alice):
+    import dataclasses
+
+    from config import get_settings, use_settings
+
+    attempt_id = create_link(client, alice)
+    use_settings(dataclasses.replace(get_settings(), app_id=""))  # the code exchange needs the app id
+    response = client.simulate_post(f"/onboarding/{attempt_id}/simulate")
+    assert redirect_params(response)["error"] == "platform_unavailable"
+    assert attempt(attempt_id).status == "failed" and "app_id" in attempt(attempt_id).error_detail
+
+
+@sqlite_only
 def test_a_garbled_completion_form_is_a_400(client, alice):
     attempt_id = create_link(client, alice)
     response = client.simulate_post(f"/onboarding/{attempt_id}/complete", body=b"[1,2]",
