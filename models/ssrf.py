@@ -59,7 +59,7 @@ def parse_target(url: str) -> Target:
     if not hostname:
         raise UnsafeTarget("the URL has no host")
     try:
-        port = parts.port or 443
+        port = parts.port if parts.port is not None else 443
     except ValueError:
         raise UnsafeTarget("the URL has an invalid port") from None
     if port == 0:
