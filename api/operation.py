@@ -25,7 +25,7 @@ import pydantic
 from api import ratelimit
 from api.auth import authenticate, require_scope
 from api.errors import ApiError, render_error, validation_error
-from models import idempotency
+from models import idempotency, secrets
 from models.errors import DomainError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -61,16 +61,19 @@ class Operation:
     query: tuple[tuple[str, dict, str], ...] = ()
     tags: tuple[str, ...] = ()
     description: str | None = None
+    # The response holds a secret shown once (a signing secret): its copy kept for idempotent
+    # replay is encrypted at rest like the secret itself.
+    secret_response: bool = False
 
 
 def operation(summary: str, *, scope: str | None, body=None, responses=None, errors=(),
-              rate_limit=None, cartera=False, query=(), tags=(), description=None):
+              rate_limit=None, cartera=False, query=(), tags=(), description=None, secret_response=False):
     """Declare a responder. `scope=None` makes it public; `scope=""` needs a key but no scope.
 
     The handler returns a `Reply`; domain errors raised inside it are rendered in the envelope.
     """
     op = Operation(summary, scope, body, responses or {}, tuple(errors), rate_limit, cartera,
-                   tuple(query), tuple(tags), description)
+                   tuple(query), tuple(tags), description, secret_response)
 
     def decorate(handler: Callable) -> Callable:
         @functools.wraps(handler)
@@ -162,7 +165,7 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
                 stored = claim.replay
                 resp.status = falcon.code_to_http_status(stored.status)
                 resp.content_type = falcon.MEDIA_JSON
-                resp.data = stored.body.encode()
+                resp.data = (secrets.decrypt(stored.body) if op.secret_response else stored.body).encode()
                 for name, value in (stored.headers or {}).items():
                     resp.set_header(name, value)
                 resp.set_header(REPLAY_HEADER, "true")
@@ -175,7 +178,7 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
         api_error = error if isinstance(error, ApiError) else ApiError.from_domain(error)
         render_error(resp, api_error)
         if claim is not None and claim.record is not None:
-            _finish(claim.record, api_error.status, resp.data, api_error.headers)
+            _finish(op, claim.record, api_error.status, resp.data, api_error.headers)
         return
     except BaseException:
         if claim is not None and claim.record is not None:
@@ -183,11 +186,13 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
         raise
     _render(resp, reply)
     if claim is not None and claim.record is not None:
-        _finish(claim.record, reply.status, resp.data, reply.headers)
+        _finish(op, claim.record, reply.status, resp.data, reply.headers)
 
 
-def _finish(record, status: int, body: bytes, headers: dict[str, str]) -> None:
+def _finish(op: Operation, record, status: int, body: bytes, headers: dict[str, str]) -> None:
     if status >= 500 or status in NOT_REPLAYED:
         idempotency.abandon(record)
     else:
+        if op.secret_response:
+            body = secrets.encrypt(body.decode()).encode()
         idempotency.complete(record, status, body, headers)

@@ -56,7 +56,7 @@ class DeactivatedEndpoint(Output):
 class EndpointsResource:
     @operation("Register a webhook endpoint", scope="webhooks:write", body=EndpointInput,
                responses={201: Success[CreatedEndpoint]}, errors=(401, 403, 409, 422, 429, 503),
-               rate_limit=RATE_LIMIT, tags=("webhooks",),
+               rate_limit=RATE_LIMIT, tags=("webhooks",), secret_response=True,
                description="The URL must be https:// and resolve only to public addresses. 409 "
                            "`endpoint_exists` when an active endpoint already has this URL (details.endpoint_id "
                            "names it), `endpoint_limit_reached` past 20 active endpoints.")

@@ -11,6 +11,7 @@ from api.app import create_app
 from config import load_settings
 from models import webhooks
 from models.events import CORE_EVENTS
+from models.idempotency import IdempotencyRecord
 from models.webhooks import WebhookEndpoint
 from tests.conftest import base_env
 from tests.webhooks_fixtures import configure
@@ -150,6 +151,9 @@ def test_an_idempotency_key_replays_the_creation(client, alice):
     assert again.headers["x-service-idempotent-replay"] == "true"
     assert again.json == first.json
     assert WebhookEndpoint.select().count() == 1
+    # The copy kept for replay holds the signing secret: it is encrypted at rest like the secret.
+    stored = IdempotencyRecord.get(IdempotencyRecord.key == "create-hook-1").body
+    assert first.json["data"]["signing_secret"] not in stored and "whsec_" not in stored
     other = create(client, alice, url=URL + "/other", headers=headers)
     assert_error(other, 409, "idempotency_conflict")
 
