@@ -307,13 +307,15 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
         return stats
     again = False
     try:
-        if not webhooks.acquire_drain(endpoint_id, clock(), LEASE_SECONDS):
+        lease = webhooks.acquire_drain(endpoint_id, clock(), LEASE_SECONDS)
+        if lease is None:
             return stats  # another drain has it, and will see what is due
         stats.ran = True
+        holder = _Lease(endpoint_id, lease)
         try:
-            _pump(endpoint_id, clock, slice_seconds, stats)
+            _pump(endpoint_id, clock, slice_seconds, stats, holder)
         finally:
-            webhooks.release_drain(endpoint_id)
+            webhooks.release_drain(endpoint_id, holder.until)
         # Checked after the release: a delivery that became due while this drain was finishing
         # had its own drain turned away by the lease, so it is picked up here.
         now = clock()
@@ -330,7 +332,14 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
     return stats
 
 
-def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: float, stats: DrainStats) -> None:
+@dataclass
+class _Lease:
+    endpoint_id: int
+    until: dt.datetime
+
+
+def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: float, stats: DrainStats,
+          lease: _Lease) -> None:
     """Claim, send and record until nothing is due, the slice is over, or the endpoint is unreachable.
 
     The sender threads only do HTTP; this thread alone touches the database, so claims and
@@ -350,8 +359,12 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
 
     def attempt(work: Work, target: ssrf.Target, addresses: list[ssrf.IPAddress]) -> Outcome:
         attempted_at = clock()
-        return _outcome(work, attempted_at, post_signed(client, target, addresses, secret, work.event_id,
-                                                        work.event_name, work.body))
+        try:
+            response = post_signed(client, target, addresses, secret, work.event_id, work.event_name, work.body)
+        except Exception as error:  # one odd delivery must not take the drain down with it
+            log.exception("webhook delivery %s failed unexpectedly", work.delivery_id)
+            response = Response(None, 0, error=f"internal error: {type(error).__name__}")
+        return _outcome(work, attempted_at, response)
 
     with concurrent.futures.ThreadPoolExecutor(ENDPOINT_CONCURRENCY, thread_name_prefix="webhook") as pool:
         while True:
@@ -407,7 +420,11 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
                 outcomes = []
                 last_record = now_monotonic
             if now_monotonic - last_lease >= LEASE_SECONDS / 4:
-                webhooks.extend_drain(endpoint_id, clock(), LEASE_SECONDS)
+                extended = webhooks.extend_drain(endpoint_id, lease.until, clock(), LEASE_SECONDS)
+                if extended is None:
+                    claiming = False  # lapsed and taken over: finish what is in flight, claim no more
+                else:
+                    lease.until = extended
                 last_lease = now_monotonic
             if not claiming and not inflight and not outcomes:
                 return

@@ -59,6 +59,11 @@ def parse_target(url: str) -> Target:
     if not hostname:
         raise UnsafeTarget("the URL has no host")
     try:
+        # An internationalized name travels as its ASCII (IDNA) form: in DNS, SNI and Host.
+        hostname = hostname.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise UnsafeTarget("the URL's host is not a valid name") from None
+    try:
         port = parts.port if parts.port is not None else 443
     except ValueError:
         raise UnsafeTarget("the URL has an invalid port") from None

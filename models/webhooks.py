@@ -446,26 +446,33 @@ class Outcome:
     unreachable: bool = False
 
 
-def acquire_drain(endpoint_id: int, now: dt.datetime, seconds: float) -> bool:
-    """Take the endpoint's drain lease; False when another drain holds it or it is inactive.
+def acquire_drain(endpoint_id: int, now: dt.datetime, seconds: float) -> dt.datetime | None:
+    """Take the endpoint's drain lease; None when another drain holds it or it is inactive.
 
     Only the holder sends to the endpoint, which is what bounds its concurrency. The lease
-    expires by itself so a worker that dies does not keep it.
+    expires by itself so a worker that dies does not keep it. The returned expiry is the
+    holder's token: extending and releasing match on it, so a drain whose lease lapsed and was
+    taken over can never release or extend its successor's.
     """
-    rows = (WebhookEndpoint.update(drain_until=now + dt.timedelta(seconds=seconds))
+    until = now + dt.timedelta(seconds=seconds)
+    rows = (WebhookEndpoint.update(drain_until=until)
             .where((WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.status == "active")
                    & (WebhookEndpoint.drain_until.is_null() | (WebhookEndpoint.drain_until < now)))
             .execute())
-    return rows == 1
+    return until if rows == 1 else None
 
 
-def extend_drain(endpoint_id: int, now: dt.datetime, seconds: float) -> None:
-    WebhookEndpoint.update(drain_until=now + dt.timedelta(seconds=seconds)).where(
-        WebhookEndpoint.id == endpoint_id).execute()
+def extend_drain(endpoint_id: int, lease: dt.datetime, now: dt.datetime, seconds: float) -> dt.datetime | None:
+    """Push the lease out; None when it is no longer ours."""
+    until = now + dt.timedelta(seconds=seconds)
+    rows = WebhookEndpoint.update(drain_until=until).where(
+        (WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.drain_until == lease)).execute()
+    return until if rows == 1 else None
 
 
-def release_drain(endpoint_id: int) -> None:
-    WebhookEndpoint.update(drain_until=None).where(WebhookEndpoint.id == endpoint_id).execute()
+def release_drain(endpoint_id: int, lease: dt.datetime) -> None:
+    WebhookEndpoint.update(drain_until=None).where(
+        (WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.drain_until == lease)).execute()
 
 
 def _due(now: dt.datetime):

@@ -455,3 +455,18 @@ def test_notifications_are_coalesced_into_a_few_tasks(alice, storage):
     finally:
         huey.flush()
         huey.immediate = True
+
+
+def test_a_drain_lease_that_lapsed_cannot_release_its_successors(alice):
+    endpoint, _ = webhooks.create_endpoint(alice.id, "https://hooks.example.com/a", ["message.sent"])
+    start = utcnow()
+    first = webhooks.acquire_drain(endpoint.id, start, 60)
+    assert first is not None and webhooks.acquire_drain(endpoint.id, start, 60) is None
+    later = start + dt.timedelta(seconds=61)
+    second = webhooks.acquire_drain(endpoint.id, later, 60)  # the first holder stalled past its lease
+    assert second is not None
+    assert webhooks.extend_drain(endpoint.id, first, later, 60) is None
+    webhooks.release_drain(endpoint.id, first)
+    assert webhooks.acquire_drain(endpoint.id, later, 60) is None  # still the second holder's
+    webhooks.release_drain(endpoint.id, second)
+    assert webhooks.acquire_drain(endpoint.id, later, 60) is not None

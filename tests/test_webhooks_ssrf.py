@@ -67,3 +67,10 @@ def test_a_target_keeps_its_path_query_and_host_header():
     assert target.host_header == "hooks.example.com:8443"
     assert ssrf.parse_target("https://[2606:4700::1]/").host_header == "[2606:4700::1]"
     assert ssrf.parse_target("https://example.com").path == "/"
+
+
+def test_an_internationalized_host_travels_as_ascii():
+    target = ssrf.parse_target("https://Bücher.example/haken")
+    assert (target.hostname, target.host_header) == ("xn--bcher-kva.example", "xn--bcher-kva.example")
+    with pytest.raises(ssrf.UnsafeTarget, match="not a valid name"):
+        ssrf.parse_target("https://" + "a" * 64 + ".example/")
