@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 from jobs.queue import crontab, periodic_task
 from models import cartera
-from models.cartera_collection import CollectionUnavailable, send_due_reminders
-
-log = logging.getLogger("jobs.cartera")
+from models.cartera_collection import send_due_reminders
 
 
 # Hourly rather than daily: each tenant's day starts at its own midnight, which this then
@@ -23,8 +19,4 @@ def refresh_overdue_debts() -> int:
 # (installment, stage) once thanks to the reminders table's unique key.
 @periodic_task(crontab(minute="*/15"))
 def send_payment_reminders() -> list[str]:
-    try:
-        return send_due_reminders()
-    except CollectionUnavailable as error:
-        log.warning("payment reminders not sent: %s", error)
-        return []
+    return send_due_reminders()

@@ -360,6 +360,7 @@ class _Batch:
         self.by_telefono: dict[str, Debtor] = {}
         self.new_debtors: list[Debtor] = []
         self.changed_debtors: dict[int, Debtor] = {}
+        self.settled: list[int] = []  # stored debts this batch moved from open to paid
 
     def apply(self, specs: list[DebtSpec]) -> list[UpsertResult]:
         self._prefetch(specs)
@@ -421,11 +422,14 @@ class _Batch:
             action = "created"
             state = self.debts[spec.external_id] = _DebtState(_NewDebt(self.tenant_id, spec.external_id, self.now),
                                                               [], new=True)
+        was_open = state.debt.status in OPEN_DEBT
         self._apply_fields(state, spec, account_id, debtor)
         self._apply_schedule(state, spec)
         for item in _restate(state.debt, state.installments, self.today):
             if item.id is not None:
                 state.changed_installments[item.id] = item
+        if was_open and state.debt.status == "paid" and state.debt.id is not None:
+            self.settled.append(state.debt.id)
         state.touched = True
         return UpsertResult(spec.external_id, action, state.debt)
 
@@ -534,6 +538,7 @@ class _Batch:
                                 Installment.declared_estado])
         if rows:
             bulk_insert(Installment, _INSTALLMENT_COLUMNS, rows)
+        stop_collection(self.settled)
 
     def _insert_debtors(self) -> None:
         rows = [(self.tenant_id, d.nombre, d.documento, d.telefono, self.now, self.now) for d in self.new_debtors]
@@ -766,6 +771,8 @@ def _apply_payment(debt: Debt, *, amount: int, currency: str, method: str, paid_
     debt.save(only=[Debt.saldo_pendiente, Debt.status, Debt.updated_at])
     for item in changed.values():
         item.save(only=[Installment.pagado, Installment.estado, Installment.declared_estado])
+    if debt.status == "paid":
+        stop_collection([debt.id])
     payment = Payment.create(
         tenant=debt.tenant_id, debt=debt.id, public_id=new_id("bpay_") if origin == "service" else None,
         external_id=external_id, transaction_id=transaction_id, origin=origin, monto=amount, moneda=currency,
@@ -904,7 +911,16 @@ def resolve_debt(tenant_id: int, external_id: str, status: str, reason: str | No
             item.save(only=[Installment.estado, Installment.declared_estado])
         debt.save(only=[Debt.resolution, Debt.resolution_reason, Debt.resolved_at, Debt.saldo_pendiente,
                         Debt.status, Debt.updated_at])
+        stop_collection([debt.id])
     return debt
+
+
+def stop_collection(debt_ids: list[int]) -> None:
+    """The debts are settled: withdraw their reminders not yet sent (models.cartera_collection)."""
+    if debt_ids:
+        from models.cartera_collection import withdraw_reminders
+
+        withdraw_reminders(debt_ids)
 
 
 def cancel_reminders(debt_id: int, installment_ids: list[int]) -> int:
@@ -937,7 +953,7 @@ def refresh_overdue(now: dt.datetime | None = None) -> int:
     for timezone, tenant_ids in zones.items():
         today = moment.astimezone(zone_of(timezone)).date()
         with atomic():
-            open_debts = Debt.select(Debt.id).where(Debt.tenant.in_(tenant_ids) & Debt.resolution.is_null())
+            open_debts = Debt.select(Debt.id).where(Debt.tenant.in_(tenant_ids) & Debt.status.in_(OPEN_DEBT))
             changed += (Installment.update(estado="overdue")
                         .where(Installment.estado.in_(("pending", "partial")) & (Installment.vence < today)
                                & Installment.debt.in_(open_debts)).execute())

@@ -20,7 +20,6 @@ reserve and consume credits like any message.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import logging
 import uuid
 from dataclasses import dataclass
@@ -144,13 +143,6 @@ def recipient_for(reminders: list[DueReminder]) -> dict:
     }
 
 
-def _campaign_machinery():
-    """The campaigns area's entry points: create_campaign (models) and enqueue_dispatch (jobs)."""
-    create = importlib.import_module("models.campaigns").create_campaign
-    enqueue = importlib.import_module("jobs.campaigns").enqueue_dispatch
-    return create, enqueue
-
-
 def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     """Hand every due reminder to a campaign; returns the campaigns created (their public ids).
 
@@ -159,7 +151,10 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     stamp the rows with it. A refusal (no credits, number paused) undoes the claim, so those
     reminders are tried again on the next run. Dispatch is enqueued after commit.
     """
-    create_campaign, enqueue_dispatch = _campaign_machinery()
+    # Imported here: the domain layer reaches the queue only at this edge.
+    from jobs.campaigns import enqueue_dispatch
+    from models.campaigns import create_campaign
+
     due = due_reminders(now)
     groups: dict[tuple[int, str], dict[int, list[DueReminder]]] = {}
     for item in due:
@@ -201,3 +196,46 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
     campaign = create_campaign(tenant_id, spec, source="collection")
     Reminder.update(campaign_id=campaign.public_id).where(Reminder.campaign_id == token).execute()
     return campaign
+
+
+def withdraw_reminders(debt_ids: list[int]) -> int:
+    """Take back the reminders of these debts that their campaign has not sent yet (the debt was
+    paid or resolved); returns how many messages were withdrawn. Call inside the transaction.
+
+    The recipient moves `pending → cancelled` with a conditional UPDATE: the dispatcher claims
+    with `pending → queued` the same way, so a message is either withdrawn or sent, never both.
+    The withdrawn messages' reserved credits are released, and a campaign left with nothing to
+    send completes.
+    """
+    if not debt_ids:
+        return 0
+    queued = list(Reminder.select(Reminder.campaign_id, Debt.external_id).join(Debt)
+                  .where(Reminder.debt.in_(debt_ids) & (Reminder.status == "queued")).distinct().tuples())
+    if not queued:
+        return 0
+    from models.campaigns import Campaign, CampaignRecipient, finish_if_done, move_credits
+
+    by_campaign: dict[str, list[str]] = {}
+    for campaign_public_id, debt_external_id in queued:
+        by_campaign.setdefault(campaign_public_id, []).append(debt_external_id)
+    withdrawn = 0
+    for campaign_public_id, external_ids in by_campaign.items():
+        campaign = Campaign.get_or_none(Campaign.public_id == campaign_public_id)
+        if campaign is None:
+            continue
+        cancelled = list(CampaignRecipient.update(status="cancelled")
+                         .where((CampaignRecipient.campaign == campaign.id)
+                                & CampaignRecipient.external_contact_id.in_(external_ids)
+                                & (CampaignRecipient.status == "pending"))
+                         .returning(CampaignRecipient.external_contact_id).tuples().execute())
+        if not cancelled:
+            continue
+        withdrawn += len(cancelled)
+        move_credits(campaign, release=len(cancelled), description="payment reminder withdrawn: debt settled")
+        (Reminder.update(status="cancelled")
+         .where((Reminder.campaign_id == campaign_public_id) & (Reminder.status == "queued")
+                & Reminder.debt.in_(Debt.select(Debt.id).where(
+                    Debt.id.in_(debt_ids) & Debt.external_id.in_([row[0] for row in cancelled]))))
+         .execute())
+        finish_if_done([campaign.id])
+    return withdrawn

@@ -191,6 +191,35 @@ class TestOverdue:
         assert estados(client, alice) == {"A": "pending", "B": "overdue"}
 
 
+class TestOverdueJob:
+    def test_the_hourly_job_moves_past_due_installments_in_each_tenants_day(self, alice, charlie, account):
+        import datetime as dt
+
+        from jobs.cartera import refresh_overdue_debts
+        from models import cartera
+        from models.cartera_input import parse_debt
+        from models.tenants import Tenant
+
+        Tenant.update(timezone="Pacific/Kiritimati").where(Tenant.id == alice.id).execute()  # UTC+14
+        Tenant.update(timezone="Pacific/Pago_Pago").where(Tenant.id == charlie.id).execute()  # UTC-11
+        theirs = make_account(charlie, phone="56933334444")
+        written_on = dt.date(2031, 1, 5)
+        for persona, number in ((alice, account), (charlie, theirs)):
+            cartera.upsert_debt(persona.id, parse_debt(debt_body(number.public_id)), today=written_on)
+        cartera.upsert_debt(alice.id, parse_debt(debt_body(account.public_id, "PAID", saldo_pendiente=0,
+                                                           deudor={"nombre": "Paz", "documento": "5-5"})),
+                            today=written_on)
+        assert {d.status for d in Debt.select()} == {"pending", "paid"}
+        # 11:00 UTC on Jan 10 is 01:00 on Jan 11 in Kiritimati, 00:00 on Jan 10 in Pago Pago.
+        assert cartera.refresh_overdue(dt.datetime(2031, 1, 10, 11, 0)) == 1
+        statuses = {(d.tenant_id, d.external_id): d.status for d in Debt.select()}
+        assert statuses == {(alice.id, "D-1"): "overdue", (charlie.id, "D-1"): "pending", (alice.id, "PAID"): "paid"}
+        assert cartera.refresh_overdue(dt.datetime(2031, 1, 10, 11, 0)) == 0  # idempotent
+        # The periodic task runs the same with the real clock, before 2031: nothing more to move.
+        assert refresh_overdue_debts.call_local() == 0
+        assert Debt.get(Debt.tenant == charlie.id).status == "pending"
+
+
 class TestDebtorIdentity:
     def test_the_same_document_is_the_same_debtor(self, client, alice, account):
         post(client, alice, "/deudas", debt_body(account.public_id, "D-1"))
