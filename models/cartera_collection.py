@@ -153,7 +153,7 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     """
     # Imported here: the domain layer reaches the queue only at this edge.
     from jobs.campaigns import enqueue_dispatch
-    from models.campaigns import create_campaign
+    from models.campaigns import MAX_RECIPIENTS, create_campaign
 
     due = due_reminders(now)
     groups: dict[tuple[int, str], dict[int, list[DueReminder]]] = {}
@@ -161,16 +161,20 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
         groups.setdefault((item.tenant_id, item.account_public_id), {}).setdefault(item.debt_id, []).append(item)
     created = []
     for (tenant_id, account_public_id), by_debt in groups.items():
-        try:
-            with atomic():
-                campaign = _claim_and_create(tenant_id, account_public_id, by_debt, create_campaign)
-        except DomainError as error:
-            log.warning("collection reminders for %s not sent now (%s): %s", account_public_id, error.code,
-                        error.message)
-            continue
-        if campaign is not None:
-            enqueue_dispatch(campaign.id)
-            created.append(campaign.public_id)
+        debts = list(by_debt.items())
+        # One recipient per debt, and a campaign takes at most MAX_RECIPIENTS.
+        for start in range(0, len(debts), MAX_RECIPIENTS):
+            chunk = dict(debts[start:start + MAX_RECIPIENTS])
+            try:
+                with atomic():
+                    campaign = _claim_and_create(tenant_id, account_public_id, chunk, create_campaign)
+            except DomainError as error:
+                log.warning("collection reminders for %s not sent now (%s): %s", account_public_id, error.code,
+                            error.message)
+                break
+            if campaign is not None:
+                enqueue_dispatch(campaign.id)
+                created.append(campaign.public_id)
     return created
 
 

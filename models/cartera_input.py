@@ -103,7 +103,20 @@ def _timestamp(value: Any) -> dt.datetime:
     return parsed
 
 
-Amount = Annotated[Decimal, BeforeValidator(_decimal)]
+_AMOUNT_TEXT = {"type": "string", "pattern": r"^-?\d+(\.\d+)?$"}
+
+
+def _amount(minimum: int, exclusive: bool):
+    bound = Field(gt=minimum) if exclusive else Field(ge=minimum)
+    number = {"type": "number", ("exclusiveMinimum" if exclusive else "minimum"): minimum}
+    return Annotated[Decimal, BeforeValidator(_decimal), bound,
+                     WithJsonSchema({"anyOf": [number, _AMOUNT_TEXT],
+                                     "description": "a JSON number, or a decimal string such as \"1234.50\"; "
+                                                    "at most the currency's decimals"})]
+
+
+PositiveAmount = _amount(0, exclusive=True)
+NonNegativeAmount = _amount(0, exclusive=False)
 Day = Annotated[dt.date, BeforeValidator(_date), WithJsonSchema({"type": "string", "format": "date"})]
 Timestamp = Annotated[dt.datetime, BeforeValidator(_timestamp),
                       WithJsonSchema({"type": "string", "format": "date-time"})]
@@ -144,7 +157,7 @@ class DeudorInput(ExactInput):
 class InstallmentInput(ExactInput):
     external_id: _text(160, 1)
     numero: Annotated[int, Field(ge=1, le=100_000)]
-    monto: Annotated[Amount, Field(gt=0)]
+    monto: PositiveAmount
     vence: Day
     estado: Literal[INSTALLMENT_STATES] | None = None  # type: ignore[valid-type]
 
@@ -157,8 +170,8 @@ class DebtInput(ExactInput):
     deudor: DeudorInput
     moneda: _text(3, 3)
     referencia: _text(500) | None = None
-    monto_original: Annotated[Amount, Field(gt=0)]
-    saldo_pendiente: Annotated[Amount, Field(ge=0)]
+    monto_original: PositiveAmount
+    saldo_pendiente: NonNegativeAmount
     tipo: Literal[DEBT_TYPES] | None = None  # type: ignore[valid-type]
     auto_send: bool | None = None
     cuotas: Annotated[list[InstallmentInput], Field(max_length=MAX_INSTALLMENTS)] | None = None
@@ -175,7 +188,7 @@ class DebtBatchInput(ExactInput):
 class PaymentInput(ExactInput):
     external_id: _text(160, 1)
     deuda_external_id: _text(160, 1)
-    monto: Annotated[Amount, Field(gt=0)]
+    monto: PositiveAmount
     moneda: _text(3, 3)
     metodo: Literal[PAYMENT_METHODS]  # type: ignore[valid-type]
     pagado_en: Timestamp

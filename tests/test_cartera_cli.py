@@ -11,6 +11,8 @@ from models.cartera import Debt, Debtor, Installment, Payment
 from models.events import Event
 from svcctl.main import app
 from tests.cartera_fixtures import debt_body, make_account
+from tests.webhooks_fixtures import *  # noqa: F403  (receiver: a real HTTPS endpoint on loopback)
+from tests.webhooks_fixtures import verify
 
 runner = CliRunner()
 HEADER = ("external_id,external_version,account_id,deudor_nombre,deudor_documento,deudor_telefono,moneda,"
@@ -255,3 +257,24 @@ class TestOtherCommands:
         assert data["signing_secret"].startswith(data["signing_secret_preview"][:6])
         bad = run("cartera", "endpoint", "set", "--tenant", alice.tenant.public_id, "--url", "http://x.test")
         assert bad.exit_code == 1 and "url" in bad.stderr
+
+
+def test_a_payment_in_the_service_reaches_the_erp_signed(alice, account, receiver, tmp_path):
+    tenant = alice.tenant.public_id
+    lines = [HEADER, *three_installments(account.public_id, "D-1")]
+    assert run("cartera", "import", "--tenant", tenant, write(tmp_path, "d.csv", lines)).exit_code == 0
+    endpoint = json.loads(run("cartera", "endpoint", "set", "--tenant", tenant, "--url",
+                              receiver.url(path="/erp/payments"), "--json").stdout)
+    paid = json.loads(run("cartera", "pay", "--tenant", tenant, "--debt", "D-1", "--amount", "100.10",
+                          "--method", "transfer", "--transaction-id", "op-77", "--json").stdout)
+    [request] = receiver.wait_for(1)
+    assert verify(request, endpoint["signing_secret"])
+    assert request.path == "/erp/payments"
+    assert request.headers["X-Service-Event"] == "debt.payment_received"
+    body = json.loads(request.body)
+    assert request.headers["X-Service-Event-Id"] == body["id"]
+    assert body["data"] == {
+        "deuda_external_id": "D-1",
+        "pago": {"boty_payment_id": paid["boty_payment_id"], "external_id": None, "transaction_id": "op-77",
+                 "monto": 100.1, "moneda": "USD", "metodo": "transfer", "pagado_en": paid["pagado_en"]},
+        "saldo_pendiente": 199.9, "status": "partial"}
