@@ -390,14 +390,17 @@ class _Batch:
                 self.debts[debt.external_id] = _DebtState(debt, schedules[debt.id], new=False)
         documentos = list({spec.deudor.documento for spec in specs if spec.deudor.documento})
         telefonos = list({spec.deudor.telefono for spec in specs if spec.deudor.telefono})
-        keys = [f'"{column}" IN ({_marks(values)})' for column, values in (("documento", documentos),
-                                                                          ("telefono", telefonos)) if values]
-        if keys:
-            found = execute(f'SELECT "id", "nombre", "documento", "telefono" FROM "debtor" WHERE "tenant_id" = ? '
-                            f'AND ({" OR ".join(keys)})', [tenant, *documentos, *telefonos])
-            for debtor_id, nombre, documento, telefono in found.fetchall():
-                self._index_debtor(Debtor(id=debtor_id, tenant=tenant, nombre=nombre, documento=documento,
-                                          telefono=telefono))
+        # One query per key rather than `documento IN (..) OR telefono IN (..)`: SQLite would
+        # answer the OR by scanning every debtor of the tenant, once per batch.
+        found: dict[int, tuple] = {}
+        for column, values in (("documento", documentos), ("telefono", telefonos)):
+            if values:
+                rows = execute(f'SELECT "id", "nombre", "documento", "telefono" FROM "debtor" '
+                               f'WHERE "tenant_id" = ? AND "{column}" IN ({_marks(values)})', [tenant, *values])
+                found.update((row[0], row) for row in rows.fetchall())
+        for debtor_id, nombre, documento, telefono in found.values():
+            self._index_debtor(Debtor(id=debtor_id, tenant=tenant, nombre=nombre, documento=documento,
+                                      telefono=telefono))
 
     def _index_debtor(self, debtor: Debtor) -> None:
         if debtor.documento:

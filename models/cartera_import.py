@@ -243,30 +243,30 @@ def _csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtRecord:
 
 def _csv_body(first: list[str], layout: _Layout, installment_rows: list[list[str]]) -> dict[str, Any]:
     """The CSV debt in the API's shape; empty optional cells are left out (or null for referencia)."""
-    cell = layout.cell
-    deudor: dict[str, Any] = {"nombre": cell(first, "deudor_nombre")}
-    if documento := cell(first, "deudor_documento"):
+    index = layout.index
+    deudor: dict[str, Any] = {"nombre": first[index["deudor_nombre"]]}
+    if documento := first[index["deudor_documento"]]:
         deudor["documento"] = documento
-    if telefono := cell(first, "deudor_telefono"):
+    if telefono := first[index["deudor_telefono"]]:
         deudor["telefono"] = telefono
-    body: dict[str, Any] = {"external_id": cell(first, "external_id"), "account_id": cell(first, "account_id"),
-                            "deudor": deudor, "moneda": cell(first, "moneda"),
-                            "referencia": cell(first, "referencia") or None,
-                            "monto_original": cell(first, "monto_original"),
-                            "saldo_pendiente": cell(first, "saldo_pendiente")}
-    if version := cell(first, "external_version"):
+    body: dict[str, Any] = {"external_id": first[index["external_id"]], "account_id": first[index["account_id"]],
+                            "deudor": deudor, "moneda": first[index["moneda"]],
+                            "referencia": first[index["referencia"]] or None,
+                            "monto_original": first[index["monto_original"]],
+                            "saldo_pendiente": first[index["saldo_pendiente"]]}
+    if version := first[index["external_version"]]:
         body["external_version"] = int(version) if version.isdigit() and version.isascii() else version
-    if updated_at := cell(first, "external_updated_at"):
+    if "external_updated_at" in index and (updated_at := first[index["external_updated_at"]]):
         body["external_updated_at"] = updated_at
-    if tipo := cell(first, "tipo"):
+    if tipo := first[index["tipo"]]:
         body["tipo"] = tipo
-    if auto_send := cell(first, "auto_send"):
+    if auto_send := first[index["auto_send"]]:
         body["auto_send"] = _BOOLEANS.get(auto_send.lower(), auto_send)
     # A CSV debt is a whole snapshot: a debt written without installment cells has none, so
     # its open installments are cancelled (the API's `cuotas: []`).
     cuotas = []
     for row in installment_rows:
-        item: dict[str, Any] = {key: row[index] for key, index in layout.installment if row[index]}
+        item: dict[str, Any] = {key: row[position] for key, position in layout.installment if row[position]}
         numero = item.get("numero")
         if numero is not None and numero.isdigit() and numero.isascii():
             item["numero"] = int(numero)

@@ -66,16 +66,17 @@ def loads_exact(raw: bytes | str) -> Any:
 
 
 def _decimal(value: Any) -> Decimal:
-    if isinstance(value, bool):
-        raise PydanticCustomError("decimal_type", "must be a number")
-    if isinstance(value, int):
+    kind = type(value)
+    if kind is str:
+        text = value.strip()
+        if _DECIMAL_TEXT.fullmatch(text):
+            return Decimal(text)
+    elif kind is Decimal:
+        if value.is_finite():
+            return value
+        raise PydanticCustomError("decimal_type", "must be a finite number")
+    elif kind is int:
         return Decimal(value)
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise PydanticCustomError("decimal_type", "must be a finite number")
-        return value
-    if isinstance(value, str) and _DECIMAL_TEXT.fullmatch(value.strip()):
-        return Decimal(value.strip())
     raise PydanticCustomError("decimal_type", "must be a number, or a decimal string such as \"1234.50\"")
 
 
@@ -201,7 +202,7 @@ class ResolveInput(ExactInput):
 
 # -- specs: what the domain works with ---------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class InstallmentSpec:
     external_id: str
     numero: int
@@ -210,7 +211,7 @@ class InstallmentSpec:
     estado: str | None  # as the ERP states it; None = pending
 
 
-@dataclass
+@dataclass(slots=True)
 class DeudorSpec:
     nombre: str
     documento: str | None
@@ -277,37 +278,35 @@ def _normalize_phone(raw: str) -> str:
 def debt_spec(data: DebtInput) -> DebtSpec:
     """The rules that span fields; raises `Invalid` with every problem found, by field."""
     errors: dict[str, list[str]] = {}
-
-    def note(path: str, message: str) -> None:
-        errors.setdefault(path, []).append(message)
-
     try:
         currency = normalize_currency(data.moneda)
     except MoneyError as error:
-        note("moneda", str(error))
-        currency = None
+        errors["moneda"] = [str(error)]
+        currency = ""
 
     def minor(path: str, amount: Decimal) -> int:
-        if currency is None:
-            return 0
-        try:
-            return to_minor(amount, currency)
-        except MoneyError as error:
-            note(path, str(error))
-            return 0
+        if currency:
+            try:
+                return to_minor(amount, currency)
+            except MoneyError as error:
+                errors.setdefault(path, []).append(str(error))
+        return 0
 
-    nombre = data.deudor.nombre.strip()
+    deudor = data.deudor
+    nombre = deudor.nombre.strip()
     if not nombre:
-        note("deudor.nombre", "must not be blank")
-    documento = data.deudor.documento.strip() if data.deudor.documento else None
-    if data.deudor.documento is not None and not documento:
-        note("deudor.documento", "must not be blank")
+        errors["deudor.nombre"] = ["must not be blank"]
+    documento = None
+    if deudor.documento is not None:
+        documento = deudor.documento.strip()
+        if not documento:
+            errors["deudor.documento"] = ["must not be blank"]
     telefono = None
-    if data.deudor.telefono is not None:
+    if deudor.telefono is not None:
         try:
-            telefono = _normalize_phone(data.deudor.telefono)
+            telefono = _normalize_phone(deudor.telefono)
         except ValueError as error:
-            note("deudor.telefono", str(error))
+            errors["deudor.telefono"] = [str(error)]
 
     cuotas = None
     if data.cuotas is not None:
@@ -316,31 +315,21 @@ def debt_spec(data: DebtInput) -> DebtSpec:
         seen_numbers: set[int] = set()
         for index, item in enumerate(data.cuotas):
             if item.external_id in seen_ids:
-                note(f"cuotas.{index}.external_id", "appears twice in this debt")
+                errors.setdefault(f"cuotas.{index}.external_id", []).append("appears twice in this debt")
             if item.numero in seen_numbers:
-                note(f"cuotas.{index}.numero", "appears twice in this debt")
+                errors.setdefault(f"cuotas.{index}.numero", []).append("appears twice in this debt")
             seen_ids.add(item.external_id)
             seen_numbers.add(item.numero)
             cuotas.append(InstallmentSpec(item.external_id, item.numero, minor(f"cuotas.{index}.monto", item.monto),
                                           item.vence, item.estado))
-    if data.tipo == "single" and cuotas is not None and len(cuotas) > 1:
-        note("tipo", "a single debt has at most one installment; use installments")
+        if data.tipo == "single" and len(cuotas) > 1:
+            errors["tipo"] = ["a single debt has at most one installment; use installments"]
 
-    spec = DebtSpec(
-        external_id=data.external_id,
-        account_id=data.account_id,
-        deudor=DeudorSpec(nombre, documento, telefono),
-        moneda=currency or "",
-        monto_original=minor("monto_original", data.monto_original),
-        saldo_pendiente=minor("saldo_pendiente", data.saldo_pendiente),
-        external_version=data.external_version,
-        external_updated_at=to_utc_naive(data.external_updated_at) if data.external_updated_at else None,
-        referencia=data.referencia,
-        referencia_given="referencia" in data.model_fields_set,
-        tipo=data.tipo,
-        auto_send=data.auto_send,
-        cuotas=cuotas,
-    )
+    spec = DebtSpec(data.external_id, data.account_id, DeudorSpec(nombre, documento, telefono), currency,
+                    minor("monto_original", data.monto_original), minor("saldo_pendiente", data.saldo_pendiente),
+                    data.external_version,
+                    to_utc_naive(data.external_updated_at) if data.external_updated_at else None,
+                    data.referencia, "referencia" in data.model_fields_set, data.tipo, data.auto_send, cuotas)
     if errors:
         raise invalid(errors)
     return spec
