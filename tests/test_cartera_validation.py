@@ -6,6 +6,8 @@ These rules do not depend on the database engine, so they run on SQLite only.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from models.cartera import Debt
 from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
@@ -150,3 +152,78 @@ class TestMoney:
     def test_amounts_beyond_15_digits_are_refused(self, client, alice, account):
         response = post(client, alice, "/deudas", debt_body(account.public_id, monto_original="10000000000000.00"))
         assert "monto_original" in error_of(response)["details"]["errors"]
+
+
+class Unthrottled:
+    """Alice with rate limits lifted: the examples below send hundreds of requests a minute."""
+
+    def __init__(self, settings, alice):
+        for name in ("write_rate_limit", "tenant_rate_limit"):
+            object.__setattr__(settings, name, 10**6)  # the settings are frozen; this test owns them
+        self.headers = alice.with_key(["all"], rate_limit=10**6)
+
+
+@pytest.fixture
+def fuzzer(sqlite_storage, alice):
+    return Unthrottled(sqlite_storage, alice)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-10**20, max_value=10**20)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(["external_id", "account_id", "deudor", "deudor.nombre", "deudor.telefono", "moneda",
+                             "monto_original", "saldo_pendiente", "external_version", "external_updated_at",
+                             "tipo", "auto_send", "cuotas", "cuotas.0", "cuotas.0.monto", "cuotas.0.vence",
+                             "cuotas.0.numero", "cuotas.0.estado", "referencia"]),
+       value=JSON_VALUES)
+def test_any_value_in_any_field_gets_an_answer_in_the_envelope(client, fuzzer, account, path, value):
+    body = debt_body(account.public_id)
+    target = body
+    *parents, last = path.split(".")
+    for part in parents:
+        target = target[int(part)] if part.isdigit() else target[part]
+    if last.isdigit():
+        target[int(last)] = value
+    else:
+        target[last] = value
+    response = post(client, fuzzer, "/deudas", body)
+    assert response.status_code in (200, 201, 404, 409, 422), response.text
+    if response.status_code >= 400:
+        assert set(error_of(response)) == {"message", "code", "details"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=64) | st.text(max_size=64).map(str.encode))
+def test_any_bytes_get_an_answer_in_the_envelope(client, fuzzer, raw):
+    for path in ("/deudas", "/deudas/lote", "/pagos", "/deudas/D-1/resolver"):
+        response = post(client, fuzzer, path, None, raw=raw)
+        assert response.status_code in (404, 422), (path, response.text)
+        assert response.json["success"] is False
+
+
+CSV_HEADER = ("external_id,external_version,account_id,deudor_nombre,deudor_documento,deudor_telefono,moneda,"
+              "referencia,monto_original,saldo_pendiente,tipo,auto_send,cuota_external_id,cuota_numero,cuota_monto,"
+              "cuota_vence,cuota_estado")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cells=st.lists(st.lists(st.sampled_from(["", "D-1", "D-2", "1", "-3", "x", "12.345", "2031-01-10", "USD",
+                                                 "true", "Ana", "56911112222", "pending", '"a,b"', "\x00", "é"]),
+                               min_size=15, max_size=18), min_size=1, max_size=8))
+def test_any_csv_rows_are_saved_or_reported_by_line(alice, account, cells):
+    import io
+
+    from models.cartera_import import import_debts, read_csv
+
+    lines = [",".join(account.public_id if index == 2 else cell for index, cell in enumerate(row)) for row in cells]
+    errors = []
+    summary = import_debts(alice.id, read_csv(io.BytesIO(("\n".join([CSV_HEADER, *lines]) + "\n").encode())),
+                           on_error=errors.append)
+    assert summary.errors == len(errors)
+    assert all(2 <= error.line <= len(lines) + 1 for error in errors)
+    assert summary.created + summary.updated + summary.ignored_stale <= summary.debts
