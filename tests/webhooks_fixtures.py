@@ -39,6 +39,7 @@ class Reply:
     status: int = 200
     body: bytes = b"ok"
     headers: dict[str, str] = field(default_factory=dict)
+    drop: bool = False  # close the connection without answering
 
 
 class Receiver:
@@ -62,6 +63,9 @@ class Receiver:
                 with receiver._lock:
                     receiver.requests.append(request)
                 reply = receiver.respond(request)
+                if reply.drop:
+                    self.close_connection = True
+                    return
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
