@@ -43,8 +43,10 @@ from models.secrets import decrypt
 
 log = logging.getLogger(__name__)
 
-# A claim older than this belongs to a worker that died while processing; the sweep takes it over.
-CLAIM_TIMEOUT = dt.timedelta(minutes=5)
+# A claim older than this belongs to a worker that died while processing; another takes it over.
+# Short on purpose: processing is idempotent, so a slow run overtaken by a second one only costs
+# the repeated work, while a long timeout would hold a dead worker's statuses back that long.
+CLAIM_TIMEOUT = dt.timedelta(seconds=15)
 # After this many failed runs a batch is left alone (and logged) instead of failing forever.
 MAX_ATTEMPTS = 20
 

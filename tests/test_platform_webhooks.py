@@ -225,6 +225,20 @@ def test_the_sweep_processes_batches_whose_task_was_lost(client, alice):
     assert PlatformWebhookBatch.get_by_id(fresh.id).applied_at is None  # its own task is still due
 
 
+def test_a_new_batch_also_takes_on_ones_a_dead_worker_left(client, alice):
+    account = account_of(client, alice)
+    with platform.atomic():
+        lost = platform.store_batch(orjson.dumps(inbound(account, "wamid.LOST")))
+        claimed = platform.store_batch(orjson.dumps(inbound(account, "wamid.DEADCLAIM")))
+    PlatformWebhookBatch.update(received_at=utcnow() - dt.timedelta(minutes=1)).execute()
+    PlatformWebhookBatch.update(claimed_at=utcnow() - platform.CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+        PlatformWebhookBatch.id == claimed.id).execute()
+    signed_post(client, inbound(account, "wamid.NEW"))
+    assert {event.payload["wam_id"] for event in events("message.inbound.created")} == {
+        "wamid.LOST", "wamid.DEADCLAIM", "wamid.NEW"}
+    assert PlatformWebhookBatch.get_by_id(lost.id).applied_at is not None
+
+
 @sqlite_only
 def test_a_batch_claimed_by_a_live_worker_is_left_alone(client, alice):
     account = account_of(client, alice)
