@@ -16,8 +16,12 @@ from jobs.queue import crontab, huey, periodic_task, task
 from models import dispatch as engine_module
 from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.clock import utcnow
+from models.db import counters, db, outlast_outage, storage_unavailable
 
 log = logging.getLogger(__name__)
+# How long an engine stopped by a storage outage (a database or Redis restart) waits for it to
+# come back before leaving the campaigns to the periodic re-kick.
+RESUME_WAIT = 60.0
 
 _lock = threading.Lock()
 _running: engine_module.Engine | None = None
@@ -49,19 +53,34 @@ def dispatch(campaign_id: int | None = None) -> None:
             _running.wake()
             return
         engine = _running = engine_module.Engine(notify=notify_events)
+    interrupted = None
     try:
         # In-process queue (tests, one-off scripts): dispatch now, to the end, in the caller.
         left = engine.run(session=None, linger=0) if huey.immediate else engine.run()
+    except Exception as error:
+        if huey.immediate or not storage_unavailable(error):
+            raise
+        interrupted, left = error, True
     finally:
         with _lock:
             _running = None
     if huey.immediate:
         return
+    if interrupted is not None:
+        # Redis restarted (the queue and this task's successors with it) or the database did:
+        # resume as soon as both answer rather than wait for the periodic re-kick.
+        log.warning("dispatch interrupted, waiting for the storage: %s", str(interrupted).strip()[:200])
+        outlast_outage(_storage_answers, RESUME_WAIT, "dispatch")
     if left or engine.woken_late():
         # Work is left (the session ended) or arrived while this run was ending.
         dispatch()
     else:
         _schedule_next_retry()
+
+
+def _storage_answers() -> None:
+    db.execute_sql("SELECT 1")
+    counters().alive(["dispatch:probe"])  # Redis too when configured: the queue lives there
 
 
 def _schedule_next_retry() -> None:

@@ -8,15 +8,23 @@ own connection with `connection()` (pooled, so that is cheap).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
+import peewee
 from peewee import Database, DatabaseProxy, __exception_wrapper__
 from playhouse.migrations import Runner
 from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from config import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 db = DatabaseProxy()
 _counters = None
@@ -129,6 +137,55 @@ def connection() -> Iterator[None]:
 def atomic():
     """A write transaction (BEGIN IMMEDIATE on SQLite, a savepoint when nested)."""
     return db.atomic()
+
+
+# SQLite reports a bad query as OperationalError too ("no such table"): only these mean the file
+# is busy or out of reach.
+_SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
+
+
+def storage_unavailable(error: BaseException) -> bool:
+    """The database or Redis could not be reached (a restart, a network blip, a lock held past
+    the timeout), as opposed to a bug in a query."""
+    import redis
+    from playhouse.pool import MaxConnectionsExceeded
+
+    if isinstance(error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | MaxConnectionsExceeded):
+        return True
+    if not isinstance(error, peewee.OperationalError | peewee.InterfaceError):
+        return False
+    original = error.args[0] if error.args else None  # peewee wraps the driver's error
+    if isinstance(original, sqlite3.Error):
+        return any(marker in str(error).lower() for marker in _SQLITE_UNAVAILABLE)
+    return True
+
+
+def outlast_outage(action: Callable[[], T], seconds: float = 60.0, what: str = "a write") -> T:
+    """Run `action`; while the database or Redis cannot be reached, reconnect and run it again,
+    for up to `seconds` (then the error is raised).
+
+    For the record of work already done outside (a webhook POSTed, a message handed to the
+    platform, a lease to give back): a restart of the storage must not make that work look
+    undone. `action` runs whole again after a failure, so it must be one transaction of its own:
+    calling this inside a transaction only runs it once.
+    """
+    deadline = time.monotonic() + seconds
+    delay = 0.2
+    while True:
+        try:
+            return action()
+        except Exception as error:
+            if not storage_unavailable(error) or db.in_transaction() or time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s waits for the storage to come back: %s", what, str(error).strip()[:200])
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+        # This thread's connection is broken: give it back (the pool drops it) and take a new one.
+        with contextlib.suppress(Exception):
+            if not db.is_closed():
+                db.close()
+        with contextlib.suppress(Exception):
+            db.connect(reuse_if_open=True)
 
 
 def upgrade() -> list[str]:
