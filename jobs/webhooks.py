@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime as dt
 import email.utils
+import functools
 import logging
 import queue
 import ssl
@@ -41,7 +42,7 @@ from jobs.queue import crontab, huey, periodic_task, task
 from models import ssrf, webhooks
 from models.clock import utcnow
 from models.counters import window_start
-from models.db import connection, counters
+from models.db import connection, counters, outlast_outage, storage_unavailable
 from models.ids import new_id
 from models.webhooks import Outcome, WebhookEndpoint, Work
 
@@ -315,7 +316,9 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
         try:
             _pump(endpoint_id, clock, slice_seconds, stats, holder)
         finally:
-            webhooks.release_drain(endpoint_id, holder.until)
+            # Given back even across a storage restart: a lease left behind would hold the
+            # endpoint's deliveries up for LEASE_SECONDS.
+            outlast_outage(lambda: webhooks.release_drain(endpoint_id, holder.until), what="a drain's lease")
         # Checked after the release: a delivery that became due while this drain was finishing
         # had its own drain turned away by the lease, so it is picked up here.
         now = clock()
@@ -373,7 +376,14 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
                 if time.monotonic() - started >= slice_seconds:
                     claiming = False
                 else:
-                    works = webhooks.claim_due(endpoint_id, CLAIM_BATCH, clock())
+                    try:
+                        works = webhooks.claim_due(endpoint_id, CLAIM_BATCH, clock())
+                    except Exception as error:
+                        if not storage_unavailable(error):
+                            raise
+                        # Finish and record what is on the wire; the next drain claims the rest.
+                        log.warning("drain of endpoint %s stops claiming: %s", endpoint_id, error)
+                        works = []
                     if not works:
                         claiming = False
                     else:
@@ -413,14 +423,21 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
             now_monotonic = time.monotonic()
             if outcomes and (len(outcomes) >= RECORD_BATCH or not inflight
                              or now_monotonic - last_record >= RECORD_INTERVAL):
-                webhooks.record(endpoint_id, outcomes)
+                # The POSTs were made: their record waits out a storage restart rather than be
+                # lost, which would leave the deliveries claimed (and resent) CLAIM_SECONDS later.
+                outlast_outage(functools.partial(webhooks.record, endpoint_id, outcomes), what="webhook attempts")
                 stats.attempted += len(outcomes)
                 stats.delivered += sum(1 for outcome in outcomes if outcome.ok)
                 stats.failed += sum(1 for outcome in outcomes if not outcome.ok)
                 outcomes = []
                 last_record = now_monotonic
             if now_monotonic - last_lease >= LEASE_SECONDS / 4:
-                extended = webhooks.extend_drain(endpoint_id, lease.until, clock(), LEASE_SECONDS)
+                try:
+                    extended = webhooks.extend_drain(endpoint_id, lease.until, clock(), LEASE_SECONDS)
+                except Exception as error:
+                    if not storage_unavailable(error):
+                        raise
+                    extended = None
                 if extended is None:
                     claiming = False  # lapsed and taken over: finish what is in flight, claim no more
                 else:
