@@ -91,8 +91,11 @@ class Settings:
 # How long a claim may stay unanswered before `recover_stuck` settles it. A live engine answers
 # within the client's timeout (13 s) plus one transaction; a dead engine's claims get a grace
 # period for the platform's status webhooks to name them.
-DEAD_ENGINE_GRACE = dt.timedelta(seconds=10)
+DEAD_ENGINE_GRACE = dt.timedelta(seconds=15)
 STUCK_AFTER = dt.timedelta(minutes=2)
+# Platform webhooks received this long ago and not yet processed are a backlog: the evidence for a
+# claim may be in it, so recovery waits for it to drain.
+WEBHOOK_BACKLOG = dt.timedelta(seconds=3)
 UNCONFIRMED = "send_unconfirmed"
 
 MAX_RETRIES = 5  # transient platform errors per recipient before it fails
@@ -215,6 +218,7 @@ class DatabaseStore:
 
     def __init__(self):
         self._tokens: dict[tuple[int, str], str] = {}  # (account id, ciphertext) -> token
+        self.in_flight = 0  # recipients `queued` in active campaigns at the last plan, anyone's
 
     def _token(self, account: MessagingAccount) -> str:
         key = (account.id, account.access_token)
@@ -232,7 +236,10 @@ class DatabaseStore:
                     .join(Wallet, on=(Wallet.tenant == Campaign.tenant))
                     .where(Campaign.status.in_(ACTIVE_STATUSES)).order_by(Campaign.id).objects())
         if not rows:
+            self.in_flight = 0
             return []
+        R = CampaignRecipient
+        self.in_flight = R.select().where(R.campaign.in_([row.id for row in rows]) & (R.status == "queued")).count()
         by_account: dict[int, list] = defaultdict(list)
         for row in rows:
             by_account[row.account_id].append(row)
@@ -362,11 +369,15 @@ class DatabaseStore:
         due = ((R.campaign == campaign_id) & (R.status == "pending")
                & (R.not_before.is_null() | (R.not_before <= now)))
         if allowance is None:
-            chosen = skip_locked(R.select(R.id).where(due).order_by(R.id).limit(take))
+            # The ids are read first and updated by list: PostgreSQL may run an `IN (SELECT ..
+            # LIMIT n FOR UPDATE)` subquery more than once inside an UPDATE and claim more than n.
+            # The rows stay locked (or, on SQLite, the write lock is held) until commit.
+            chosen = [row_id for (row_id,) in skip_locked(R.select(R.id).where(due).order_by(R.id).limit(take))
+                      .tuples()]
         else:
             # The daily limit counts new users: take those already messaged today freely, and
             # new ones only while the allowance lasts. The rest wait for the window to free up.
-            candidates = list(R.select(R.id, R.wa_id).where(due).order_by(R.id).limit(take * 4).tuples())
+            candidates = list(skip_locked(R.select(R.id, R.wa_id).where(due).order_by(R.id).limit(take * 4)).tuples())
             known = accounts.recently_messaged(account_id, list({wa_id for _, wa_id in candidates}), utcnow())
             picked, new_users = [], set()
             for row_id, wa_id in candidates:
@@ -377,9 +388,9 @@ class DatabaseStore:
                 picked.append(row_id)
                 if len(picked) >= take:
                     break
-            if not picked:
-                return []
             chosen = picked
+        if not chosen:
+            return []
         return list(R.update(status="queued", claim_token=claim_token, claimed_at=now, attempts=R.attempts + 1,
                              last_error=None)
                     .where(R.id.in_(chosen) & (R.status == "pending"))
@@ -492,35 +503,33 @@ class DatabaseStore:
         return len(moved)
 
     def _record_retry(self, jobs: list[Job], now: dt.datetime) -> int:
+        """Give throttled and transiently failed recipients back to the queue (not failures)."""
         if not jobs:
             return 0
         R = CampaignRecipient
         changed = 0
         for token, group in _by_token(jobs).items():
-            waits, throttled, retries = [], [], []
-            for job in group:
-                error = job.error
-                if isinstance(error, ThrottledError) and error.pair_rate_limited:
-                    # Too many messages to this user: only this recipient waits, 4^X seconds.
-                    waits.append((job.id, now + dt.timedelta(seconds=4 ** (job.throttled + 1))))
-                    throttled.append((job.id, job.throttled + 1))
-                    retries.append((job.id, job.retries))
-                elif isinstance(error, ThrottledError):
-                    # The whole number is throttled: the pacer holds its bucket; not a failure.
-                    waits.append((job.id, None))
-                    throttled.append((job.id, job.throttled))
-                    retries.append((job.id, job.retries))
-                else:
-                    waits.append((job.id, now + dt.timedelta(seconds=2 ** (job.retries + 1))))
-                    throttled.append((job.id, job.throttled))
-                    retries.append((job.id, job.retries + 1))
-            ids = [job.id for job in group]
-            changed += (R.update(status="pending", claim_token=None, claimed_at=None,
-                                 not_before=Case(R.id, waits), throttled=Case(R.id, throttled),
-                                 retries=Case(R.id, retries),
-                                 last_error=Case(R.id, [(j.id, _message(j.error)) for j in group]))
-                        .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token))
-                        .execute())
+            number_wide = [j for j in group if isinstance(j.error, ThrottledError) and not j.error.pair_rate_limited]
+            pair = [j for j in group if isinstance(j.error, ThrottledError) and j.error.pair_rate_limited]
+            transient = [j for j in group if not isinstance(j.error, ThrottledError)]
+            kinds = (
+                # The whole number is throttled: its bucket is held; the recipient is due again after.
+                (number_wide, {}),
+                # Too many messages to this user: only this recipient waits, 4^X seconds.
+                (pair, {R.throttled: R.throttled + 1, R.not_before: Case(R.id, [
+                    (j.id, now + dt.timedelta(seconds=4 ** (j.throttled + 1))) for j in pair])}),
+                # A platform hiccup: back off 2, 4, 8... seconds, a bounded number of times.
+                (transient, {R.retries: R.retries + 1, R.not_before: Case(R.id, [
+                    (j.id, now + dt.timedelta(seconds=2 ** (j.retries + 1))) for j in transient])}),
+            )
+            for chosen, extra in kinds:
+                if not chosen:
+                    continue
+                ids = [j.id for j in chosen]
+                changes = {R.status: "pending", R.claim_token: None, R.claimed_at: None,
+                           R.last_error: Case(R.id, [(j.id, _message(j.error)) for j in chosen]), **extra}
+                changed += (R.update(changes)
+                            .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token)).execute())
         return changed
 
     def finish(self, campaign_ids: set[int]) -> None:
@@ -594,6 +603,8 @@ def recover_stuck(pacer: Pacer | None = None, now: dt.datetime | None = None,
     """
     pacer = pacer or counters()
     now = now or utcnow()
+    if not webhooks_caught_up(now):
+        return 0
     R = CampaignRecipient
     rows = list(R.select(R.id, R.public_id, R.campaign, R.claim_token, R.claimed_at, R.wa_id, R.external_contact_id,
                          R.wam_id)
@@ -624,6 +635,27 @@ def recover_stuck(pacer: Pacer | None = None, now: dt.datetime | None = None,
     if failed:
         log.warning("recovered %d unconfirmed sends", len(failed))
     return len(failed)
+
+
+def webhooks_caught_up(now: dt.datetime | None = None) -> bool:
+    """No platform webhook received before the last few seconds is still waiting to be applied.
+
+    Recovery must not decide a claim got no answer while the answer sits unprocessed in the
+    intake (a worker that died also stopped processing webhooks). Batches being processed do not
+    count (one held by a dead worker waits minutes for the intake's own sweep), nor do batches
+    the intake gave up on: should they name a recipient recovery failed, the status update
+    accepts it late (models/statuses.py), so the record still ends as the platform says.
+    """
+    try:
+        from models.platform import MAX_ATTEMPTS, PlatformWebhookBatch
+    except ImportError:  # no platform intake in this installation
+        return True
+    now = now or utcnow()
+    return not (PlatformWebhookBatch.select(PlatformWebhookBatch.id)
+                .where(PlatformWebhookBatch.processed_at.is_null() & PlatformWebhookBatch.claimed_at.is_null()
+                       & (PlatformWebhookBatch.attempts < MAX_ATTEMPTS)
+                       & (PlatformWebhookBatch.received_at < now - WEBHOOK_BACKLOG))
+                .exists())
 
 
 # The engine.
@@ -706,7 +738,10 @@ class Engine:
                 has_work = any(n.due > 0 for n in self._numbers.values())
                 if over and not busy:
                     return has_work or self._has_future_work()
-                if not busy and not has_work:
+                # Claims in flight elsewhere (another engine's, or a dead one's awaiting recovery)
+                # keep a lingering engine alive: recovery runs here every few seconds.
+                settling = linger > 0 and self.store.in_flight > self._in_flight
+                if not busy and not has_work and not settling:
                     if self._last_plan <= self._last_batch_done:
                         # A batch finished after the last plan: it may have given work back.
                         self._refresh_now.set()

@@ -20,6 +20,7 @@ A `failed` after acceptance refunds the credit.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +41,11 @@ from models.campaigns import (
 )
 from models.clock import to_utc_naive, utcnow
 from models.db import atomic
+from models.dispatch import UNCONFIRMED
+from models.errors import DomainError
 from models.messages import Message, event_fields
 
+log = logging.getLogger(__name__)
 RANK = {"pending": 0, "queued": 1, "sent": 2, "delivered": 3, "read": 4}
 CHUNK = 400  # ids per IN (...) list
 
@@ -148,6 +152,61 @@ def _accept(model, targets: dict[int, _Target]) -> list[int]:
     return moved
 
 
+def _accept_late(model, targets: dict[int, _Target]) -> list[int]:
+    """Rows recovery failed as unconfirmed, which the platform now shows it had accepted.
+
+    Recovery failed them (releasing the credit) because no evidence came in time; the evidence
+    is the truth, so they are accepted after all: the credit is reserved and consumed again and
+    `message.sent` follows the earlier `message.failed`. If the wallet cannot pay any more the row
+    stays failed (and it is logged): the ledger never goes below what was reserved.
+    """
+    late = [t for t in targets.values()
+            if t.row.status == "failed" and t.row.error_code == UNCONFIRMED and t.row.wam_id is None]
+    if model is CampaignRecipient:
+        groups: dict[Any, list[_Target]] = defaultdict(list)
+        for target in late:
+            groups[target.row.campaign_id].append(target)
+        owners = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(groups)))} if groups else {}
+    else:
+        groups = {target.row.id: [target] for target in late}
+        owners = {}
+    moved: list[int] = []
+    for key, group in groups.items():
+        campaign = owners.get(key)
+        tenant_id = campaign.tenant_id if campaign else group[0].row.tenant_id
+        reference = campaign.public_id if campaign else group[0].row.public_id
+        common = {"messaging_account_id": group[0].account.id, "reference": reference,
+                  "campaign_id": campaign.id if campaign else None}
+        with atomic():
+            try:
+                credits.reserve(tenant_id, len(group), **common)
+            except DomainError as error:
+                log.warning("late acceptance of %d sends not charged (%s); they stay failed", len(group), error)
+                continue
+            ids = [t.row.id for t in group]
+            changes: dict = {model.status: "sent", model.error_code: None, model.last_error: None,
+                             model.failed_at: None, model.claim_token: None,
+                             model.wam_id: Case(model.id, [(t.row.id, t.earliest().wamid) for t in group]),
+                             model.sent_at: Case(model.id, [(t.row.id, _at(t.earliest())) for t in group])}
+            if model is CampaignRecipient:
+                changes[model.message_id] = Case(model.id, list(zip(ids, public_ids("msg_", len(ids)), strict=True)))
+            done = [row.id for row in model.update(changes)
+                    .where(model.id.in_(ids) & (model.status == "failed") & (model.error_code == UNCONFIRMED)
+                           & model.wam_id.is_null())
+                    .returning(model.id).execute()]
+            if len(done) < len(group):
+                credits.release(tenant_id, len(group) - len(done), **common)
+            if done:
+                credits.consume(tenant_id, len(done), **common)
+            if campaign is not None:
+                Campaign.update(reserved_credits=Campaign.reserved_credits + len(group),
+                                consumed_credits=Campaign.consumed_credits + len(done),
+                                released_credits=Campaign.released_credits + len(group) - len(done)).where(
+                    Campaign.id == campaign.id).execute()
+            moved += done
+    return moved
+
+
 def _advance(model, targets: dict[int, _Target], status: str, allowed_from: tuple[str, ...],
              extra: dict | None = None) -> list[int]:
     """Move rows that have a `status` update and are still in `allowed_from`; returns the ids moved."""
@@ -182,7 +241,7 @@ def _reload(model, ids: list[int]) -> dict[int, Any]:
 
 def _progress(model, targets: dict[int, _Target]) -> dict[str, list[int]]:
     """Apply every transition in order; returns the ids moved into each status."""
-    moved = {"sent": _accept(model, targets)}
+    moved = {"sent": _accept(model, targets), "late": _accept_late(model, targets)}
     moved["delivered"] = _advance(model, targets, "delivered", ("sent",))
     moved["read"] = _advance(model, targets, "read", ("sent", "delivered"))
     moved["failed"] = _advance(model, targets, "failed", ("sent", "delivered"), _failure_columns(model))
@@ -208,7 +267,10 @@ def _apply_recipients(targets: dict[int, _Target]) -> None:
         accepted = by_status.get("sent", [])
         if accepted:
             move_credits(campaign, consume=len(accepted))
-            accounts.record_business_sends(account.id, [rows[i].wa_id for i in accepted])
+        late = by_status.pop("late", [])
+        if accepted or late:
+            accounts.record_business_sends(account.id, [rows[i].wa_id for i in accepted + late])
+            by_status["sent"] = accepted + late
         refunded = by_status.get("failed", [])
         if refunded:
             move_credits(campaign, refund=len(refunded), description="the platform reported a failure after accepting")
@@ -234,12 +296,16 @@ def _apply_messages(targets: dict[int, _Target]) -> None:
     if not changed:
         return
     rows = _reload(Message, list(changed))
+    late = set(moved.pop("late"))
+    moved["sent"] = moved["sent"] + sorted(late)
     for status in ("sent", "delivered", "read", "failed"):
         for row_id in moved[status]:
             message, account = rows[row_id], targets[row_id].account
             update = targets[row_id].earliest() if status == "sent" else targets[row_id].latest(status)
             if status == "sent":
-                credits.consume(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id)
+                if row_id not in late:  # a late acceptance was charged when it was accepted
+                    credits.consume(message.tenant_id, 1, messaging_account_id=account.id,
+                                    reference=message.public_id)
                 accounts.record_business_sends(account.id, [message.to])
             elif status == "failed":
                 credits.refund(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id,

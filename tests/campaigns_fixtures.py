@@ -39,6 +39,13 @@ TEMPLATES = [
 ]
 
 _serial = itertools.count(1)
+_wa_serial = itertools.count(1)
+
+
+def wa(suffix: str = "") -> str:
+    """A recipient number no other test uses (the session's simulator remembers throttles per
+    number): plain ones end in 7, so they never hit the simulator's 0000 / 0429 / 9999 behaviours."""
+    return f"529{next(_wa_serial):07d}{suffix or '7'}"
 
 
 @pytest.fixture(scope="session")
@@ -85,18 +92,25 @@ def client(app):
     return Client(app)
 
 
+def sim_signup(base_url: str, app_secret: str, mps: int) -> tuple[str, str]:
+    """A number on a simulator (in-process or not): its phone number id and access token."""
+    import requests
+
+    signup = requests.post(f"{base_url}/_sim/signup", json={"mps": mps}, timeout=5).json()
+    with GraphClient(base_url, app_id=get_settings().app_id, app_secret=app_secret) as graph:
+        return signup["phone_number_id"], graph.exchange_code(signup["code"])
+
+
 def make_number(tenant_id: int, simulator: Simulator | None = None, *, mps: int = 20, status: str = "active",
                 ready: bool = True, daily_limit: int | None = None, templates=TEMPLATES,
-                connection_mode: str = "coexistence") -> MessagingAccount:
-    """A connected number of `tenant_id`: a real one on the simulator when given, with its templates."""
+                connection_mode: str = "coexistence", phone_id: str | None = None,
+                token: str | None = None) -> MessagingAccount:
+    """A connected number of `tenant_id`, with its templates: a real one on `simulator` when given
+    (or the given phone id and token), else one the platform does not know."""
     serial = next(_serial)
-    phone_id, token = f"9{serial:08d}", "not-a-token"
     if simulator is not None:
-        signup = simulator.signup(mps=mps)
-        settings = get_settings()
-        with GraphClient(simulator.base_url, app_id=settings.app_id, app_secret=settings.app_secret) as graph:
-            token = graph.exchange_code(signup["code"])
-        phone_id = signup["phone_number_id"]
+        phone_id, token = sim_signup(simulator.base_url, get_settings().app_secret, mps)
+    phone_id, token = phone_id or f"9{serial:08d}", token or "not-a-token"
     account = MessagingAccount.create(
         public_id=new_id("wacc_"), tenant=tenant_id, label=f"number {serial}", phone_number=f"+1555010{serial:04d}",
         name=f"Business {serial}", status=status, connection_mode=connection_mode,

@@ -1,0 +1,156 @@
+"""GET /campaigns, GET /campaigns/{id}, its recipients, and POST /campaigns/{id}/cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.queue import huey
+from models import campaigns as campaigns_module
+from models.campaigns import Campaign, CampaignRecipient, create_campaign
+from models.credits import LedgerEntry
+from tests.campaigns_fixtures import *  # noqa: F403
+from tests.campaigns_fixtures import campaign_body, make_number, wallet
+from tests.test_credits import replay_ledger
+
+sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+URL = "/api/v1/campaigns"
+
+
+@pytest.fixture
+def queue_only(immediate_queue):
+    """Creation without the in-process dispatch: campaigns stay `queued`."""
+    immediate_queue.immediate = False
+    yield
+    immediate_queue.immediate = True
+
+
+def create(persona, number, wa_ids, **extra) -> Campaign:
+    return create_campaign(persona.id, campaign_body(number, wa_ids, **extra))
+
+
+def test_the_list_is_newest_first_filtered_and_only_api_campaigns(client, alice, charlie, number, sim, queue_only):
+    first = create(alice, number, ["5215550200001"])
+    second = create(alice, number, ["5215550200002", "5215550200003"])
+    create_campaign(alice.id, campaign_body(number, ["5215550200004"]), source="collection")
+    create(charlie, make_number(charlie.id, sim), ["5215550200005"])
+    Campaign.update(status="completed").where(Campaign.id == first.id).execute()
+
+    body = client.simulate_get(URL, headers=alice.headers).json
+    assert [item["id"] for item in body["data"]] == [second.public_id, first.public_id]
+    assert body["meta"]["total"] == 2 and body["links"]["next"] is None
+    assert body["data"][0]["pending"] == 2 and body["data"][0]["total_recipients"] == 2
+    only = client.simulate_get(URL, params={"status": "completed"}, headers=alice.headers).json
+    assert [item["id"] for item in only["data"]] == [first.public_id]
+    paged = client.simulate_get(URL, params={"per_page": 1, "page": 2}, headers=alice.headers).json
+    assert [item["id"] for item in paged["data"]] == [first.public_id]
+    assert paged["meta"]["from"] == 2 and paged["links"]["prev"].endswith("page=1")
+
+
+@sqlite_only
+def test_the_list_rejects_an_unknown_status_and_big_pages(client, alice, number):
+    for params, field in (({"status": "done"}, "status"), ({"per_page": 101}, "per_page")):
+        response = client.simulate_get(URL, params=params, headers=alice.headers)
+        assert response.status_code == 422
+        assert field in response.json["error"]["details"]["errors"]
+
+
+def test_a_campaign_reads_with_counters_and_credits(client, alice, number):
+    data = client.simulate_post(URL, json=campaign_body(number, ["5215550200011", "5215550200000"]),
+                                headers=alice.headers).json["data"]
+    detail = client.simulate_get(f"{URL}/{data['id']}", headers=alice.headers).json
+    assert set(detail) == {"data"}
+    campaign = detail["data"]
+    assert (campaign["sent"], campaign["failed"], campaign["pending"], campaign["queued"]) == (1, 1, 0, 0)
+    assert (campaign["reserved_credits"], campaign["consumed_credits"], campaign["released_credits"]) == (2, 1, 1)
+    failed = client.simulate_get(f"{URL}/{data['id']}/recipients", params={"status": "failed"},
+                                 headers=alice.headers).json["data"]
+    assert [(r["wa_id"], r["status"], r["attempts"]) for r in failed] == [("5215550200000", "failed", 1)]
+    assert failed[0]["last_error"] and failed[0]["message_id"] is None
+    sent = client.simulate_get(f"{URL}/{data['id']}/recipients", params={"status": "sent"},
+                               headers=alice.headers).json["data"][0]
+    assert sent["message_id"].startswith("msg_") and sent["sent_at"].endswith("Z")
+
+
+def test_counters_follow_the_recipients_statuses(alice, number, queue_only):
+    campaign = create(alice, number, [f"52155502001{n:02d}" for n in range(7)])
+    rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id).order_by(
+        CampaignRecipient.id))
+    for row, status in zip(rows, ["queued", "sent", "delivered", "delivered", "read", "failed", "pending"],
+                           strict=True):
+        CampaignRecipient.update(status=status).where(CampaignRecipient.id == row.id).execute()
+    data = campaigns_module.campaign_dict(campaign)
+    assert {k: data[k] for k in ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled")} == {
+        "pending": 1, "queued": 1, "sent": 1, "delivered": 2, "read": 1, "failed": 1, "cancelled": 0}
+
+
+@sqlite_only
+def test_recipients_page_up_to_200(client, alice, number, queue_only):
+    campaign = create(alice, number, [f"5215550{n:06d}" for n in range(250)])
+    page = client.simulate_get(f"{URL}/{campaign.public_id}/recipients", params={"per_page": 200},
+                               headers=alice.headers).json
+    assert len(page["data"]) == 200 and page["meta"]["last_page"] == 2 and page["meta"]["per_page"] == 200
+    assert page["data"][0]["id"].startswith("rcp_") and page["data"][0]["status"] == "pending"
+    default = client.simulate_get(f"{URL}/{campaign.public_id}/recipients", headers=alice.headers).json
+    assert default["meta"]["per_page"] == 50
+    too_big = client.simulate_get(f"{URL}/{campaign.public_id}/recipients", params={"per_page": 201},
+                                  headers=alice.headers)
+    assert too_big.status_code == 422
+
+
+def test_another_companys_campaign_is_not_found(client, alice, charlie, sim, queue_only):
+    theirs = create(charlie, make_number(charlie.id, sim), ["5215550200021"])
+    for path, method in ((f"{URL}/{theirs.public_id}", "GET"), (f"{URL}/{theirs.public_id}/recipients", "GET"),
+                         (f"{URL}/{theirs.public_id}/cancel", "POST"), (f"{URL}/cmp_unknown", "GET")):
+        response = client.simulate_request(method, path, headers=alice.headers)
+        assert response.status_code == 404, path
+        assert response.json["error"]["code"] == "campaign_not_found"
+    assert Campaign.get_by_id(theirs.id).status == "queued"
+
+
+def test_cancelling_a_queued_campaign_releases_its_credits(client, alice, number, queue_only):
+    campaign = create(alice, number, ["5215550200031", "5215550200032", "5215550200033"])
+    response = client.simulate_post(f"{URL}/{campaign.public_id}/cancel", headers=alice.headers)
+    assert response.status_code == 200, response.text
+    data = response.json["data"]
+    assert (data["status"], data["cancelled"], data["pending"]) == ("cancelled", 3, 0)
+    assert (data["reserved_credits"], data["released_credits"]) == (3, 3)
+    assert data["finished_at"] is not None
+    assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (1000, 0)
+    release = LedgerEntry.get((LedgerEntry.tenant == alice.id) & (LedgerEntry.type == "release"))
+    assert (release.amount, release.campaign_id) == (3, campaign.id)
+    assert replay_ledger(alice.id) == (1000, 0)
+    # Dispatch finds nothing to send afterwards.
+    huey.immediate = True
+    from jobs.campaigns import enqueue_dispatch
+
+    enqueue_dispatch(campaign.id)
+    assert Campaign.get_by_id(campaign.id).status == "cancelled"
+
+
+def test_a_started_or_finished_campaign_cannot_be_cancelled(client, alice, number):
+    data = client.simulate_post(URL, json=campaign_body(number, ["5215550200041"]), headers=alice.headers).json["data"]
+    response = client.simulate_post(f"{URL}/{data['id']}/cancel", headers=alice.headers)
+    assert response.status_code == 409
+    assert response.json["error"]["code"] == "campaign_not_cancellable"
+    assert response.json["error"]["details"] == {"status": "completed"}
+
+
+@sqlite_only
+def test_a_campaign_being_dispatched_cannot_be_cancelled(client, alice, number, queue_only):
+    campaign = create(alice, number, ["5215550200051", "5215550200052"])
+    # The dispatcher's first claim moves the campaign to processing in its transaction.
+    Campaign.update(status="processing").where(Campaign.id == campaign.id).execute()
+    CampaignRecipient.update(status="queued").where(CampaignRecipient.wa_id == "5215550200051").execute()
+    response = client.simulate_post(f"{URL}/{campaign.public_id}/cancel", headers=alice.headers)
+    assert response.status_code == 409
+    assert wallet(alice.id).reserved == 2
+
+
+@sqlite_only
+def test_cancelling_needs_the_cancel_scope(client, alice, number, queue_only):
+    campaign = create(alice, number, ["5215550200061"])
+    headers = alice.with_key(["campaigns:read", "campaigns:write"])
+    response = client.simulate_post(f"{URL}/{campaign.public_id}/cancel", headers=headers)
+    assert response.status_code == 403
+    reads = alice.with_key(["campaigns:write"])
+    assert client.simulate_get(URL, headers=reads).status_code == 403

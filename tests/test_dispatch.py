@@ -1,0 +1,335 @@
+"""The dispatch engine against the simulator over HTTP: pacing, throttling, failures, holds,
+fairness, and recovery of sends whose worker died."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import pytest
+
+from jobs.campaigns import enqueue_dispatch
+from messaging.client import GraphClient
+from messaging.errors import error_from_response
+from models import accounts, credits
+from models.accounts import BusinessInitiated, MessagingAccount
+from models.campaigns import Campaign, CampaignRecipient, create_campaign
+from models.clock import utcnow
+from models.db import connection, counters
+from models.dispatch import DatabaseStore, Engine, GraphMessenger, engine_key, fair_shares, recover_stuck
+from models.events import Event
+from models.statuses import apply_status_updates
+from tests.campaigns_fixtures import *  # noqa: F403
+from tests.campaigns_fixtures import campaign_body, make_number, status_update, wa, wallet
+from tests.test_credits import replay_ledger
+
+sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def queue_only(immediate_queue):
+    immediate_queue.immediate = False
+    yield
+    immediate_queue.immediate = True
+
+
+def create(persona, number, wa_ids, **extra) -> Campaign:
+    return create_campaign(persona.id, campaign_body(number, wa_ids, **extra))
+
+
+def dispatch(campaign: Campaign) -> Campaign:
+    from jobs.queue import huey
+
+    huey.immediate = True
+    enqueue_dispatch(campaign.id)
+    return Campaign.get_by_id(campaign.id)
+
+
+def recipients(campaign: Campaign) -> dict[str, CampaignRecipient]:
+    return {r.wa_id: r for r in CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id)}
+
+
+def events(tenant_id: int, name: str) -> list[dict]:
+    return [e.payload for e in Event.select().where((Event.tenant == tenant_id) & (Event.name == name))
+            .order_by(Event.id)]
+
+
+def sent_by(sim, account) -> list[dict]:
+    return [item for item in sim.sent() if item["phone_number_id"] == account.phone_id]
+
+
+class PlatformSays:
+    """A messenger for platform answers the simulator never gives (parsed by the real parser)."""
+
+    def __init__(self, code: int, http_status: int = 400):
+        self.error = error_from_response(http_status, {"error": {"code": code, "message": f"(#{code}) said"}})
+
+    def send(self, job):
+        raise self.error
+
+
+def test_pacing_keeps_a_number_under_its_cap(alice, number, sim, queue_only):
+    # The simulator answers 130429 past 20 messages/s: not one throttle means the pace held.
+    campaign = dispatch(create(alice, number, [f"52155503{n:05d}" for n in range(1, 46)]))
+    assert campaign.status == "completed"
+    rows = recipients(campaign).values()
+    assert {r.status for r in rows} == {"sent"} and {r.attempts for r in rows} == {1}
+    assert len(sent_by(sim, number)) == 45
+
+
+@sqlite_only
+def test_every_send_carries_the_recipient_id_as_callback_data(alice, number, sim):
+    campaign = dispatch(create(alice, number, ["5215550300101", "5215550300102"]))
+    rows = recipients(campaign)
+    assert {item["biz_opaque_callback_data"]: item["to"] for item in sent_by(sim, number)} == {
+        row.public_id: wa_id for wa_id, row in rows.items()}
+    assert {row.wam_id for row in rows.values()} == {item["wamid"] for item in sent_by(sim, number)}
+
+
+def test_a_throttled_recipient_waits_and_is_not_counted_as_failed(alice, number, sim):
+    slow = wa("0429")
+    campaign = dispatch(create(alice, number, [slow, wa()]))
+    throttled = recipients(campaign)[slow]
+    assert (throttled.status, throttled.attempts) == ("sent", 2)
+    assert campaign.status == "completed" and campaign.consumed_credits == 2
+    assert events(alice.id, "message.failed") == []
+
+
+def test_a_rejected_recipient_fails_and_its_credit_is_released(alice, number, sim):
+    campaign = dispatch(create(alice, number, ["5215550300000", "5215550300301"], external_reference="r"))
+    rejected = recipients(campaign)["5215550300000"]
+    assert (rejected.status, rejected.error_code, rejected.wam_id) == ("failed", "131026", None)
+    assert (campaign.consumed_credits, campaign.released_credits) == (1, 1)
+    [failed] = events(alice.id, "message.failed")
+    assert failed["error"]["code"] == "131026" and failed["error"]["message"]
+    assert {k: failed[k] for k in ("account_id", "campaign_id", "recipient", "wam_id", "status")} == {
+        "account_id": number.public_id, "campaign_id": campaign.public_id, "recipient": "5215550300000",
+        "wam_id": None, "status": "failed"}
+    [sent] = events(alice.id, "message.sent")
+    assert (sent["recipient"], sent["status"]) == ("5215550300301", "sent") and sent["wam_id"].startswith("wamid.")
+    assert replay_ledger(alice.id) == (999, 0)
+
+
+@sqlite_only
+def test_accepted_sends_count_against_the_daily_limit(alice, number, sim):
+    dispatch(create(alice, number, ["5215550300401", "5215550300402", "5215550300402"]))
+    assert accounts.messages_sent_today(number.id) == 2
+
+
+def test_the_daily_limit_holds_the_rest_until_the_window_frees(alice, sim, queue_only):
+    number = make_number(alice.id, sim, daily_limit=3)
+    accounts.record_business_sends(number.id, ["5215550300505"])  # already messaged today: free
+    wa_ids = [f"521555030050{n}" for n in range(1, 7)]
+    campaign = dispatch(create(alice, number, wa_ids))
+    assert (campaign.status, campaign.hold_reason) == ("pending", "daily_limit")
+    rows = recipients(campaign)
+    assert sorted(wa for wa, r in rows.items() if r.status == "sent") == [
+        "5215550300501", "5215550300502", "5215550300505"]
+    assert accounts.messages_sent_today(number.id) == 3
+    # A day later the moving window has room again.
+    BusinessInitiated.update(last_sent_at=utcnow() - dt.timedelta(hours=25)).execute()
+    campaign = dispatch(campaign)
+    assert campaign.status == "completed"
+    assert {r.status for r in recipients(campaign).values()} == {"sent"}
+
+
+def test_a_paused_number_holds_its_campaign_until_resumed(alice, number, sim, queue_only):
+    campaign = create(alice, number, ["5215550300601", "5215550300602"])
+    accounts.pause_account(number.id, "administrator")
+    campaign = dispatch(campaign)
+    assert (campaign.status, campaign.hold_reason) == ("pending", "account_paused")
+    assert sent_by(sim, number) == []
+    assert wallet(alice.id).reserved == 2
+    accounts.resume_account(number.id)
+    assert dispatch(campaign).status == "completed"
+
+
+@sqlite_only
+def test_a_paused_wallet_holds_dispatch(alice, number, sim, queue_only):
+    campaign = create(alice, number, ["5215550300701"])
+    credits.set_status(alice.id, "paused")
+    assert dispatch(campaign).hold_reason == "wallet_paused"
+    credits.set_status(alice.id, "active")
+    assert dispatch(campaign).status == "completed"
+
+
+def test_a_revoked_token_fails_the_campaign_and_releases_everything(alice, sim, queue_only):
+    real = make_number(alice.id, sim)
+    revoked = make_number(alice.id, phone_id=real.phone_id, token="EAAGrevoked")
+    campaign = dispatch(create(alice, revoked, [f"52155503008{n:02d}" for n in range(12)]))
+    assert campaign.status == "failed" and campaign.finished_at is not None
+    rows = recipients(campaign).values()
+    assert {r.status for r in rows} == {"failed"}
+    assert (campaign.consumed_credits, campaign.released_credits) == (0, 12)
+    assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (1000, 0)
+    [completed] = events(alice.id, "campaign.completed")
+    assert completed["status"] == "failed"
+    assert len(events(alice.id, "message.failed")) == 12
+
+
+@sqlite_only
+def test_a_number_that_lost_its_connection_fails_its_campaign(alice, number, sim, queue_only):
+    campaign = create(alice, number, ["5215550300901", "5215550300902"])
+    MessagingAccount.update(access_token=None).where(MessagingAccount.id == number.id).execute()
+    campaign = dispatch(campaign)
+    assert campaign.status == "failed"
+    assert {r.error_code for r in recipients(campaign).values()} == {"account_disconnected"}
+    assert wallet(alice.id).reserved == 0
+
+
+@sqlite_only
+def test_a_refused_template_fails_the_campaign(alice, number, sim, queue_only):
+    campaign = create(alice, number, ["5215550301001", "5215550301002"])
+    sim.set_template("hello_world", "en_US", status="PAUSED")
+    campaign = dispatch(campaign)
+    assert campaign.status == "failed"
+    assert wallet(alice.id).reserved == 0
+
+
+def test_campaigns_on_one_number_share_it(alice, number, sim, queue_only):
+    big = create(alice, number, [f"52155503110{n:02d}" for n in range(40)])
+    small = create(alice, number, [f"52155503120{n:02d}" for n in range(4)])
+    dispatch(big)
+    order = [item["biz_opaque_callback_data"] for item in sent_by(sim, number)]
+    small_ids = {r.public_id for r in recipients(small).values()}
+    positions = [index for index, callback in enumerate(order) if callback in small_ids]
+    # Both campaigns get half of every tick: the small one is done within the first ticks,
+    # not after the 40 of the big one.
+    assert len(positions) == 4 and max(positions) < 12
+    assert Campaign.get_by_id(small.id).status == Campaign.get_by_id(big.id).status == "completed"
+
+
+@sqlite_only
+def test_many_campaigns_of_many_tenants_interleave(alice, charlie, sim, queue_only):
+    mine = [create(alice, make_number(alice.id, sim), [f"5215550313{i}{n:02d}" for n in range(15)]) for i in range(3)]
+    theirs = create(charlie, make_number(charlie.id, sim), [f"52155503140{n:02d}" for n in range(15)])
+    dispatch(theirs)
+    assert {Campaign.get_by_id(c.id).status for c in [*mine, theirs]} == {"completed"}
+    # The first tick served every number, whatever their tenant (one batch: one sent_at).
+    rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign.in_([c.id for c in [*mine, theirs]])))
+    first = min(row.sent_at for row in rows)
+    assert {row.campaign_id for row in rows if row.sent_at == first} == {c.id for c in [*mine, theirs]}
+
+
+def test_fair_shares_go_to_tenants_first_then_to_their_numbers():
+    tenant_of = {1: 10, 2: 10, 3: 10, 4: 20}
+    shares = fair_shares(40, tenant_of, {1: 100, 2: 100, 3: 100, 4: 100})
+    assert shares[4] == 20 and shares[1] + shares[2] + shares[3] == 20
+    assert max(shares[n] for n in (1, 2, 3)) - min(shares[n] for n in (1, 2, 3)) <= 1
+    # What one does not want goes to the others; nobody gets more than it asked for.
+    shares = fair_shares(40, tenant_of, {1: 2, 2: 3, 3: 0, 4: 100})
+    assert shares == {1: 2, 2: 3, 3: 0, 4: 35}
+    assert sum(fair_shares(7, tenant_of, {1: 5, 2: 5, 3: 5, 4: 5}).values()) == 7
+    assert fair_shares(0, tenant_of, {1: 5, 2: 5, 3: 5, 4: 5}) == {1: 0, 2: 0, 3: 0, 4: 0}
+
+
+@sqlite_only
+def test_a_platform_error_retries_later_without_failing(alice, number, sim, queue_only):
+    campaign = create(alice, number, ["5215550301501"])
+    sim.fail("500", seconds=30)
+    try:
+        dispatch(campaign)
+    finally:
+        sim.fail("off")
+    row = recipients(campaign)["5215550301501"]
+    assert (row.status, row.retries) == ("pending", 1) and row.not_before > utcnow()
+    assert Campaign.get_by_id(campaign.id).status == "processing"
+    CampaignRecipient.update(not_before=None).execute()
+    assert dispatch(campaign).status == "completed"
+
+
+@sqlite_only
+def test_a_pair_rate_limit_makes_only_that_recipient_wait(alice, number, queue_only):
+    campaign = create(alice, number, ["5215550301601"])
+    Engine(messenger=PlatformSays(131056)).run(session=None, linger=0)
+    row = recipients(campaign)["5215550301601"]
+    assert (row.status, row.throttled, row.retries) == ("pending", 1, 0)
+    assert 3 <= (row.not_before - utcnow()).total_seconds() <= 4  # 4^1 seconds
+    assert wallet(alice.id).reserved == 1 and events(alice.id, "message.failed") == []
+
+
+def test_a_lost_answer_is_settled_by_the_status_webhook_never_by_resending(alice, number, sim, queue_only):
+    campaign = create(alice, number, ["5215550301701"])
+    impatient = GraphClient(sim.base_url, timeout=(1.0, 0.3))
+    sim.fail("timeout", seconds=5, hang=0.8)
+    try:
+        Engine(messenger=GraphMessenger(lambda: impatient)).run(session=None, linger=0)
+    finally:
+        sim.fail("off")
+        impatient.close()
+    row = recipients(campaign)["5215550301701"]
+    assert row.status == "queued" and row.wam_id is None
+    wait_for = time.monotonic() + 5
+    while not sent_by(sim, number) and time.monotonic() < wait_for:
+        time.sleep(0.05)
+    [accepted] = sent_by(sim, number)  # the platform took it after all
+    dispatch(campaign)
+    assert len(sent_by(sim, number)) == 1  # not sent again
+    apply_status_updates([status_update(number, accepted["wamid"], "delivered", callback=row.public_id)])
+    row = recipients(campaign)["5215550301701"]
+    assert (row.status, row.wam_id) == ("delivered", accepted["wamid"])
+    campaign = Campaign.get_by_id(campaign.id)
+    assert (campaign.status, campaign.consumed_credits) == ("completed", 1)
+    assert [e["status"] for e in events(alice.id, "message.sent")] == ["sent"]
+    assert recover_stuck() == 0
+
+
+def test_recovery_fails_a_dead_engines_claims_and_leaves_live_ones(alice, number, queue_only):
+    campaign = create(alice, number, [f"52155503018{n:02d}" for n in range(4)])
+    store = DatabaseStore()
+    plan = {p.account_id: p for p in store.plan()}
+    earlier = utcnow() - dt.timedelta(seconds=30)
+    dead = store.claim({number.id: 2}, plan, "deadengine.1", now=earlier)
+    live = store.claim({number.id: 2}, plan, "liveengine.1", now=earlier)
+    counters().beat(engine_key("liveengine"), 30)
+
+    assert recover_stuck() == 2
+    rows = recipients(campaign)
+    assert {rows[job.wa_id].status for job in dead} == {"failed"}
+    assert {rows[job.wa_id].error_code for job in dead} == {"send_unconfirmed"}
+    assert {rows[job.wa_id].status for job in live} == {"queued"}
+    assert Campaign.get_by_id(campaign.id).released_credits == 2
+    assert [e["error"]["code"] for e in events(alice.id, "message.failed")] == ["send_unconfirmed"] * 2
+    # Any claim older than the hard limit is settled, live engine or not.
+    assert recover_stuck(now=utcnow() + dt.timedelta(minutes=3)) == 2
+    campaign = Campaign.get_by_id(campaign.id)
+    assert (campaign.status, campaign.released_credits, wallet(alice.id).reserved) == ("completed", 4, 0)
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)
+def test_token_buckets_never_grant_more_than_their_rate(storage):
+    store = counters()
+    granted = []
+    lock = threading.Lock()
+    started = time.time()
+
+    def take():
+        with connection():
+            while time.time() - started < 0.6:
+                got, _wait = store.take_tokens({"test:bucket": (50.0, 10.0, 3)})["test:bucket"]
+                with lock:
+                    granted.append(got)
+                time.sleep(0.005)
+
+    threads = [threading.Thread(target=take) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.time() - started
+    assert 0 < sum(granted) <= 10 + 50 * elapsed + 1
+    store.hold_tokens("test:bucket", 50.0, 5.0)
+    got, wait = store.take_tokens({"test:bucket": (50.0, 10.0, 3)})["test:bucket"]
+    assert got == 0 and wait > 4
+    fresh, _ = store.take_tokens({"test:other": (5.0, 2.0, 10)})["test:other"]
+    assert fresh == 2  # a new bucket starts full, at its burst
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)
+def test_heartbeats_expire(storage):
+    store = counters()
+    store.beat("engine:a", 30)
+    store.beat("engine:b", 0.05)
+    time.sleep(0.1)
+    assert store.alive(["engine:a", "engine:b", "engine:c"]) == {"engine:a"}

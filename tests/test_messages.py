@@ -1,0 +1,285 @@
+"""POST /messages and GET /messages/{id}: every type and limit, the window, credits, Prefer: wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from models import accounts, credits
+from models.credits import LedgerEntry
+from models.events import Event
+from models.messages import Message
+from tests.campaigns_fixtures import *  # noqa: F403
+from tests.campaigns_fixtures import let_write, make_number, wa, wallet
+from tests.test_credits import replay_ledger
+
+sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+URL = "/api/v1/messages"
+
+
+@pytest.fixture
+def customer(number) -> str:
+    """A customer who wrote to alice's number a minute ago."""
+    to = wa()
+    let_write(number, to)
+    return to
+
+
+def send(client, persona, body, **headers):
+    return client.simulate_post(URL, json=body, headers={**persona.headers, **headers})
+
+
+def text_body(number, to, **extra) -> dict:
+    return {"account_id": number.public_id, "to": to, "type": "text", "text": {"body": "Hola"}, **extra}
+
+
+def error_of(response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    return response.json["error"]
+
+
+def test_a_message_is_accepted_queued_and_sent_in_the_background(client, alice, number, customer, sim):
+    response = send(client, alice, text_body(number, customer, external_reference="ticket-7"))
+    assert response.status_code == 202, response.text
+    data = response.json["data"]
+    assert data["id"].startswith("msg_")
+    assert {k: data[k] for k in ("wam_id", "account_id", "to", "type", "status", "external_reference",
+                                 "credits_reserved")} == {
+        "wam_id": None, "account_id": number.public_id, "to": customer, "type": "text", "status": "queued",
+        "external_reference": "ticket-7", "credits_reserved": 1}
+    read = client.simulate_get(f"{URL}/{data['id']}", headers=alice.headers).json["data"]
+    assert read["status"] == "sent" and read["wam_id"].startswith("wamid.")
+    [accepted] = [item for item in sim.sent() if item["to"] == customer]
+    assert (accepted["type"], accepted["biz_opaque_callback_data"]) == ("text", data["id"])
+    assert [(e.type, e.amount) for e in LedgerEntry.select().where(LedgerEntry.tenant == alice.id)
+            .order_by(LedgerEntry.id)] == [("manual_grant", 1000), ("reserve", -1), ("consume", -1)]
+    sent = Event.get((Event.tenant == alice.id) & (Event.name == "message.sent")).payload
+    assert {k: sent[k] for k in ("account_id", "campaign_id", "recipient", "external_contact_id", "wam_id",
+                                 "status")} == {
+        "account_id": number.public_id, "campaign_id": None, "recipient": customer, "external_contact_id": None,
+        "wam_id": read["wam_id"], "status": "sent"}
+    assert accounts.messages_sent_today(number.id) == 1
+
+
+def test_prefer_wait_answers_with_the_outcome(client, alice, number, customer):
+    response = send(client, alice, text_body(number, customer), Prefer="wait=5")
+    assert response.status_code == 201, response.text
+    assert response.json["data"]["status"] == "sent" and response.json["data"]["wam_id"]
+    assert response.headers["Preference-Applied"] == "wait=5"
+
+
+def test_prefer_wait_reports_a_rejection_as_502_and_releases_the_credit(client, alice, number):
+    rejected = wa("0000")
+    let_write(number, rejected)
+    response = send(client, alice, text_body(number, rejected), Prefer="respond-async, wait=3")
+    error = error_of(response, 502)
+    assert error["code"] == "messaging_send_failed"
+    assert error["details"]["message"]["status"] == "failed"
+    assert error["details"]["error"]["code"] == "131026"
+    assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (1000, 0)
+    assert replay_ledger(alice.id) == (1000, 0)
+    failed = Event.get((Event.tenant == alice.id) & (Event.name == "message.failed")).payload
+    assert failed["error"]["code"] == "131026" and failed["wam_id"] is None
+
+
+@sqlite_only
+def test_without_prefer_a_rejection_is_still_202(client, alice, number):
+    rejected = wa("0000")
+    let_write(number, rejected)
+    response = send(client, alice, text_body(number, rejected))
+    assert response.status_code == 202
+    assert client.simulate_get(f"{URL}/{response.json['data']['id']}",
+                               headers=alice.headers).json["data"]["status"] == "failed"
+
+
+@sqlite_only
+@pytest.mark.parametrize(("kind", "content", "expected"), [
+    ("image", {"url": "https://cdn.example.test/a.png", "caption": "look"},
+     {"link": "https://cdn.example.test/a.png", "caption": "look"}),
+    ("video", {"media_id": "1234567890"}, {"id": "1234567890"}),
+    ("audio", {"url": "https://cdn.example.test/a.ogg"}, {"link": "https://cdn.example.test/a.ogg"}),
+    ("document", {"url": "https://cdn.example.test/a.pdf", "filename": "invoice.pdf", "caption": "your bill"},
+     {"link": "https://cdn.example.test/a.pdf", "filename": "invoice.pdf", "caption": "your bill"}),
+])
+def test_media_messages_are_sent(client, alice, number, customer, kind, content, expected):
+    response = send(client, alice, {"account_id": number.public_id, "to": customer, "type": kind, kind: content},
+                    Prefer="wait=5")
+    assert response.status_code == 201, response.text
+    assert response.json["data"]["type"] == kind
+    assert Message.get(Message.public_id == response.json["data"]["id"]).content == content
+
+
+@sqlite_only
+@pytest.mark.parametrize("interactive", [
+    {"kind": "buttons", "body": "Pay now?", "header": "Reminder", "footer": "Reply below",
+     "buttons": [{"id": "yes", "title": "Yes"}, {"id": "later", "title": "Later"}, {"id": "no", "title": "No"}]},
+    {"kind": "list", "body": "Pick a plan", "button": "Plans",
+     "sections": [{"title": "Monthly", "rows": [{"id": "m1", "title": "One", "description": "12 payments"}]},
+                  {"rows": [{"id": f"r{n}", "title": f"Row {n}"} for n in range(10)]}]},
+])
+def test_interactive_messages_are_sent(client, alice, number, customer, interactive):
+    response = send(client, alice, {"account_id": number.public_id, "to": customer, "type": "interactive",
+                                    "interactive": interactive}, Prefer="wait=5")
+    assert response.status_code == 201, response.text
+
+
+def _buttons(n: int, title: str = "t") -> list[dict]:
+    return [{"id": f"b{i}", "title": title} for i in range(n)]
+
+
+def _rows(n: int, **fields) -> list[dict]:
+    return [{"id": f"r{i}", "title": "row", **fields} for i in range(n)]
+
+
+@sqlite_only
+@pytest.mark.parametrize(("change", "field"), [
+    ({"type": "sticker"}, "type"),
+    ({"to": "5" * 33}, "to"),
+    ({"account_id": "a" * 65}, "account_id"),
+    ({"external_reference": "r" * 161}, "external_reference"),
+    ({"text": {"body": "x" * 4097}}, "text.body"),
+    ({"text": {"body": ""}}, "text.body"),
+    ({"text": None}, "body"),
+    ({"text": {"body": "hi"}, "image": {"url": "https://cdn.example.test/a.png"}}, "body"),
+    ({"type": "image", "text": None, "image": {}}, "image"),
+    ({"type": "image", "text": None, "image": {"url": "https://x.test/a.png", "media_id": "1"}}, "image"),
+    ({"type": "image", "text": None, "image": {"url": "notaurl"}}, "image.url"),
+    ({"type": "image", "text": None, "image": {"url": "https://x.test/" + "a" * 2000}}, "image.url"),
+    ({"type": "image", "text": None, "image": {"media_id": "m" * 256}}, "image.media_id"),
+    ({"type": "image", "text": None, "image": {"url": "https://x.test/a.png", "caption": "c" * 1025}}, "image.caption"),
+    ({"type": "image", "text": None, "image": {"url": "https://x.test/a.png", "filename": "a.png"}}, "image.filename"),
+    ({"type": "audio", "text": None, "audio": {"url": "https://x.test/a.ogg", "caption": "no"}}, "audio.caption"),
+    ({"type": "document", "text": None, "document": {"url": "https://x.test/a.pdf", "filename": "f" * 256}},
+     "document.filename"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "buttons", "body": "b",
+                                                           "buttons": _buttons(4)}}, "interactive.buttons"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "buttons", "body": "b",
+                                                           "buttons": _buttons(1, "t" * 21)}},
+     "interactive.buttons.0.title"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "buttons", "body": "b",
+                                                           "buttons": [{"id": "i" * 257, "title": "t"}]}},
+     "interactive.buttons.0.id"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "buttons", "body": "b" * 1025,
+                                                           "buttons": _buttons(1)}}, "interactive.body"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "buttons", "body": "b", "header": "h" * 61,
+                                                           "buttons": _buttons(1)}}, "interactive.header"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "buttons", "body": "b", "footer": "f" * 61,
+                                                           "buttons": _buttons(1)}}, "interactive.footer"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "buttons", "body": "b"}}, "interactive"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "carousel", "body": "b"}}, "interactive.kind"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "list", "body": "b", "button": "B",
+                                                           "sections": [{"rows": _rows(1)}] * 11}},
+     "interactive.sections"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "list", "body": "b", "button": "B",
+                                                           "sections": [{"rows": []}]}},
+     "interactive.sections.0.rows"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "list", "body": "b", "button": "B",
+                                                           "sections": [{"rows": _rows(11)}]}},
+     "interactive.sections.0.rows"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "list", "body": "b", "button": "B",
+                                                           "sections": [{"title": "s" * 25, "rows": _rows(1)}]}},
+     "interactive.sections.0.title"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "list", "body": "b", "button": "B",
+                                                           "sections": [{"rows": [{"id": "r", "title": "t" * 25}]}]}},
+     "interactive.sections.0.rows.0.title"),
+    ({"type": "interactive", "text": None, "interactive": {
+        "kind": "list", "body": "b", "button": "B",
+        "sections": [{"rows": [{"id": "r", "title": "t", "description": "d" * 73}]}]}},
+     "interactive.sections.0.rows.0.description"),
+    ({"type": "interactive", "text": None, "interactive": {
+        "kind": "list", "body": "b", "button": "B", "sections": [{"rows": [{"id": "i" * 201, "title": "t"}]}]}},
+     "interactive.sections.0.rows.0.id"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "list", "body": "b", "button": "B" * 21,
+                                                           "sections": [{"rows": _rows(1)}]}}, "interactive.button"),
+    ({"type": "interactive", "text": None, "interactive": {"kind": "list", "body": "b",
+                                                           "sections": [{"rows": _rows(1)}]}}, "interactive"),
+    ({"unknown": True}, "unknown"),
+])
+def test_invalid_messages_get_the_validation_envelope(client, alice, number, customer, change, field):
+    body = {**text_body(number, customer), **change}
+    body = {key: value for key, value in body.items() if value is not None}
+    error = error_of(send(client, alice, body), 422)
+    assert error["code"] == "validation_failed"
+    assert field in error["details"]["errors"], error["details"]
+    assert wallet(alice.id).reserved == 0
+
+
+@sqlite_only
+@pytest.mark.parametrize("to", ["1234567", "1234567890123456", "+1 (234) 567"])
+def test_a_number_with_too_few_or_too_many_digits_is_an_invalid_recipient(client, alice, number, to):
+    assert error_of(send(client, alice, text_body(number, to)), 422)["code"] == "invalid_recipient"
+
+
+def test_outside_the_24_hour_window_nothing_is_reserved(client, alice, number):
+    error = error_of(send(client, alice, text_body(number, wa())), 422)
+    assert error["code"] == "outside_24h_window"
+    import datetime as dt
+
+    from models.clock import utcnow
+
+    stale = wa()
+    let_write(number, stale, utcnow() - dt.timedelta(hours=25))
+    assert error_of(send(client, alice, text_body(number, stale)), 422)["code"] == "outside_24h_window"
+    assert LedgerEntry.select().where(LedgerEntry.type == "reserve").count() == 0
+    assert Message.select().count() == 0
+
+
+@sqlite_only
+def test_the_to_number_is_normalized_before_the_window_check(client, alice, number):
+    let_write(number, "5215550409090")
+    response = send(client, alice, text_body(number, "+52 1 555 040 9090"))
+    assert response.status_code == 202 and response.json["data"]["to"] == "5215550409090"
+
+
+@sqlite_only
+def test_the_number_must_be_ready_active_and_ours(client, alice, charlie, sim):
+    to = wa()
+    paused = make_number(alice.id, sim, status="paused")
+    unready = make_number(alice.id, ready=False)
+    theirs = make_number(charlie.id, sim)
+    for account in (paused, unready, theirs):
+        let_write(account, to)
+    assert error_of(send(client, alice, text_body(paused, to)), 422)["code"] == "account_inactive"
+    assert error_of(send(client, alice, text_body(unready, to)), 422)["code"] == "account_not_ready"
+    assert error_of(send(client, alice, text_body(theirs, to)), 404)["code"] == "account_not_found"
+
+
+def test_the_daily_limit_refuses_new_users(client, alice, sim):
+    number = make_number(alice.id, sim, daily_limit=2)
+    known, first, second = wa(), wa(), wa()
+    for to in (known, first, second):
+        let_write(number, to)
+    accounts.record_business_sends(number.id, [known, wa()])
+    error = error_of(send(client, alice, text_body(number, first)), 422)
+    assert error["code"] == "daily_limit_reached"
+    assert error["details"] == {"daily_limit": 2, "messages_sent_today": 2}
+    # Someone already messaged today does not count again.
+    assert send(client, alice, text_body(number, known)).status_code == 202
+
+
+def test_credits_are_checked_before_queueing(client, alice, number, customer):
+    credits.adjust(alice.id, -1000)
+    assert error_of(send(client, alice, text_body(number, customer)), 422)["code"] == "insufficient_credits"
+    credits.grant(alice.id, 5)
+    credits.set_status(alice.id, "paused")
+    assert error_of(send(client, alice, text_body(number, customer)), 422)["code"] == "wallet_paused"
+    assert Message.select().count() == 0
+
+
+@sqlite_only
+def test_reading_a_message_needs_the_scope_and_ownership(client, alice, charlie, number, customer):
+    data = send(client, alice, text_body(number, customer)).json["data"]
+    assert client.simulate_get(f"{URL}/{data['id']}", headers=charlie.headers).status_code == 404
+    assert client.simulate_get(f"{URL}/msg_unknown", headers=alice.headers).json["error"]["code"] == \
+        "message_not_found"
+    no_scope = alice.with_key(["campaigns:read"])
+    assert client.simulate_get(f"{URL}/{data['id']}", headers=no_scope).status_code == 403
+    assert client.simulate_post(URL, json=text_body(number, customer), headers=no_scope).status_code == 403
+
+
+@sqlite_only
+def test_a_throttled_message_is_retried_in_the_task(client, alice, number):
+    slow = wa("0429")
+    let_write(number, slow)
+    response = send(client, alice, text_body(number, slow), Prefer="wait=5")
+    assert response.status_code == 201, response.text
+    assert Message.get(Message.public_id == response.json["data"]["id"]).attempts == 1

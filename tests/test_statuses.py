@@ -1,0 +1,218 @@
+"""Platform status updates: forward only, each once, found by wamid or callback data, refunds."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+
+from models import campaigns as campaigns_module
+from models.campaigns import Campaign, CampaignRecipient, create_campaign
+from models.credits import LedgerEntry
+from models.db import connection
+from models.events import Event
+from models.messages import Message
+from models.statuses import apply_status_updates
+from tests.campaigns_fixtures import *  # noqa: F403
+from tests.campaigns_fixtures import campaign_body, let_write, make_number, status_update, wa, wallet
+from tests.test_credits import replay_ledger
+
+sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+T0 = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+
+
+def sent_campaign(persona, number, count: int) -> tuple[Campaign, list[CampaignRecipient]]:
+    campaign = create_campaign(persona.id, campaign_body(number, [wa() for _ in range(count)]))
+    from jobs.campaigns import enqueue_dispatch
+
+    enqueue_dispatch(campaign.id)
+    rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id)
+                .order_by(CampaignRecipient.id))
+    assert {row.status for row in rows} == {"sent"}
+    return Campaign.get_by_id(campaign.id), rows
+
+
+def names(tenant_id: int) -> list[str]:
+    return [e.name for e in Event.select().where((Event.tenant == tenant_id) & Event.name.startswith("message."))
+            .order_by(Event.id)]
+
+
+def reload(row):
+    return type(row).get_by_id(row.id)
+
+
+def test_statuses_move_forward_and_a_late_delivered_after_read_is_ignored(alice, number):
+    campaign, [row] = sent_campaign(alice, number, 1)
+    apply_status_updates([status_update(number, row.wam_id, "read", at=T0 + dt.timedelta(seconds=5))])
+    apply_status_updates([status_update(number, row.wam_id, "delivered", at=T0)])
+    row = reload(row)
+    assert row.status == "read" and row.delivered_at is None
+    assert names(alice.id) == ["message.sent", "message.read"]
+
+
+def test_delivered_then_read_in_one_batch_emits_both_in_order(alice, number):
+    campaign, [row] = sent_campaign(alice, number, 1)
+    apply_status_updates([status_update(number, row.wam_id, "read", at=T0 + dt.timedelta(seconds=2)),
+                          status_update(number, row.wam_id, "delivered", at=T0)])
+    row = reload(row)
+    assert row.status == "read" and row.delivered_at == T0.replace(tzinfo=None)
+    assert names(alice.id) == ["message.sent", "message.delivered", "message.read"]
+    read = Event.get((Event.tenant == alice.id) & (Event.name == "message.read")).payload
+    assert read == {"event": "message.read", "account_id": number.public_id, "campaign_id": campaign.public_id,
+                    "recipient": row.wa_id, "external_contact_id": None, "wam_id": row.wam_id, "status": "read",
+                    "timestamp": "2026-11-22T09:00:02Z", "recipient_id": row.public_id}
+
+
+def test_duplicates_are_processed_once(alice, number):
+    campaign, rows = sent_campaign(alice, number, 2)
+    updates = [status_update(number, row.wam_id, "delivered", at=T0) for row in rows]
+    apply_status_updates(updates + updates)
+    apply_status_updates(updates)
+    assert names(alice.id) == ["message.sent", "message.sent", "message.delivered", "message.delivered"]
+    assert campaigns_module.campaign_dict(campaign)["delivered"] == 2
+
+
+def test_concurrent_processors_apply_each_update_once(alice, number, storage):
+    campaign, rows = sent_campaign(alice, number, 20)
+    updates = [status_update(number, row.wam_id, status, at=T0)
+               for row in rows for status in ("delivered", "read")]
+    errors = []
+
+    def process():
+        try:
+            with connection():
+                apply_status_updates(list(updates))
+        except Exception as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=process) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert names(alice.id).count("message.read") == 20
+    assert names(alice.id).count("message.delivered") <= 20
+    assert campaigns_module.campaign_dict(campaign)["read"] == 20
+
+
+def test_a_late_failure_refunds_the_credit(alice, number):
+    campaign, [failing, fine] = sent_campaign(alice, number, 2)
+    apply_status_updates([status_update(number, failing.wam_id, "failed", at=T0, error_code=131026),
+                          status_update(number, fine.wam_id, "delivered", at=T0)])
+    failing = reload(failing)
+    assert (failing.status, failing.error_code) == ("failed", "131026")
+    assert failing.last_error == "The recipient could not be reached."
+    campaign = Campaign.get_by_id(campaign.id)
+    assert (campaign.consumed_credits, campaign.released_credits, campaign.refunded_credits) == (2, 0, 1)
+    refund = LedgerEntry.get((LedgerEntry.tenant == alice.id) & (LedgerEntry.type == "refund"))
+    assert (refund.amount, refund.campaign_id) == (1, campaign.id)
+    assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (999, 0)
+    assert replay_ledger(alice.id) == (999, 0)
+    failed = Event.get((Event.tenant == alice.id) & (Event.name == "message.failed")).payload
+    assert failed["error"] == {"code": "131026", "message": "The recipient could not be reached."}
+    assert failed["wam_id"] == failing.wam_id
+    # Read after failed (or failed twice) changes nothing, and refunds nothing more.
+    apply_status_updates([status_update(number, failing.wam_id, "read"),
+                          status_update(number, failing.wam_id, "failed", error_code=131026)])
+    assert reload(failing).status == "failed"
+    assert LedgerEntry.select().where(LedgerEntry.type == "refund").count() == 1
+
+
+def test_a_queued_recipient_is_found_by_its_callback_data(alice, number, immediate_queue):
+    immediate_queue.immediate = False
+    campaign = create_campaign(alice.id, campaign_body(number, [wa()]))
+    immediate_queue.immediate = True
+    row = CampaignRecipient.get(CampaignRecipient.campaign == campaign.id)
+    CampaignRecipient.update(status="queued", claim_token="gone.1").where(CampaignRecipient.id == row.id).execute()
+    Campaign.update(status="processing").where(Campaign.id == campaign.id).execute()
+    apply_status_updates([status_update(number, "wamid.lost-answer", "read", callback=row.public_id, at=T0)])
+    row = reload(row)
+    assert (row.status, row.wam_id, row.claim_token) == ("read", "wamid.lost-answer", None)
+    assert row.message_id.startswith("msg_")
+    campaign = Campaign.get_by_id(campaign.id)
+    assert (campaign.status, campaign.consumed_credits) == ("completed", 1)
+    assert names(alice.id) == ["message.sent", "message.read"]
+
+
+def test_a_failure_for_a_queued_recipient_is_consumed_then_refunded(alice, number, immediate_queue):
+    immediate_queue.immediate = False
+    campaign = create_campaign(alice.id, campaign_body(number, [wa()]))
+    immediate_queue.immediate = True
+    row = CampaignRecipient.get(CampaignRecipient.campaign == campaign.id)
+    CampaignRecipient.update(status="queued", claim_token="gone.1").where(CampaignRecipient.id == row.id).execute()
+    apply_status_updates([status_update(number, "wamid.x", "failed", callback=row.public_id, error_code=131026)])
+    assert [(e.type, e.amount) for e in LedgerEntry.select().where(LedgerEntry.tenant == alice.id)
+            .order_by(LedgerEntry.id)][-2:] == [("consume", -1), ("refund", 1)]
+    assert names(alice.id) == ["message.sent", "message.failed"]
+
+
+@sqlite_only
+def test_updates_for_unknown_messages_or_another_number_are_ignored(alice, number, sim):
+    campaign, [row] = sent_campaign(alice, number, 1)
+    other = make_number(alice.id, sim)
+    apply_status_updates([status_update(number, "wamid.unknown", "delivered"),
+                          status_update(other, row.wam_id, "delivered"),
+                          status_update(number, "wamid.other", "delivered", callback="rcp_notours")])
+    assert reload(row).status == "sent"
+    assert names(alice.id) == ["message.sent"]
+
+
+@sqlite_only
+def test_a_callback_for_a_row_with_another_wamid_does_not_move_it(alice, number):
+    campaign, [row] = sent_campaign(alice, number, 1)
+    apply_status_updates([status_update(number, "wamid.someone-else", "read", callback=row.public_id)])
+    assert reload(row).status == "sent"
+
+
+def test_single_messages_move_forward_and_refund_a_late_failure(client, alice, number):
+    to = wa()
+    let_write(number, to)
+    body = {"account_id": number.public_id, "to": to, "type": "text", "text": {"body": "hello"}}
+    data = client.simulate_post("/api/v1/messages", json=body, headers=alice.headers).json["data"]
+    message = Message.get(Message.public_id == data["id"])
+    assert message.status == "sent"
+    apply_status_updates([status_update(number, message.wam_id, "delivered", at=T0),
+                          status_update(number, message.wam_id, "delivered", at=T0)])
+    apply_status_updates([status_update(number, message.wam_id, "failed", error_code=131026)])
+    apply_status_updates([status_update(number, message.wam_id, "delivered")])
+    message = reload(message)
+    assert (message.status, message.error_code) == ("failed", "131026")
+    assert names(alice.id) == ["message.sent", "message.delivered", "message.failed"]
+    delivered = Event.get((Event.tenant == alice.id) & (Event.name == "message.delivered")).payload
+    assert (delivered["campaign_id"], delivered["recipient"], delivered["message_id"]) == (None, to, data["id"])
+    assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (1000, 0)
+    assert replay_ledger(alice.id) == (1000, 0)
+    read = client.simulate_get(f"/api/v1/messages/{data['id']}", headers=alice.headers).json["data"]
+    assert read["status"] == "failed"
+
+
+def test_evidence_after_recovery_accepts_the_send_late_and_charges_it(alice, number, immediate_queue):
+    immediate_queue.immediate = False
+    campaign = create_campaign(alice.id, campaign_body(number, [wa(), wa()]))
+    immediate_queue.immediate = True
+    rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id))
+    earlier = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=5)
+    CampaignRecipient.update(status="queued", claim_token="deadengine.1", claimed_at=earlier).execute()
+    from models.dispatch import recover_stuck
+
+    assert recover_stuck() == 2
+    assert Campaign.get_by_id(campaign.id).status == "completed"
+    # The status webhook the dead worker was holding is applied at last: the platform had it.
+    apply_status_updates([status_update(number, "wamid.late", "delivered", callback=rows[0].public_id)])
+    late = reload(rows[0])
+    assert (late.status, late.wam_id, late.error_code) == ("delivered", "wamid.late", None)
+    campaign = Campaign.get_by_id(campaign.id)
+    assert (campaign.reserved_credits, campaign.consumed_credits, campaign.released_credits) == (3, 1, 2)
+    assert campaign.reserved_credits == campaign.consumed_credits + campaign.released_credits
+    assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (999, 0)
+    assert replay_ledger(alice.id) == (999, 0)
+    assert names(alice.id) == ["message.failed", "message.failed", "message.sent", "message.delivered"]
+    # A wallet that cannot pay leaves the recipient failed rather than overdraw.
+    from models import credits
+
+    credits.adjust(alice.id, -999)
+    apply_status_updates([status_update(number, "wamid.late2", "read", callback=rows[1].public_id)])
+    assert reload(rows[1]).status == "failed"
+    assert replay_ledger(alice.id) == (0, 0)
