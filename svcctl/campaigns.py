@@ -80,6 +80,7 @@ def watch(campaign_id: str, interval: float = typer.Option(0.5, "--interval", mi
     data = campaign_dict(campaign)
     last = (time.monotonic(), data["total_recipients"] - data["pending"] - data["queued"])
     rate = 0.0
+    err.print(f"watching {campaign.public_id}; Ctrl-C stops watching (the campaign goes on)", highlight=False)
     try:
         with Live(_view(data, progress, task_id, rate), console=err, refresh_per_second=8, transient=False) as live:
             while data["status"] not in FINISHED:
