@@ -11,6 +11,7 @@ A request goes through, in order:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import re
@@ -156,11 +157,7 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
             claim = idempotency.claim(req.context.tenant_id, key_value, req.method, req.path,
                                       hashlib.sha256(raw).hexdigest())
             if claim.conflict:
-                code = "idempotency_key_conflict" if op.cartera else "idempotency_conflict"
-                message = ("a request with this Idempotency-Key is still in progress"
-                           if claim.conflict == "in_progress"
-                           else "this Idempotency-Key was used with a different request")
-                raise ApiError(409, code, message, {"reason": claim.conflict})
+                raise ApiError(409, _conflict_code(op), CONFLICT_MESSAGES[claim.conflict], {"reason": claim.conflict})
             if claim.replay is not None:
                 stored = claim.replay
                 resp.status = falcon.code_to_http_status(stored.status)
@@ -173,8 +170,13 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
 
     try:
         req.context.body = validate(op.body, raw) if op.body is not None else None
-        reply = handler(resource, req, resp, **params)
+        # The operation's first commit also marks the key `applied` (models/idempotency.py).
+        with idempotency.applying(claim.record) if claim is not None and claim.record is not None \
+                else contextlib.nullcontext():
+            reply = handler(resource, req, resp, **params)
     except (ApiError, DomainError) as error:
+        if isinstance(error, idempotency.ClaimLost):
+            error = ApiError(409, _conflict_code(op), error.message, error.details)
         api_error = error if isinstance(error, ApiError) else ApiError.from_domain(error)
         render_error(resp, api_error)
         if claim is not None and claim.record is not None:
@@ -187,6 +189,18 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
     _render(resp, reply)
     if claim is not None and claim.record is not None:
         _finish(op, claim.record, reply.status, resp.data, reply.headers)
+
+
+CONFLICT_MESSAGES = {
+    "in_progress": "a request with this Idempotency-Key is still in progress",
+    "mismatch": "this Idempotency-Key was used with a different request",
+    "applied": "the request with this Idempotency-Key was applied, but the server stopped before answering it; "
+               "read the resource to see the outcome (it is not applied twice)",
+}
+
+
+def _conflict_code(op: Operation) -> str:
+    return "idempotency_key_conflict" if op.cartera else "idempotency_conflict"
 
 
 def _finish(op: Operation, record, status: int, body: bytes, headers: dict[str, str]) -> None:

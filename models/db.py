@@ -8,6 +8,7 @@ own connection with `connection()` (pooled, so that is cheap).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import sqlite3
 import time
@@ -134,9 +135,34 @@ def connection() -> Iterator[None]:
             db.close()
 
 
-def atomic():
-    """A write transaction (BEGIN IMMEDIATE on SQLite, a savepoint when nested)."""
-    return db.atomic()
+_commit_hooks: contextvars.ContextVar[tuple[Callable[[], None], ...]] = contextvars.ContextVar(
+    "commit_hooks", default=())
+
+
+@contextlib.contextmanager
+def atomic() -> Iterator[None]:
+    """A write transaction (BEGIN IMMEDIATE on SQLite, a savepoint when nested).
+
+    The outermost one runs the `before_commit` hooks of its context as its last statements, so
+    what they write commits with the change or not at all.
+    """
+    outermost = not db.in_transaction()
+    with db.atomic():
+        yield
+        if outermost:
+            for hook in _commit_hooks.get():
+                hook()
+
+
+@contextlib.contextmanager
+def before_commit(hook: Callable[[], None]) -> Iterator[None]:
+    """Run `hook` inside every outermost transaction committed in this block (this thread or
+    task's context only), just before it commits."""
+    token = _commit_hooks.set((*_commit_hooks.get(), hook))
+    try:
+        yield
+    finally:
+        _commit_hooks.reset(token)
 
 
 # SQLite reports a bad query as OperationalError too ("no such table"): only these mean the file
