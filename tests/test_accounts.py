@@ -140,6 +140,7 @@ def test_templates_are_the_approved_ones_with_their_variables(client, alice):
     assert response.json["meta"]["total"] == 3
 
 
+@sqlite_only
 def test_templates_are_paginated(client, alice):
     account_id = connect_number(client, alice)
     path = f"/api/v1/accounts/{account_id}/templates"
@@ -166,6 +167,7 @@ def test_a_sync_picks_up_new_and_changed_templates_and_retires_vanished_ones(cli
     assert (result.deactivated, result.approved) == (1, result.total)
 
 
+@sqlite_only
 def test_an_unchanged_template_keeps_its_updated_at(client, alice):
     account = account_row(connect_number(client, alice))
     before = {t.name: t.updated_at for t in Template.select().where(Template.account == account.id)}

@@ -135,6 +135,7 @@ def test_an_inbound_message_opens_the_window_and_is_reported_once(client, alice)
     assert PlatformWebhookBatch.select().where(PlatformWebhookBatch.applied_at.is_null()).count() == 0
 
 
+@sqlite_only
 def test_a_business_app_echo_is_reported(client, alice):
     account = account_of(client, alice)
     payload = notification(account.business_account_id, "smb_message_echoes", messages_value(
@@ -307,6 +308,7 @@ def test_a_template_status_update_changes_the_template(client, alice):
     assert not Template.get_by_id(reminder.id).active
 
 
+@sqlite_only
 def test_a_status_for_an_unknown_template_resyncs_the_number(client, alice, simulator):
     account = account_of(client, alice)
     name = f"late_fee_{uuid.uuid4().hex[:8]}"  # the simulator is shared by the whole session
@@ -346,6 +348,7 @@ def test_unflagging_does_not_resume_a_number_an_administrator_paused(client, ali
     assert MessagingAccount.get_by_id(account.id).status == "paused"
 
 
+@sqlite_only
 @pytest.mark.parametrize("tier, limit", [("TIER_10K", 10000), ("TIER_UNLIMITED", None), ("TIER_1K", 1000)])
 def test_a_tier_change_moves_the_daily_limit(client, alice, tier, limit):
     account = account_of(client, alice)
