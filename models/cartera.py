@@ -52,7 +52,7 @@ from models.cartera_input import (
 from models.cartera_money import MoneyError, amount_json, to_minor
 from models.clock import isoformat, to_utc_naive, utcnow
 from models.db import atomic, db, execute
-from models.errors import Conflict, DomainError, Invalid, NotFound
+from models.errors import Conflict, DomainError, NotFound
 from models.events import emit
 from models.ids import new_id
 from models.tenants import Tenant
@@ -968,7 +968,3 @@ def refresh_overdue(now: dt.datetime | None = None) -> int:
              .execute())
     return changed
 
-
-__all__ = ["Allocation", "Debt", "Debtor", "Installment", "Invalid", "Payment", "PaymentResult", "Reminder",
-           "UpsertResult", "debt_detail", "get_debt", "list_debts", "record_erp_payment", "record_service_payment",
-           "refresh_overdue", "resolve_debt", "upsert_debt", "upsert_debts"]

@@ -76,3 +76,8 @@ def sqlite_only(sqlite_storage):
     """Overrides the two-engine `storage` where imported: for rules the engine cannot change
     (validation, parsing, arithmetic), so they do not pay for a PostgreSQL database each."""
     return sqlite_storage
+
+
+# For a test or class whose rule the engine cannot change (parsing, validation, the API's
+# common pipeline): it runs on SQLite only, saving a PostgreSQL database per test.
+sqlite_only_mark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from models.cartera import Debt
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
+from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
 
 
 @pytest.fixture
@@ -67,6 +67,7 @@ def test_a_later_element_sees_an_earlier_one(client, alice, account):
     assert get_debt(client, alice, "D-1").json["data"]["deuda"]["cuotas"][0]["estado"] == "pending"
 
 
+@sqlite_only_mark
 def test_it_takes_1_to_500_elements(client, alice, account):
     for deudas in ([], [debt_body(account.public_id, f"D-{i}") for i in range(501)]):
         response = post(client, alice, "/deudas/lote", {"deudas": deudas})
@@ -75,6 +76,7 @@ def test_it_takes_1_to_500_elements(client, alice, account):
     assert post(client, alice, "/deudas/lote", {"deudas": "x"}).status_code == 422
 
 
+@sqlite_only_mark
 def test_the_batch_replays_under_its_key(client, alice, account):
     body = {"deudas": [debt_body(account.public_id, "D-1")]}
     first = post(client, alice, "/deudas/lote", body, key="lote-1")

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from models.cartera import Debt, Debtor, Installment, Payment
 from models.events import Event
 from svcctl.main import app
-from tests.cartera_fixtures import debt_body, make_account
+from tests.cartera_fixtures import debt_body, make_account, sqlite_only_mark
 from tests.webhooks_fixtures import *  # noqa: F403  (receiver: a real HTTPS endpoint on loopback)
 from tests.webhooks_fixtures import verify
 
@@ -63,6 +63,7 @@ class TestCsvImport:
         assert (single.tipo, single.auto_send, single.saldo_pendiente, single.referencia) == (
             "single", True, 30000, "Factura D-2")
 
+    @sqlite_only_mark
     def test_bad_rows_are_reported_with_their_line_and_good_rows_saved(self, alice, account, tmp_path):
         d2 = three_installments(account.public_id, "D-2")
         d2[1] = d2[1].replace(",100.00,", ",100.001,")  # line 6: too many decimals for USD
@@ -90,6 +91,7 @@ class TestCsvImport:
         assert reported[3]["message"].startswith("cuota_vence:")
         assert "line 6 (D-2):" in result.stderr and "line 9 (D-4):" in result.stderr
 
+    @sqlite_only_mark
     def test_a_debt_with_a_bad_row_is_skipped_whole_so_no_installment_is_cancelled(self, alice, account, tmp_path):
         first = [HEADER, *three_installments(account.public_id, "D-1")]
         tenant = alice.tenant.public_id
@@ -101,6 +103,7 @@ class TestCsvImport:
         assert {i.estado for i in Installment.select()} == {"pending"}
         assert Debt.get().external_version == 1
 
+    @sqlite_only_mark
     def test_rows_of_one_debt_must_agree_on_the_debt(self, alice, account, tmp_path):
         rows = three_installments(account.public_id, "D-1")
         rows[2] = rows[2].replace("300.00,300.00", "300.00,250.00")
@@ -139,6 +142,7 @@ class TestCsvImport:
         assert [(e["line"], e["code"]) for e in reported] == [(3, "account_not_found")]
         assert Debtor.select().count() == 1 and Debtor.get().nombre == "Ana María"
 
+    @sqlite_only_mark
     def test_it_reads_stdin_and_small_batches(self, alice, account):
         lines = [HEADER] + [row for n in range(7) for row in three_installments(account.public_id, f"D-{n}")]
         result = run("cartera", "import", "--tenant", alice.tenant.public_id, "-", "--batch-size", "2", "--json",
@@ -147,12 +151,14 @@ class TestCsvImport:
         assert json.loads(result.stdout)["created"] == 7
         assert Debt.select().count() == 7
 
+    @sqlite_only_mark
     def test_a_bad_header_imports_nothing(self, alice, tmp_path):
         result = run("cartera", "import", "--tenant", alice.tenant.public_id,
                      write(tmp_path, "d.csv", ["external_id,nombre", "D-1,Ana"]))
         assert result.exit_code == 1
         assert "bad CSV header" in result.stderr and "missing" in result.stderr
 
+    @sqlite_only_mark
     def test_undecodable_bytes_refuse_only_their_row(self, alice, account, tmp_path):
         path = tmp_path / "latin1.csv"
         lines = [HEADER, csv_row(account.public_id, "D-1"), csv_row(account.public_id, "D-2", nombre="Ana Pérez")]
@@ -161,6 +167,7 @@ class TestCsvImport:
         assert json.loads(result.stdout)["errors"] == 1
         assert "line 3 (D-2): the row is not valid UTF-8" in result.stderr
 
+    @sqlite_only_mark
     def test_an_unknown_tenant_or_file_is_one_line(self, alice, tmp_path):
         result = run("cartera", "import", "--tenant", "ten_nope", str(tmp_path / "x.csv"))
         assert result.exit_code == 1 and "no tenant ten_nope" in result.stderr
@@ -169,6 +176,7 @@ class TestCsvImport:
 
 
 class TestJsonLinesImport:
+    @sqlite_only_mark
     def test_good_lines_are_saved_and_bad_ones_reported(self, alice, account, tmp_path):
         lines = [json.dumps(debt_body(account.public_id, "D-1")),
                  "",
@@ -188,6 +196,7 @@ class TestJsonLinesImport:
             (3, None, "invalid_json"), (4, "D-2", "validation_failed"), (6, None, "validation_failed")]
         assert "monto_original" in reported[1]["details"]["errors"]
 
+    @sqlite_only_mark
     def test_amounts_stay_exact(self, alice, account):
         line = (f'{{"external_id": "D-1", "account_id": "{account.public_id}", "deudor": {{"nombre": "Ana", '
                 f'"documento": "1"}}, "moneda": "USD", "monto_original": 12345678.91, "saldo_pendiente": 0.3}}')
@@ -205,6 +214,7 @@ class TestOtherCommands:
         assert run("cartera", "import", "--tenant", tenant, write(tmp_path, "d.csv", lines)).exit_code == 0
         return "D-1"
 
+    @sqlite_only_mark
     def test_show_prints_the_debt(self, alice, debt):
         data = json.loads(run("cartera", "show", "--tenant", alice.tenant.public_id, "D-1", "--json").stdout)
         assert (data["external_id"], data["saldo_pendiente"], len(data["cuotas"])) == ("D-1", 300, 3)
@@ -213,6 +223,7 @@ class TestOtherCommands:
         missing = run("cartera", "show", "--tenant", alice.tenant.public_id, "nope")
         assert missing.exit_code == 1 and "no debt nope" in missing.stderr
 
+    @sqlite_only_mark
     def test_list_filters_by_status(self, alice, debt):
         run("cartera", "pay", "--tenant", alice.tenant.public_id, "--debt", "D-1", "--amount", "10", "--method", "cash")
         partial = json.loads(run("cartera", "list", "--tenant", alice.tenant.public_id, "--status", "partial",
@@ -234,6 +245,7 @@ class TestOtherCommands:
         assert event.payload["data"]["pago"]["boty_payment_id"] == data["boty_payment_id"]
         assert Payment.get().origin == "service"
 
+    @sqlite_only_mark
     def test_pay_refuses_bad_input_in_one_line(self, alice, debt):
         for amount, method, message in (("1.001", "cash", "at most 2 decimals"), ("ten", "cash", "must be a number"),
                                         ("10", "barter", "metodo")):
@@ -242,6 +254,7 @@ class TestOtherCommands:
             assert result.exit_code == 1 and message in result.stderr
         assert Payment.select().count() == 0
 
+    @sqlite_only_mark
     def test_resolve(self, alice, debt):
         data = json.loads(run("cartera", "resolve", "--tenant", alice.tenant.public_id, "D-1", "--status",
                               "written_off", "--json").stdout)

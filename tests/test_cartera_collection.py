@@ -17,7 +17,7 @@ from models.cartera_money import format_amount
 from models.tenants import Tenant
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client: the app pointed at the simulator)
 from tests.campaigns_fixtures import make_number
-from tests.cartera_fixtures import debt_body
+from tests.cartera_fixtures import debt_body, sqlite_only_mark
 
 # 2031-03-10 15:00 UTC is 12:00 in Santiago (UTC-3 in March) and 15:00 in UTC.
 NOON = dt.datetime(2031, 3, 10, 15, 0)
@@ -89,6 +89,7 @@ class TestWhatIsDue:
         cartera.record_service_payment(alice.id, "settled-installment", 100, "cash")
         assert due() == [("settled-installment", "settled-installment-2", "before")]
 
+    @sqlite_only_mark
     def test_nothing_outside_the_sending_window_of_the_tenants_time_zone(self, alice, number):
         Tenant.update(timezone="America/Santiago").where(Tenant.id == alice.id).execute()
         sync(alice, number, "A", [NOON.date()])
@@ -96,6 +97,7 @@ class TestWhatIsDue:
         assert due(NOON.replace(hour=11, minute=0)) == [("A", "A-1", "due")]  # 08:00 there
         assert due(NOON.replace(hour=23, minute=0)) == []  # 20:00 there
 
+    @sqlite_only_mark
     def test_the_day_is_the_tenants(self, alice, number):
         # 02:00 UTC on the 10th is still the 9th in Santiago (23:00): the installment is not yet due.
         Tenant.update(timezone="America/Santiago").where(Tenant.id == alice.id).execute()
@@ -136,6 +138,7 @@ class TestSending:
         keys = sorted((r.installment.external_id, r.stage) for r in Reminder.select())
         assert keys == [("A-1", "due"), ("B-1", "before"), ("B-1", "due"), ("B-2", "before")]
 
+    @sqlite_only_mark
     def test_a_refused_campaign_leaves_the_reminders_for_the_next_run(self, alice, number):
         sync(alice, number, "A", [NOON.date()])
         number.status = "paused"

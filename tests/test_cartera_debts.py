@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.cartera import Debt, Debtor, Installment
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
+from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
 
 
 @pytest.fixture
@@ -49,6 +49,7 @@ class TestCreateAndRead:
         }
         assert "id" not in deuda and "debt_id" not in str(deuda)
 
+    @sqlite_only_mark
     def test_an_unknown_debt_is_404(self, client, alice):
         response = get_debt(client, alice, "nope")
         assert response.status_code == 404
@@ -64,6 +65,7 @@ class TestCreateAndRead:
         assert (deuda["saldo_pendiente"], deuda["status"], deuda["referencia"]) == (250, "partial", "Factura 1001-B")
         assert Debt.select().count() == 1
 
+    @sqlite_only_mark
     def test_a_debt_without_installments_is_single(self, client, alice, account):
         body = debt_body(account.public_id)
         del body["cuotas"]
@@ -71,6 +73,7 @@ class TestCreateAndRead:
         deuda = get_debt(client, alice, "D-1").json["data"]["deuda"]
         assert (deuda["tipo"], deuda["cuotas"]) == ("single", [])
 
+    @sqlite_only_mark
     def test_a_single_debt_refuses_several_installments(self, client, alice, account):
         response = post(client, alice, "/deudas", debt_body(account.public_id, tipo="single"))
         assert response.status_code == 422
@@ -80,6 +83,7 @@ class TestCreateAndRead:
         response = post(client, alice, "/deudas", debt_body(account.public_id, saldo_pendiente=0))
         assert response.json["data"]["deuda"]["status"] == "paid"
 
+    @sqlite_only_mark
     def test_optional_fields_left_out_keep_their_values(self, client, alice, account):
         post(client, alice, "/deudas", debt_body(account.public_id, auto_send=True))
         body = debt_body(account.public_id)
@@ -177,6 +181,7 @@ class TestOverdue:
         assert response.json["data"]["deuda"]["status"] == "overdue"
         assert estados(client, alice)["D-1-1"] == "overdue"
 
+    @sqlite_only_mark
     def test_the_due_date_itself_is_not_overdue_in_the_tenants_day(self, client, alice, account):
         import datetime as dt
 
@@ -282,6 +287,7 @@ class TestTenancy:
         post(client, charlie, "/deudas", debt_body(theirs.public_id, saldo_pendiente=1))
         assert get_debt(client, alice, "D-1").json["data"]["deuda"]["saldo_pendiente"] == 300
 
+    @sqlite_only_mark
     def test_reads_need_cartera_read_and_writes_cartera_write(self, client, alice, account):
         reader = {**alice.with_key(["cartera:read"]), "Idempotency-Key": "k1"}
         response = client.simulate_post("/api/v1/cartera/deudas", json=debt_body(account.public_id), headers=reader)
@@ -291,6 +297,7 @@ class TestTenancy:
 
 
 class TestIdempotency:
+    @sqlite_only_mark
     def test_the_key_is_mandatory(self, client, alice, account):
         response = client.simulate_post("/api/v1/cartera/deudas", json=debt_body(account.public_id),
                                         headers=alice.headers)
@@ -298,6 +305,7 @@ class TestIdempotency:
         assert error_of(response)["code"] == "idempotency_key_required"
         assert Debt.select().count() == 0
 
+    @sqlite_only_mark
     def test_a_replay_returns_the_original_response(self, client, alice, account):
         first = post(client, alice, "/deudas", debt_body(account.public_id), key="sync-1")
         again = post(client, alice, "/deudas", debt_body(account.public_id), key="sync-1")
@@ -306,6 +314,7 @@ class TestIdempotency:
         assert again.headers["X-Service-Idempotent-Replay"] == "true"
         assert "X-Service-Idempotent-Replay" not in first.headers
 
+    @sqlite_only_mark
     def test_the_key_with_another_body_conflicts(self, client, alice, account):
         post(client, alice, "/deudas", debt_body(account.public_id), key="sync-1")
         response = post(client, alice, "/deudas", debt_body(account.public_id, saldo_pendiente=1), key="sync-1")

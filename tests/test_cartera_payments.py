@@ -13,7 +13,7 @@ from models.cartera import Debt, Payment, Reminder
 from models.db import connection
 from models.errors import Conflict, Invalid, NotFound
 from models.events import Event
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, payment_body, post
+from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, payment_body, post, sqlite_only_mark
 
 
 @pytest.fixture
@@ -112,10 +112,12 @@ class TestErpPayments:
         # ...but the first payment replays as applied.
         assert pay(client, alice, monto=300).json["data"]["action"] == "already_applied"
 
+    @sqlite_only_mark
     def test_an_unknown_or_foreign_debt_is_404(self, client, alice, charlie, debt):
         assert error_of(pay(client, alice, debt="nope"))["code"] == "debt_not_found"
         assert error_of(pay(client, charlie))["code"] == "debt_not_found"
 
+    @sqlite_only_mark
     @pytest.mark.parametrize("change,field", [({"monto": 0}, "monto"), ({"monto": "1.001"}, "monto"),
                                               ({"metodo": "bitcoin"}, "metodo"),
                                               ({"pagado_en": "2025-01-01 10:00"}, "pagado_en"),
@@ -137,6 +139,7 @@ class TestErpPayments:
                          "asignaciones": [{"cuota_external_id": "D-1-1", "numero": 1, "monto": 100},
                                           {"cuota_external_id": "D-1-2", "numero": 2, "monto": 50}]}]
 
+    @sqlite_only_mark
     def test_payment_writes_replay_and_need_the_key(self, client, alice, debt):
         first = pay(client, alice, key="pay-1")
         again = pay(client, alice, key="pay-1")
@@ -184,6 +187,7 @@ class TestServicePayments:
         with pytest.raises(Conflict):
             cartera.record_service_payment(alice.id, "D-1", 60, "gateway", transaction_id="tx-9")
 
+    @sqlite_only_mark
     def test_it_refuses_what_an_erp_payment_would(self, alice, debt):
         with pytest.raises(Invalid):
             cartera.record_service_payment(alice.id, "D-1", 12.5, "card")  # a float: not exact
@@ -244,12 +248,14 @@ class TestResolution:
         assert response.json["data"]["deuda"]["status"] == "cancelled"
         assert {c["estado"] for c in deuda(client, alice)["cuotas"]} == {"cancelled"}
 
+    @sqlite_only_mark
     @pytest.mark.parametrize("body,field", [({"status": "forgiven"}, "status"), ({}, "status"),
                                             ({"status": "paid", "reason": "x" * 501}, "reason")])
     def test_bad_resolutions_are_422(self, client, alice, debt, body, field):
         response = post(client, alice, "/deudas/D-1/resolver", body)
         assert field in error_of(response)["details"]["errors"]
 
+    @sqlite_only_mark
     def test_resolution_replays_and_needs_the_key(self, client, alice, debt):
         first = post(client, alice, "/deudas/D-1/resolver", {"status": "paid"}, key="r-1")
         again = post(client, alice, "/deudas/D-1/resolver", {"status": "paid"}, key="r-1")
