@@ -54,7 +54,9 @@ CLAIM_BATCH = 64
 RECORD_BATCH = 32
 RECORD_INTERVAL = 0.5
 DRAIN_SLICE_SECONDS = 20.0
-LEASE_SECONDS = 120.0
+# A drain extends its lease every LEASE_SECONDS / 4; a worker that dies frees the endpoint (and,
+# through release_claims, what it had claimed) within LEASE_SECONDS.
+LEASE_SECONDS = 30.0
 # Consecutive connection failures (refused, timed out, TLS) after which a drain stops sending to
 # the endpoint and fails the rest of its queue at once; those deliveries retry on the schedule.
 UNREACHABLE_THRESHOLD = ENDPOINT_CONCURRENCY
@@ -313,6 +315,9 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
             return stats  # another drain has it, and will see what is due
         stats.ran = True
         holder = _Lease(endpoint_id, lease)
+        freed = webhooks.release_claims(endpoint_id, clock())
+        if freed:
+            log.warning("endpoint %s: %d deliveries claimed by an earlier drain go out again", endpoint_id, freed)
         try:
             _pump(endpoint_id, clock, slice_seconds, stats, holder)
         finally:
