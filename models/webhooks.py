@@ -401,16 +401,19 @@ _DELIVERY_COLUMNS = ("event_id", "endpoint_id", "tenant_id", "event_name", "sequ
 
 
 def _insert_deliveries(rows: list[tuple]) -> int:
-    """Multi-row INSERT .. ON CONFLICT DO NOTHING, written once (this is the fan-out's hot path)."""
+    """Multi-row INSERT .. ON CONFLICT DO NOTHING, written once (this is the fan-out's hot path).
+
+    Returns how many were inserted (a delivery that already exists is left alone)."""
     columns = ", ".join(f'"{name}"' for name in _DELIVERY_COLUMNS)
     row_marks = "(" + ", ".join("?" * len(_DELIVERY_COLUMNS)) + ")"
+    inserted = 0
     # Chunks keep each statement well under SQLite's bound-parameter limit.
     for start in range(0, len(rows), 200):
         chunk = rows[start:start + 200]
-        execute(f'INSERT INTO "{WebhookDelivery._meta.table_name}" ({columns}) VALUES '
-                f'{", ".join([row_marks] * len(chunk))} ON CONFLICT DO NOTHING',
-                [value for row in chunk for value in row])
-    return len(rows)
+        inserted += execute(f'INSERT INTO "{WebhookDelivery._meta.table_name}" ({columns}) VALUES '
+                            f'{", ".join([row_marks] * len(chunk))} ON CONFLICT DO NOTHING',
+                            [value for row in chunk for value in row]).rowcount
+    return inserted
 
 
 # --- claiming and recording attempts -------------------------------------------------------
@@ -521,16 +524,18 @@ def claim_due(endpoint_id: int, limit: int, now: dt.datetime) -> list[Work]:
     Hand-written SQL: this runs for every batch of every delivery.
     """
     claimed_until = now + dt.timedelta(seconds=CLAIM_SECONDS)
+    # One transaction for the claim and the read of the bodies: if the read fails, the claim
+    # is undone with it and the whole call can simply run again.
     with atomic():
         claimed = execute(_CLAIM_SQL, (claimed_until, endpoint_id, now, now, limit, now)).fetchall()
-    if not claimed:
-        return []
-    # The body is the event's JSON text exactly as stored when it was emitted (read raw, never
-    # parsed and re-serialized): every attempt and every replay sends the same bytes.
-    event_ids = sorted({row[3] for row in claimed})
-    events = {row[0]: row[1:] for row in execute(
-        f'SELECT "id", "public_id", "name", "payload" FROM "{Event._meta.table_name}" WHERE "id" IN '
-        f'({", ".join("?" * len(event_ids))})', event_ids).fetchall()}
+        if not claimed:
+            return []
+        # The body is the event's JSON text exactly as stored when it was emitted (read raw,
+        # never parsed and re-serialized): every attempt and every replay sends the same bytes.
+        event_ids = sorted({row[3] for row in claimed})
+        events = {row[0]: row[1:] for row in execute(
+            f'SELECT "id", "public_id", "name", "payload" FROM "{Event._meta.table_name}" WHERE "id" IN '
+            f'({", ".join("?" * len(event_ids))})', event_ids).fetchall()}
     works = []
     for delivery_id, attempts, max_attempts, event_id, _due_at in sorted(claimed, key=lambda row: (str(row[4]),
                                                                                                    row[0])):
