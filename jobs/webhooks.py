@@ -312,7 +312,10 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
     try:
         lease = webhooks.acquire_drain(endpoint_id, clock(), LEASE_SECONDS)
         if lease is None:
-            return stats  # another drain has it, and will see what is due
+            # Another drain has it and will see what is due, unless its worker died: then the
+            # lease lapses within LEASE_SECONDS, and someone must come back to take it over.
+            _come_back_when_lease_ends(endpoint_id)
+            return stats
         stats.ran = True
         holder = _Lease(endpoint_id, lease)
         freed = webhooks.release_claims(endpoint_id, clock())
@@ -338,6 +341,19 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
     if again:
         drain_endpoint(endpoint_id)  # to the back of the queue: other work gets its turn
     return stats
+
+
+def _come_back_when_lease_ends(endpoint_id: int) -> None:
+    """Schedule one drain at the end of the endpoint's current lease (one per lease, however many
+    drains it turned away)."""
+    if huey.immediate:
+        return
+    endpoint = WebhookEndpoint.get_or_none(WebhookEndpoint.id == endpoint_id)
+    if endpoint is None or endpoint.drain_until is None:
+        return
+    key = f"webhooks:lease-ends:{endpoint_id}:{endpoint.drain_until.isoformat()}"
+    if counters().incr([key], 3600)[key] == 1:
+        drain_endpoint.schedule(args=(endpoint_id,), eta=endpoint.drain_until + dt.timedelta(seconds=0.5))
 
 
 @dataclass
