@@ -7,15 +7,12 @@ as section 7 shows. Nothing ever answers with a traceback.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import Any
 
 import falcon
 import orjson
-import peewee
-import redis
-from playhouse.pool import MaxConnectionsExceeded
 
+from models.db import storage_unavailable
 from models.errors import DomainError
 
 log = logging.getLogger("api")
@@ -38,23 +35,6 @@ HTTP_CODES = {
     500: "internal_error",
     503: "service_unavailable",
 }
-
-
-_UNAVAILABLE = (peewee.OperationalError, peewee.InterfaceError, MaxConnectionsExceeded,
-                redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-# SQLite reports a bad query as OperationalError too ("no such table"): only these mean the file
-# is busy or out of reach.
-_SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
-
-
-def storage_unavailable(exception: BaseException) -> bool:
-    """The database or the counter store cannot be reached (or stayed locked past its timeout)."""
-    if not isinstance(exception, _UNAVAILABLE):
-        return False
-    original = exception.args[0] if exception.args else None  # peewee wraps the driver's error
-    if isinstance(exception, peewee.OperationalError) and isinstance(original, sqlite3.Error):
-        return any(marker in str(exception).lower() for marker in _SQLITE_UNAVAILABLE)
-    return True
 
 
 class ApiError(Exception):
