@@ -12,6 +12,7 @@ from config import load_settings
 from models import webhooks
 from models.events import CORE_EVENTS
 from models.idempotency import IdempotencyRecord
+from models.tenants import authenticate, revoke_key
 from models.webhooks import WebhookEndpoint
 from tests.conftest import base_env
 from tests.webhooks_fixtures import configure
@@ -180,6 +181,17 @@ def test_delete_deactivates_and_is_repeatable(client, alice):
     assert again.json == {"success": True, "data": {"id": endpoint_id, "status": "inactive"}}
 
 
+def test_a_delete_idempotency_key_is_bound_to_its_endpoint(client, alice):
+    first = create(client, alice, url=URL + "/1").json["data"]["id"]
+    second = create(client, alice, url=URL + "/2").json["data"]["id"]
+    headers = {**alice.headers, "Idempotency-Key": "delete-1"}
+    assert client.simulate_delete(f"{PATH}/{first}", headers=headers).status_code == 200
+    replay = client.simulate_delete(f"{PATH}/{first}", headers=headers)
+    assert replay.status_code == 200 and replay.headers["x-service-idempotent-replay"] == "true"
+    assert_error(client.simulate_delete(f"{PATH}/{second}", headers=headers), 409, "idempotency_conflict")
+    assert WebhookEndpoint.get(WebhookEndpoint.public_id == second).status == "active"
+
+
 def test_a_foreign_or_unknown_endpoint_is_not_found(client, alice, charlie):
     foreign = create(client, charlie).json["data"]["id"]
     for endpoint_id in (foreign, "whend_doesnotexist", "x" * 300):
@@ -199,8 +211,17 @@ OPERATIONS = [("POST", PATH), ("GET", PATH), ("DELETE", PATH + "/whend_x")]
 
 
 def test_every_operation_needs_a_valid_key(client, alice):
+    restricted = alice.with_key(["all"], allowed_ips=["10.9.9.9"])
+    revoked_headers = alice.with_key(["all"])
+    revoke_key(authenticate(revoked_headers["Authorization"].split(" ", 1)[1]).public_id)
     for method, path in OPERATIONS:
         assert_unauthenticated(client, method, path)
+        body = {"url": URL, "events": ["message.sent"]}
+        elsewhere = client.simulate_request(method, path, json=body, headers=restricted, remote_addr="127.0.0.1")
+        assert assert_error(elsewhere, 401, "unauthorized")["error"]["details"] == {"reason": "ip_not_allowed"}
+        assert_error(client.simulate_request(method, path, json=body, headers=revoked_headers), 401,
+                     "invalid_api_key")
+    assert WebhookEndpoint.select().count() == 0
 
 
 def assert_unauthenticated(client, method, path):
