@@ -1,0 +1,111 @@
+"""Faults outside the service while a campaign runs: the messaging platform failing for 30 seconds
+(answering 500, or hanging past the client's timeout and accepting anyway), and the company's
+webhook receiver down for a while.
+
+Real processes (gunicorn, two consumers, the simulator) on a PostgreSQL and a Redis of this
+session's own. After each fault the campaign completes, nobody is sent twice (the simulator's
+`/_sim/sent`), what the platform accepted is exactly what was consumed, and every event reaches
+the receiver.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+
+from tests.faults_fixtures import *  # noqa: F403  (fixtures)
+from tests.faults_fixtures import (
+    Cluster,
+    api,
+    assert_every_event_delivered,
+    assert_sent_once_and_paid_for,
+    company,
+    start_campaign,
+    wait_for_progress,
+    wait_until_completed,
+)
+from tests.live import env_for
+from tests.test_faults_storage import recipients
+
+pytestmark = pytest.mark.timeout(300)
+OUTAGE = 30.0
+CUSTOMERS = ["5215561000101", "5215561000102", "5215561000103", "5215561000104", "5215561000105"]
+
+
+@pytest.fixture
+def cluster(private_storage, webhook_ca, tmp_path):
+    env = {**env_for(private_storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1]}
+    cluster = Cluster(env, tmp_path, nodes=1, consumers=2).start()
+    yield cluster
+    cluster.stop()
+
+
+def platform_fails(cluster, mode: str, seconds: float) -> None:
+    response = requests.post(f"{cluster.sim_url}/_sim/fail", json={"mode": mode, "seconds": seconds}, timeout=10)
+    assert response.status_code == 200, response.text
+
+
+def open_windows(cluster, account, wa_ids) -> None:
+    """The customers write first (the simulator's inbound webhook), so single messages may go."""
+    from models.accounts import ContactWindow
+    from tests.live import wait_until
+
+    for wa_id in wa_ids:
+        answer = requests.post(f"{cluster.sim_url}/_sim/inbound", timeout=10,
+                               json={"from": wa_id, "to": account.phone_id, "text": "hola"})
+        assert answer.status_code == 200, answer.text
+    wait_until(lambda: ContactWindow.select().where(ContactWindow.account == account.id).count() == len(wa_ids),
+               timeout=20, message="the inbound webhooks to open the windows")
+
+
+def send_messages(cluster, acme) -> list[str]:
+    ids = []
+    for wa_id in CUSTOMERS:
+        response = api(cluster, acme.persona, "POST", "/messages",
+                       json={"account_id": acme.account.public_id, "to": wa_id, "type": "text",
+                             "text": {"body": "Su pedido va en camino"}})
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["data"]["id"])
+    return ids
+
+
+@pytest.mark.parametrize("mode", ["500", "timeout"])
+def test_the_platform_failing_for_30_seconds_delays_sends_but_loses_and_repeats_none(cluster, webhook_ca, mode):
+    acme = company(cluster, webhook_ca[0], f"Acme platform {mode}", mps=60)
+    try:
+        open_windows(cluster, acme.account, CUSTOMERS)
+        campaign_id = start_campaign(cluster, acme, recipients(900))
+        wait_for_progress(campaign_id, 150)
+        platform_fails(cluster, mode, OUTAGE)
+        failing_since = time.monotonic()
+        # Single messages sent while the platform fails go out once it is back.
+        message_ids = send_messages(cluster, acme)
+        wait_until_completed(cluster, acme, timeout=150)
+        assert time.monotonic() - failing_since > OUTAGE * 0.8, "the outage did not hold the campaign up"
+        stats = assert_sent_once_and_paid_for(cluster, acme)
+        # Nothing the platform would have accepted was given up: only 0000 is refused.
+        assert stats["failed"] == 1, stats
+        for message_id in message_ids:
+            shown = api(cluster, acme.persona, "GET", f"/messages/{message_id}").json()["data"]
+            assert shown["status"] == "sent" and shown["wam_id"], shown
+        assert_every_event_delivered(cluster, acme)
+    finally:
+        acme.receiver.close()
+
+
+def test_a_webhook_receiver_down_neither_blocks_sending_nor_loses_events(cluster, webhook_ca):
+    acme = company(cluster, webhook_ca[0], "Acme receiver down", mps=80)
+    try:
+        acme.answers.go_down(12)
+        down_until = acme.answers.down_until
+        start_campaign(cluster, acme, recipients(480))
+        wait_until_completed(cluster, acme, timeout=60)
+        # The campaign finished while its company's receiver refused every delivery.
+        assert time.monotonic() < down_until
+        assert acme.answers.refused > 0
+        assert_sent_once_and_paid_for(cluster, acme, allow_unconfirmed=False)
+        assert_every_event_delivered(cluster, acme, timeout=90)
+    finally:
+        acme.receiver.close()

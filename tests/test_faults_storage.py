@@ -1,0 +1,72 @@
+"""Faults of the storage under a running campaign: Redis and PostgreSQL restarted mid-dispatch.
+
+Real processes (gunicorn, two consumers, the simulator) on a PostgreSQL and a Redis of this
+session's own (tests/faults_fixtures.py), so a restart disturbs nothing else. Redis runs without
+persistence, as in CI: a restart loses the queue, the rate-limit counters, the pacing buckets
+and the dispatch engines' heartbeats. After each fault the campaign completes, nobody is sent
+twice, the credits add up and every event reaches the company's receiver.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faults_fixtures import *  # noqa: F403  (fixtures)
+from tests.faults_fixtures import (
+    Cluster,
+    assert_every_event_delivered,
+    assert_sent_once_and_paid_for,
+    company,
+    reconnect,
+    start_campaign,
+    wait_for_progress,
+    wait_until_completed,
+)
+from tests.live import env_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def recipients(count: int, prefix: str = "52155") -> list[str]:
+    """`count` ordinary numbers (no simulator suffix), then one of each of its special answers:
+    rejected at send (0000), failed after acceptance (9999), throttled once (0429)."""
+    plain = [f"{prefix}{n:08d}" for n in range(1, count * 2)
+             if not f"{n:08d}".endswith(("0000", "9999", "0429"))][:count]
+    return plain + [f"{prefix}77770000", f"{prefix}77779999", f"{prefix}77770429"]
+
+
+@pytest.fixture
+def cluster(private_storage, webhook_ca, tmp_path):
+    env = {**env_for(private_storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1]}
+    cluster = Cluster(env, tmp_path, nodes=1, consumers=2).start()
+    yield cluster
+    cluster.stop()
+
+
+def test_a_redis_restart_mid_campaign_loses_nothing(cluster, private_servers, webhook_ca):
+    acme = company(cluster, webhook_ca[0], "Acme Redis", mps=60)
+    try:
+        campaign_id = start_campaign(cluster, acme, recipients(1200))
+        wait_for_progress(campaign_id, 300)
+        private_servers.redis.restart(down_seconds=2)
+        wait_until_completed(cluster, acme, timeout=150)
+        assert_sent_once_and_paid_for(cluster, acme)
+        assert_every_event_delivered(cluster, acme)
+        assert set(cluster.alive()) == {"sim", "api", "worker", "worker2"}
+    finally:
+        acme.receiver.close()
+
+
+def test_a_postgres_restart_mid_campaign_loses_nothing(cluster, private_servers, webhook_ca):
+    acme = company(cluster, webhook_ca[0], "Acme Postgres", mps=60)
+    try:
+        campaign_id = start_campaign(cluster, acme, recipients(1200))
+        wait_for_progress(campaign_id, 300)
+        private_servers.postgres.restart(down_seconds=2)
+        reconnect()
+        wait_until_completed(cluster, acme, timeout=150)
+        assert_sent_once_and_paid_for(cluster, acme)
+        assert_every_event_delivered(cluster, acme)
+        assert set(cluster.alive()) == {"sim", "api", "worker", "worker2"}
+    finally:
+        acme.receiver.close()
