@@ -9,7 +9,10 @@ twice, the credits add up and every event reaches the company's receiver.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+import requests
 
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (
@@ -35,6 +38,34 @@ def recipients(count: int, prefix: str = "52155") -> list[str]:
     return plain + [f"{prefix}77770000", f"{prefix}77779999", f"{prefix}77770429"]
 
 
+def answers_while(cluster, persona, action) -> set[int]:
+    """The statuses of a read polled every 0.1 s while `action` runs (0: no answer at all)."""
+    statuses: set[int] = set()
+    done = threading.Event()
+
+    def poll():
+        while not done.is_set():
+            try:
+                response = requests.get(f"{cluster.api_url}/api/v1/credits/balance", headers=persona.headers,
+                                        timeout=10)
+                statuses.add(response.status_code)
+                if response.status_code == 503:
+                    assert response.json()["error"]["code"] == "service_unavailable"
+                    assert response.headers["Retry-After"]
+            except requests.RequestException:
+                statuses.add(0)
+            done.wait(0.1)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        action()
+    finally:
+        done.set()
+        poller.join()
+    return statuses
+
+
 @pytest.fixture
 def cluster(private_storage, webhook_ca, tmp_path):
     env = {**env_for(private_storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1]}
@@ -48,11 +79,14 @@ def test_a_redis_restart_mid_campaign_loses_nothing(cluster, private_servers, we
     try:
         campaign_id = start_campaign(cluster, acme, recipients(1200))
         wait_for_progress(campaign_id, 300)
-        private_servers.redis.restart(down_seconds=2)
+        during = answers_while(cluster, acme.persona, lambda: private_servers.redis.restart(down_seconds=2))
+        assert 503 in during and during <= {200, 503}, during  # unavailable, never an error
         wait_until_completed(cluster, acme, timeout=150)
         assert_sent_once_and_paid_for(cluster, acme)
         assert_every_event_delivered(cluster, acme)
         assert set(cluster.alive()) == {"sim", "api", "worker", "worker2"}
+        assert requests.get(f"{cluster.api_url}/api/v1/credits/balance", headers=acme.persona.headers,
+                            timeout=10).status_code == 200
     finally:
         acme.receiver.close()
 
@@ -62,11 +96,14 @@ def test_a_postgres_restart_mid_campaign_loses_nothing(cluster, private_servers,
     try:
         campaign_id = start_campaign(cluster, acme, recipients(1200))
         wait_for_progress(campaign_id, 300)
-        private_servers.postgres.restart(down_seconds=2)
+        during = answers_while(cluster, acme.persona, lambda: private_servers.postgres.restart(down_seconds=2))
+        assert 503 in during and during <= {200, 503}, during
         reconnect()
         wait_until_completed(cluster, acme, timeout=150)
         assert_sent_once_and_paid_for(cluster, acme)
         assert_every_event_delivered(cluster, acme)
         assert set(cluster.alive()) == {"sim", "api", "worker", "worker2"}
+        assert requests.get(f"{cluster.api_url}/api/v1/credits/balance", headers=acme.persona.headers,
+                            timeout=10).status_code == 200
     finally:
         acme.receiver.close()
