@@ -97,11 +97,13 @@ class DatabaseCounters:
             return results
         now = time.time() if now is None else now
         with atomic():
-            (PacingBucket.insert_many([{"key": key, "tokens": float(burst), "updated": now, "version": 0}
-                                       for key, (_rate, burst, _wanted) in requests.items()])
+            (PacingBucket.insert_many([{"key": key, "tokens": float(requests[key][1]), "updated": now, "version": 0}
+                                       for key in sorted(requests)])
              .on_conflict_ignore().execute())
             rows = {row.key: row for row in PacingBucket.select().where(PacingBucket.key.in_(list(requests)))}
-            for key, (rate, burst, wanted) in requests.items():
+            # Keys in one order for every caller: two consumers never lock each other's rows in reverse.
+            for key in sorted(requests):
+                rate, burst, wanted = requests[key]
                 row = rows[key]
                 results[key] = (0, 0.05)
                 for _attempt in range(20):

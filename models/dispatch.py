@@ -49,25 +49,30 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from peewee import Case, fn
+import orjson
+from peewee import Case, OperationalError, fn
 
 from messaging.errors import PlatformError, PlatformUnavailableError, ThrottledError
 from messaging.payloads import template_message
-from models import accounts, credits
-from models.accounts import MessagingAccount
+from models import accounts
+from models.accounts import BusinessInitiated, MessagingAccount
 from models.campaigns import (
     ACTIVE_STATUSES,
     Campaign,
     CampaignRecipient,
-    emit_many,
+    case_by_id,
+    emit_rows,
     fail_campaign,
     finish_if_done,
     message_event,
+    move_credits_many,
+    placeholders,
     public_ids,
+    run_sql,
 )
 from models.clock import utcnow
 from models.credits import Wallet
-from models.db import atomic, connection, counters, skip_locked
+from models.db import atomic, connection, counters, db, skip_locked
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +83,10 @@ class Settings:
 
     tick: float = 0.2  # seconds between claims; a tick's tokens per number go out as one burst
     refresh: float = 1.0  # seconds between plans (new campaigns, holds, due recipients)
-    send_threads: int = 32  # concurrent platform calls per engine
+    send_threads: int = 16  # concurrent platform calls per engine
     max_in_flight: int = 1200  # recipients claimed and not yet recorded, per engine (backpressure)
     batch_threads: int = 6  # batches sent and recorded at once
-    burst_seconds: float = 0.5  # a bucket holds at most this many seconds of its rate
+    burst_seconds: float = 0.8  # a bucket holds at most this many seconds of its rate
     heartbeat_ttl: float = 10.0  # an engine that has not beaten for this long is dead
     recover_every: float = 5.0
     session: float | None = 30.0  # a run ends after this long (the task re-queues itself)
@@ -98,6 +103,7 @@ STUCK_AFTER = dt.timedelta(minutes=2)
 WEBHOOK_BACKLOG = dt.timedelta(seconds=3)
 UNCONFIRMED = "send_unconfirmed"
 
+RECORD_ATTEMPTS = 4
 MAX_RETRIES = 5  # transient platform errors per recipient before it fails
 MAX_PAIR_THROTTLES = 5  # 131056 waits: 4, 16, 64, 256, 1024 s
 MAX_THROTTLE_HOLD = 16.0  # seconds a number's bucket is held after repeated 130429
@@ -218,6 +224,7 @@ class DatabaseStore:
 
     def __init__(self):
         self._tokens: dict[tuple[int, str], str] = {}  # (account id, ciphertext) -> token
+        self._campaign_cache: dict[int, Campaign] = {}
         self.in_flight = 0  # recipients `queued` in active campaigns at the last plan, anyone's
 
     def _token(self, account: MessagingAccount) -> str:
@@ -308,93 +315,128 @@ class DatabaseStore:
         A number's share is split evenly between its campaigns; what one campaign cannot use goes
         to the others. The campaign rows move to `processing` first, with a conditional UPDATE that
         a concurrent cancel also makes: whichever commits first wins, so a cancelled campaign is
-        never claimed from.
+        never claimed from. However many numbers, this is a handful of statements.
         """
         now = now or utcnow()
-        jobs: list[Job] = []
         with atomic():
             campaign_ids = [c for account_id in grants for c in plans[account_id].campaigns]
-            started = {row.id for row in Campaign.update(
-                status="processing", hold_reason=None, started_at=fn.COALESCE(Campaign.started_at, now))
-                .where(Campaign.id.in_(campaign_ids) & Campaign.status.in_(ACTIVE_STATUSES))
-                .returning(Campaign.id).execute()}
+            # Only campaigns changing state are written (a row lock each): a campaign already
+            # `processing` is left alone, so concurrent claims do not queue on its row.
+            (Campaign.update(status="processing", hold_reason=None, started_at=fn.COALESCE(Campaign.started_at, now))
+             .where(Campaign.id.in_(campaign_ids) & Campaign.status.in_(("queued", "pending"))).execute())
+            started = {row_id for (row_id,) in Campaign.select(Campaign.id).where(
+                Campaign.id.in_(campaign_ids) & (Campaign.status == "processing")).tuples()}
             if not started:
                 return []
-            campaigns = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(started)))}
+            campaigns = self._campaign_rows(started)
             numbers = {a.id: a for a in MessagingAccount.select().where(MessagingAccount.id.in_(list(grants)))}
-            for account_id, granted in grants.items():
-                plan = plans[account_id]
-                account = numbers[account_id]
-                live = [c for c in plan.campaigns if c in started]
-                rows = self._claim_number(live, granted, plan.allowance, account_id, claim_token, now)
-                if plan.allowance is not None:
-                    plan.allowance -= len({row.wa_id for row in rows})
-                token = self._token(account) if rows else ""
-                for row in rows:
-                    campaign = campaigns[row.campaign_id]
-                    jobs.append(Job(
-                        id=row.id, public_id=row.public_id, campaign_id=campaign.id,
-                        campaign_public_id=campaign.public_id, tenant_id=campaign.tenant_id, account_id=account_id,
-                        account_public_id=account.public_id, phone_id=account.phone_id, token=token,
-                        wa_id=row.wa_id, external_contact_id=row.external_contact_id, throttled=row.throttled,
-                        retries=row.retries, payload=template_payload(campaign, row.wa_id, row.vars, row.public_id),
-                        claim_token=claim_token))
+            wanted = {account_id: granted for account_id, granted in grants.items()}
+            live = {account_id: [c for c in plans[account_id].campaigns if c in started] for account_id in grants}
+            rows: list[tuple] = []
+            limited = [a for a in grants if plans[a].allowance is not None]
+            for account_id in limited:
+                ids = []
+                for campaign_id in live[account_id]:
+                    take = wanted[account_id] - len(ids)
+                    if take > 0:
+                        ids += self._pick_limited(campaign_id, take, plans[account_id], account_id, now)
+                marked = self._mark(ids, claim_token, now)
+                plans[account_id].allowance -= len({row[3] for row in marked})
+                rows += marked
+            open_numbers = {a: live[a] for a in grants if a not in limited and live[a]}
+            for _round in range(3):
+                takes = _split(open_numbers, wanted)
+                if not takes:
+                    break
+                marked = self._mark(self._pick(takes, now), claim_token, now)
+                rows += marked
+                got: dict[int, int] = defaultdict(int)
+                for row in marked:
+                    got[row[2]] += 1
+                # Campaigns that gave all they were asked for may have more: they share what is left.
+                still = {}
+                for account_id, ids in open_numbers.items():
+                    wanted[account_id] -= sum(got[c] for c in ids)
+                    fuller = [c for c in ids if got[c] == dict(takes).get(c, 0) and got[c] > 0]
+                    if wanted[account_id] > 0 and fuller:
+                        still[account_id] = fuller
+                open_numbers = still
+            jobs: list[Job] = []
+            for row_id, public_id, campaign_id, wa_id, contact, variables, throttled, retries in rows:
+                campaign = campaigns[campaign_id]
+                account = numbers[campaign.account_id]
+                variables = orjson.loads(variables) if isinstance(variables, (str, bytes)) else variables
+                jobs.append(Job(
+                    id=row_id, public_id=public_id, campaign_id=campaign_id, campaign_public_id=campaign.public_id,
+                    tenant_id=campaign.tenant_id, account_id=account.id, account_public_id=account.public_id,
+                    phone_id=account.phone_id, token=self._token(account), wa_id=wa_id, external_contact_id=contact,
+                    throttled=throttled, retries=retries,
+                    payload=template_payload(campaign, wa_id, variables, public_id), claim_token=claim_token))
         return jobs
 
-    def _claim_number(self, campaign_ids: list[int], wanted: int, allowance: int | None, account_id: int,
-                      claim_token: str, now: dt.datetime) -> list[CampaignRecipient]:
-        claimed: list[CampaignRecipient] = []
-        remaining = list(campaign_ids)
-        while wanted > 0 and remaining:
-            share = math.ceil(wanted / len(remaining))
-            still = []
-            for campaign_id in remaining:
-                take = min(share, wanted)
-                if take <= 0:
-                    break
-                rows = self._claim_campaign(campaign_id, take, allowance, account_id, claim_token, now)
-                if allowance is not None:
-                    allowance -= len({row.wa_id for row in rows})
-                claimed += rows
-                wanted -= len(rows)
-                if len(rows) == take:
-                    still.append(campaign_id)
-            remaining = still
-        return claimed
+    def _campaign_rows(self, ids) -> dict[int, Campaign]:
+        """Campaign rows for building payloads; what is read from them never changes, so they are kept."""
+        missing = [campaign_id for campaign_id in ids if campaign_id not in self._campaign_cache]
+        if missing:
+            for campaign in Campaign.select().where(Campaign.id.in_(missing)):
+                self._campaign_cache[campaign.id] = campaign
+        return self._campaign_cache
 
     @staticmethod
-    def _claim_campaign(campaign_id: int, take: int, allowance: int | None, account_id: int, claim_token: str,
-                        now: dt.datetime) -> list[CampaignRecipient]:
+    def _pick_template() -> str:
+        """One campaign's due recipients, oldest first, `LIMIT n`: the SQL of the peewee query,
+        built once per engine kind (row locks with SKIP LOCKED where the engine has them)."""
+        kind = type(db.obj)
+        if kind not in _PICK_SQL:
+            R = CampaignRecipient
+            query = skip_locked(R.select(R.id).where(
+                (R.campaign == 0) & (R.status == "pending") & (R.not_before.is_null() | (R.not_before <= utcnow())))
+                .order_by(R.id).limit(1))
+            sql, _params = query.sql()  # params: campaign id, status, now, limit
+            _PICK_SQL[kind] = sql.replace(db.obj.param, "?") if db.obj.param != "?" else sql
+        return _PICK_SQL[kind]
+
+    def _pick(self, takes: list[tuple[int, int]], now: dt.datetime) -> list[int]:
+        """The ids of up to `n` due recipients of each `(campaign, n)`, in one statement."""
+        template = self._pick_template()
+        parts, params = [], []
+        for index, (campaign_id, take) in enumerate(takes):
+            parts.append(f"SELECT c{index}.id FROM ({template}) AS c{index}")
+            params += [campaign_id, "pending", now, take]
+        return [row[0] for row in run_sql(" UNION ALL ".join(parts), params).fetchall()]
+
+    def _pick_limited(self, campaign_id: int, take: int, plan: NumberPlan, account_id: int,
+                      now: dt.datetime) -> list[int]:
+        """Under a daily limit: users already messaged today freely, new ones while it allows."""
         R = CampaignRecipient
         due = ((R.campaign == campaign_id) & (R.status == "pending")
                & (R.not_before.is_null() | (R.not_before <= now)))
-        if allowance is None:
-            # The ids are read first and updated by list: PostgreSQL may run an `IN (SELECT ..
-            # LIMIT n FOR UPDATE)` subquery more than once inside an UPDATE and claim more than n.
-            # The rows stay locked (or, on SQLite, the write lock is held) until commit.
-            chosen = [row_id for (row_id,) in skip_locked(R.select(R.id).where(due).order_by(R.id).limit(take))
-                      .tuples()]
-        else:
-            # The daily limit counts new users: take those already messaged today freely, and
-            # new ones only while the allowance lasts. The rest wait for the window to free up.
-            candidates = list(skip_locked(R.select(R.id, R.wa_id).where(due).order_by(R.id).limit(take * 4)).tuples())
-            known = accounts.recently_messaged(account_id, list({wa_id for _, wa_id in candidates}), utcnow())
-            picked, new_users = [], set()
-            for row_id, wa_id in candidates:
-                if wa_id not in known and wa_id not in new_users:
-                    if len(new_users) >= max(0, allowance):
-                        continue
-                    new_users.add(wa_id)
-                picked.append(row_id)
-                if len(picked) >= take:
-                    break
-            chosen = picked
-        if not chosen:
-            return []
-        return list(R.update(status="queued", claim_token=claim_token, claimed_at=now, attempts=R.attempts + 1,
-                             last_error=None)
-                    .where(R.id.in_(chosen) & (R.status == "pending"))
-                    .returning(R).execute())
+        candidates = list(skip_locked(R.select(R.id, R.wa_id).where(due).order_by(R.id).limit(take * 4)).tuples())
+        known = accounts.recently_messaged(account_id, list({wa_id for _, wa_id in candidates}), utcnow())
+        picked, new_users = [], set()
+        for row_id, wa_id in candidates:
+            if wa_id not in known and wa_id not in new_users:
+                if len(new_users) >= max(0, plan.allowance or 0):
+                    continue
+                new_users.add(wa_id)
+            picked.append(row_id)
+            if len(picked) >= take:
+                break
+        return picked
+
+    @staticmethod
+    def _mark(ids: list[int], claim_token: str, now: dt.datetime) -> list[tuple]:
+        """pending -> queued for these ids (those still pending), with the claim; returns what a job needs."""
+        table = CampaignRecipient._meta.table_name
+        rows: list[tuple] = []
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start:start + CHUNK]
+            rows += run_sql(
+                f'UPDATE "{table}" SET status = ?, claim_token = ?, claimed_at = ?, attempts = attempts + 1, '
+                f"last_error = NULL WHERE id IN ({placeholders(len(chunk))}) AND status = ? "
+                "RETURNING id, public_id, campaign_id, wa_id, external_contact_id, vars, throttled, retries",
+                ["queued", claim_token, now, *chunk, "pending"]).fetchall()
+        return rows
 
     # 3. Outcomes.
 
@@ -431,26 +473,26 @@ class DatabaseStore:
             result.retried = self._record_retry(retry, now)
         return result
 
-    @staticmethod
-    def _campaigns(ids) -> dict[int, Campaign]:
-        return {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(ids)))}
-
     def _record_accepted(self, jobs: list[Job], now: dt.datetime) -> int:
         if not jobs:
             return 0
-        R = CampaignRecipient
         by_id = {job.id: job for job in jobs}
-        message_ids = dict(zip(by_id, public_ids("msg_", len(by_id)), strict=True))
         moved: list[Job] = []
+        table = CampaignRecipient._meta.table_name
         for token, group in _by_token(jobs).items():
-            ids = [job.id for job in group]
-            query = (R.update(status="sent", wam_id=Case(R.id, [(job.id, job.wam_id) for job in group]),
-                              message_id=Case(R.id, [(i, message_ids[i]) for i in ids]), sent_at=now,
-                              claim_token=None, last_error=None, error_code=None)
-                     .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token))
-                     .returning(R.id))
-            # A row that did not move was settled first by a status webhook (which consumed it).
-            moved += [by_id[row.id] for row in query.execute()]
+            for start in range(0, len(group), CHUNK):
+                chunk = group[start:start + CHUNK]
+                ids = [job.id for job in chunk]
+                wam_sql, wam_params = case_by_id("wam_id", [(job.id, job.wam_id) for job in chunk])
+                msg_sql, msg_params = case_by_id("message_id", list(zip(ids, public_ids("msg_", len(ids)),
+                                                                        strict=True)))
+                # Only rows still queued under this claim move: a row a status webhook settled first
+                # (and charged) is left alone, so nothing is consumed twice.
+                query = (f'UPDATE "{table}" SET status = ?, sent_at = ?, claim_token = NULL, last_error = NULL, '
+                         f"error_code = NULL, {wam_sql}, {msg_sql} "
+                         f"WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? RETURNING id")
+                returned = run_sql(query, ["sent", now, *wam_params, *msg_params, *ids, "queued", token]).fetchall()
+                moved += [by_id[row[0]] for row in returned]
         self._consume(moved, now)
         return len(moved)
 
@@ -460,45 +502,30 @@ class DatabaseStore:
         per_campaign: dict[int, list[Job]] = defaultdict(list)
         for job in jobs:
             per_campaign[job.campaign_id].append(job)
-        campaigns = self._campaigns(per_campaign)
-        per_tenant: dict[int, list[int]] = defaultdict(list)
-        for campaign_id in per_campaign:
-            per_tenant[campaigns[campaign_id].tenant_id].append(campaign_id)
-        # One consume entry per tenant and batch (DECISIONS allows one per batch); each campaign's
-        # own column moves in the same transaction.
-        for tenant_id, ids in per_tenant.items():
-            total = sum(len(per_campaign[c]) for c in ids)
-            single = campaigns[ids[0]] if len(ids) == 1 else None
-            reference = single.public_id if single else ",".join(campaigns[c].public_id for c in ids)[:255]
-            credits.consume(tenant_id, total, campaign_id=single.id if single else None,
-                            messaging_account_id=single.account_id if single else None, reference=reference)
-        Campaign.update(consumed_credits=Campaign.consumed_credits + Case(
-            Campaign.id, [(c, len(group)) for c, group in per_campaign.items()], 0)).where(
-            Campaign.id.in_(list(per_campaign))).execute()
-        per_account: dict[int, list[str]] = defaultdict(list)
-        for job in jobs:
-            per_account[job.account_id].append(job.wa_id)
-        for account_id, wa_ids in per_account.items():
-            accounts.record_business_sends(account_id, wa_ids, now)
-        for group in per_campaign.values():
-            job = group[0]
-            emit_many(job.tenant_id, "message.sent",
-                      [message_event(j.campaign_public_id, j.account_public_id, j, "sent", now) for j in group], now)
+        record_business_sends({(job.account_id, job.wa_id) for job in jobs}, now)
+        emit_rows("message.sent", [(job.tenant_id, message_event(job.campaign_public_id, job.account_public_id,
+                                                                  job, "sent", now)) for job in jobs], now)
+        # Last, so the campaign and wallet rows (shared with every other batch) are held briefly.
+        move_credits_many({campaign_id: {"consume": len(group)} for campaign_id, group in per_campaign.items()})
 
     def _record_failed(self, jobs: list[Job], now: dt.datetime) -> int:
         if not jobs:
             return 0
-        R = CampaignRecipient
         by_id = {job.id: job for job in jobs}
         moved: list[Job] = []
+        table = CampaignRecipient._meta.table_name
         for token, group in _by_token(jobs).items():
-            ids = [job.id for job in group]
-            query = (R.update(status="failed", failed_at=now, claim_token=None,
-                              error_code=Case(R.id, [(j.id, _code(j.error)) for j in group]),
-                              last_error=Case(R.id, [(j.id, _message(j.error)) for j in group]))
-                     .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token))
-                     .returning(R.id))
-            moved += [by_id[row.id] for row in query.execute()]
+            for start in range(0, len(group), CHUNK):
+                chunk = group[start:start + CHUNK]
+                ids = [job.id for job in chunk]
+                code_sql, code_params = case_by_id("error_code", [(j.id, _code(j.error)[:32]) for j in chunk])
+                text_sql, text_params = case_by_id("last_error", [(j.id, _message(j.error)) for j in chunk])
+                query = (f'UPDATE "{table}" SET status = ?, failed_at = ?, claim_token = NULL, {code_sql}, '
+                         f"{text_sql} WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? "
+                         "RETURNING id")
+                returned = run_sql(query, ["failed", now, *code_params, *text_params, *ids, "queued",
+                                           token]).fetchall()
+                moved += [by_id[row[0]] for row in returned]
         release_failed(moved, now, lambda job: {"code": _code(job.error), "message": _message(job.error)})
         return len(moved)
 
@@ -539,6 +566,39 @@ class DatabaseStore:
         fail_campaign(campaign_id, code, message)
 
 
+_PICK_SQL: dict[type, str] = {}
+CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
+
+
+def _split(numbers: dict[int, list[int]], wanted: dict[int, int]) -> list[tuple[int, int]]:
+    """Each number's wanted count split evenly between its campaigns: `(campaign, n)` pairs."""
+    takes = []
+    for account_id, campaign_ids in numbers.items():
+        count = wanted[account_id]
+        if count <= 0 or not campaign_ids:
+            continue
+        base, extra = divmod(count, len(campaign_ids))
+        for index, campaign_id in enumerate(campaign_ids):
+            take = base + (1 if index < extra else 0)
+            if take:
+                takes.append((campaign_id, take))
+    return takes
+
+
+def record_business_sends(pairs: set[tuple[int, str]], at: dt.datetime) -> None:
+    """`models.accounts.record_business_sends` for many numbers in one statement per chunk: the
+    same upsert of (number, user) -> last sent, which the daily limit counts."""
+    table = BusinessInitiated._meta.table_name
+    rows = sorted(pairs)
+    for start in range(0, len(rows), CHUNK):
+        chunk = rows[start:start + CHUNK]
+        params: list = []
+        for account_id, wa_id in chunk:
+            params += [account_id, wa_id, at]
+        run_sql(f'INSERT INTO "{table}" (account_id, wa_id, last_sent_at) VALUES {placeholders(len(chunk), 3)} '
+                "ON CONFLICT (account_id, wa_id) DO UPDATE SET last_sent_at = excluded.last_sent_at", params)
+
+
 def release_failed(jobs: list, now: dt.datetime, error_of: Callable[[Any], dict]) -> None:
     """Credits and events for recipients that failed before reaching the platform (`jobs` have
     campaign ids and the recipient's fields); call inside the transaction that failed them."""
@@ -551,15 +611,14 @@ def release_failed(jobs: list, now: dt.datetime, error_of: Callable[[Any], dict]
     account_ids = {c.account_id for c in campaigns.values()}
     account_public = dict(MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id)
                           .where(MessagingAccount.id.in_(list(account_ids))).tuples())
-    from models.campaigns import move_credits
-
+    items = []
     for campaign_id, group in per_campaign.items():
         campaign = campaigns[campaign_id]
-        first = error_of(group[0])
-        move_credits(campaign, release=len(group), description=first["message"][:1000])
-        emit_many(campaign.tenant_id, "message.failed",
-                  [message_event(campaign.public_id, account_public[campaign.account_id], job, "failed", now,
-                                 error_of(job)) for job in group], now)
+        items += [(campaign.tenant_id, message_event(campaign.public_id, account_public[campaign.account_id], job,
+                                                     "failed", now, error_of(job))) for job in group]
+    move_credits_many({campaign_id: {"release": len(group)} for campaign_id, group in per_campaign.items()},
+                      description=error_of(jobs[0])["message"])
+    emit_rows("message.failed", items, now)
 
 
 def _by_token(jobs: list[Job]) -> dict[str, list[Job]]:
@@ -829,7 +888,7 @@ class Engine:
             futures = {sender.submit(self._send_one, job): job for job in jobs}
             wait(futures)
             with connection():
-                result = self.store.record(jobs)
+                result = self._record(jobs)
                 self._after(result)
             self.sent += result.accepted
         except Exception:
@@ -843,6 +902,19 @@ class Engine:
             self._refresh_now.set()
             if self.notify is not None:
                 self.notify()
+
+    def _record(self, jobs: list[Job]) -> BatchResult:
+        """Record a batch, again if the database chose this transaction as a deadlock victim (or
+        timed out on a lock): it rolled back whole, and recording is idempotent."""
+        for attempt in range(RECORD_ATTEMPTS):
+            try:
+                return self.store.record(jobs)
+            except OperationalError:
+                if attempt + 1 == RECORD_ATTEMPTS:
+                    raise
+                log.warning("recording a batch of %d met a lock conflict; retrying", len(jobs), exc_info=True)
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def _send_one(self, job: Job) -> None:
         try:

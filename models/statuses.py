@@ -34,14 +34,15 @@ from models.campaigns import (
     Campaign,
     CampaignRecipient,
     emit_many,
+    emit_rows,
     finish_if_done,
     message_event,
-    move_credits,
+    move_credits_many,
     public_ids,
 )
 from models.clock import to_utc_naive, utcnow
 from models.db import atomic
-from models.dispatch import UNCONFIRMED
+from models.dispatch import UNCONFIRMED, record_business_sends
 from models.errors import DomainError
 from models.messages import Message, event_fields
 
@@ -178,10 +179,17 @@ def _accept_late(model, targets: dict[int, _Target]) -> list[int]:
         common = {"messaging_account_id": group[0].account.id, "reference": reference,
                   "campaign_id": campaign.id if campaign else None}
         with atomic():
+            if campaign is not None:
+                # The campaign row before the wallet: the lock order of models.campaigns.move_credits_many.
+                Campaign.update(reserved_credits=Campaign.reserved_credits + len(group)).where(
+                    Campaign.id == campaign.id).execute()
             try:
                 credits.reserve(tenant_id, len(group), **common)
             except DomainError as error:
                 log.warning("late acceptance of %d sends not charged (%s); they stay failed", len(group), error)
+                if campaign is not None:
+                    Campaign.update(reserved_credits=Campaign.reserved_credits - len(group)).where(
+                        Campaign.id == campaign.id).execute()
                 continue
             ids = [t.row.id for t in group]
             changes: dict = {model.status: "sent", model.error_code: None, model.last_error: None,
@@ -194,15 +202,14 @@ def _accept_late(model, targets: dict[int, _Target]) -> list[int]:
                     .where(model.id.in_(ids) & (model.status == "failed") & (model.error_code == UNCONFIRMED)
                            & model.wam_id.is_null())
                     .returning(model.id).execute()]
+            if campaign is not None:
+                Campaign.update(consumed_credits=Campaign.consumed_credits + len(done),
+                                released_credits=Campaign.released_credits + len(group) - len(done)).where(
+                    Campaign.id == campaign.id).execute()
             if len(done) < len(group):
                 credits.release(tenant_id, len(group) - len(done), **common)
             if done:
                 credits.consume(tenant_id, len(done), **common)
-            if campaign is not None:
-                Campaign.update(reserved_credits=Campaign.reserved_credits + len(group),
-                                consumed_credits=Campaign.consumed_credits + len(done),
-                                released_credits=Campaign.released_credits + len(group) - len(done)).where(
-                    Campaign.id == campaign.id).execute()
             moved += done
     return moved
 
@@ -261,30 +268,28 @@ def _apply_recipients(targets: dict[int, _Target]) -> None:
         for row_id in ids:
             per_campaign[rows[row_id].campaign_id][status].append(row_id)
     account_of = {rows[row_id].campaign_id: targets[row_id].account for row_id in changed}
+    moves: dict[int, dict[str, int]] = {}
+    events: dict[str, list] = defaultdict(list)
+    business: set[tuple[int, str]] = set()
     for campaign_id, by_status in per_campaign.items():
         campaign = campaigns[campaign_id]
         account = account_of[campaign_id]
         accepted = by_status.get("sent", [])
-        if accepted:
-            move_credits(campaign, consume=len(accepted))
-        late = by_status.pop("late", [])
-        if accepted or late:
-            accounts.record_business_sends(account.id, [rows[i].wa_id for i in accepted + late])
-            by_status["sent"] = accepted + late
-        refunded = by_status.get("failed", [])
-        if refunded:
-            move_credits(campaign, refund=len(refunded), description="the platform reported a failure after accepting")
+        late = by_status.pop("late", [])  # charged when accepted (`_accept_late`)
+        by_status["sent"] = accepted + late
+        business |= {(account.id, rows[i].wa_id) for i in accepted + late}
+        # Accepted now: consumed. Failed after acceptance: refunded.
+        moves[campaign_id] = {"consume": len(accepted), "refund": len(by_status.get("failed", []))}
         for status in ("sent", "delivered", "read", "failed"):
-            ids = by_status.get(status, [])
-            if not ids:
-                continue
-            items = []
-            for row_id in ids:
-                row = rows[row_id]
+            for row_id in by_status.get(status, []):
                 update = targets[row_id].earliest() if status == "sent" else targets[row_id].latest(status)
                 error = _error(update) if status == "failed" else None
-                items.append(message_event(campaign.public_id, account.public_id, row, status, _at(update), error))
-            emit_many(campaign.tenant_id, f"message.{status}", items)
+                events[status].append((campaign.tenant_id, message_event(
+                    campaign.public_id, account.public_id, rows[row_id], status, _at(update), error)))
+    for status in ("sent", "delivered", "read", "failed"):
+        emit_rows(f"message.{status}", events[status])
+    record_business_sends(business, utcnow())
+    move_credits_many(moves, description="the platform reported a failure after accepting")
     if any(by_status.get("sent") for by_status in per_campaign.values()):
         # Accepting the last queued recipient may finish its campaign.
         finish_if_done(per_campaign)
