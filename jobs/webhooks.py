@@ -51,8 +51,9 @@ log = logging.getLogger("webhooks")
 ENDPOINT_CONCURRENCY = 8
 CLAIM_BATCH = 64
 # Outcomes are written in batches of this size (or every RECORD_INTERVAL seconds).
-RECORD_BATCH = 32
+RECORD_BATCH = 64
 RECORD_INTERVAL = 0.5
+COLLECT_PAUSE = 0.01
 DRAIN_SLICE_SECONDS = 20.0
 # A drain extends its lease every LEASE_SECONDS / 4; a worker that dies frees the endpoint (and,
 # through release_claims, what it had claimed) within LEASE_SECONDS.
@@ -393,7 +394,7 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
     with concurrent.futures.ThreadPoolExecutor(ENDPOINT_CONCURRENCY, thread_name_prefix="webhook") as pool:
         while True:
             # Keep the pool's queue topped up so its threads never wait on the database.
-            if claiming and len(inflight) <= ENDPOINT_CONCURRENCY:
+            if claiming and len(inflight) <= 2 * ENDPOINT_CONCURRENCY:
                 if time.monotonic() - started >= slice_seconds:
                     claiming = False
                 else:
@@ -423,6 +424,9 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
                 done = []
                 try:
                     done.append(finished.get(timeout=RECORD_INTERVAL))
+                    # Let a few more finish before taking them: waking for each one would make
+                    # this thread compete with the senders for the interpreter.
+                    time.sleep(COLLECT_PAUSE)
                     while True:
                         done.append(finished.get_nowait())
                 except queue.Empty:
