@@ -50,7 +50,7 @@ class CampaignRecipient(Output):
 
 STATUS_QUERY = ("status", {"type": "string", "enum": list(CAMPAIGN_STATUSES)}, "only campaigns in this status")
 RECIPIENT_QUERY = (
-    ("page", {"type": "integer", "minimum": 1, "default": 1}, "page number"),
+    PAGE_QUERY[0],
     ("per_page", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "items per page"),
     ("status", {"type": "string", "enum": list(RECIPIENT_STATUSES)}, "only recipients in this status"),
 )

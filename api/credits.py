@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from api.operation import Reply, ok, operation
-from api.pagination import page_params
+from api.pagination import page_params, page_rows
 from api.schemas import PAGE_QUERY, Output, Success
 from models import credits
 
@@ -58,7 +58,7 @@ class LedgerResource:
         page, per_page = page_params(req)
         query = credits.ledger(req.context.tenant_id)
         total = query.count()
-        entries = [entry.as_dict() for entry in query.paginate(page, per_page)]
+        entries = [entry.as_dict() for entry in page_rows(query, page, per_page, total)]
         return ok(entries, meta={"current_page": page, "per_page": per_page, "total": total,
                                  "last_page": max(1, math.ceil(total / per_page))})
 

@@ -32,7 +32,8 @@ ERROR_DESCRIPTIONS = {
 IDEMPOTENCY_HEADER = {
     "name": "Idempotency-Key",
     "in": "header",
-    "schema": {"type": "string", "maxLength": 255},
+    # A blank key counts as no key; an over-long one is a 422.
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"\S"},
     "description": "Deduplicates retries of a write for 48 hours.",
 }
 
@@ -89,7 +90,12 @@ def build_document() -> dict[str, Any]:
             content = {"application/json": {"schema": ref(model)}} if model is not None else None
             responses[str(status)] = {"description": HTTP_CODES.get(status, "Success").replace("_", " ")
                                       if status >= 400 else "Success", **({"content": content} if content else {})}
-        for status in sorted(set(op.errors) | {413} if method != "get" else set(op.errors)):
+        errors = set(op.errors)
+        if method != "get":
+            errors.add(413)
+            if op.scope is not None:
+                errors.add(422)  # an Idempotency-Key over 255 characters, on any write
+        for status in sorted(errors):
             responses.setdefault(str(status), {
                 "description": ERROR_DESCRIPTIONS.get(status, HTTP_CODES.get(status, "error")),
                 "content": {"application/json": {"schema": ref(ErrorEnvelope)}},

@@ -123,6 +123,8 @@ def _idempotency_key(req: falcon.Request, op: Operation) -> str | None:
         if op.cartera:
             raise ApiError(422, "idempotency_key_required",
                            "receivables writes require an Idempotency-Key header")
+        if key is not None:  # sent, but blank: a client bug, not a request to skip deduplication
+            raise validation_error({"Idempotency-Key": ["must not be blank"]})
         return None
     if len(key) > MAX_IDEMPOTENCY_KEY:
         raise validation_error({"Idempotency-Key": [f"at most {MAX_IDEMPOTENCY_KEY} characters"]})

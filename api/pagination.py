@@ -11,6 +11,9 @@ import falcon
 from api.errors import validation_error
 
 DEFAULT_PER_PAGE = 50
+# Far past any list's end; a bound keeps page numbers inside what the database and JSON encoders
+# hold (a page past the end is simply empty).
+MAX_PAGE = 1_000_000_000
 
 
 def _positive_int(req: falcon.Request, name: str, default: int, maximum: int | None) -> int:
@@ -28,8 +31,16 @@ def _positive_int(req: falcon.Request, name: str, default: int, maximum: int | N
 
 
 def page_params(req: falcon.Request, max_per_page: int = 100) -> tuple[int, int]:
-    return (_positive_int(req, "page", 1, None),
+    return (_positive_int(req, "page", 1, MAX_PAGE),
             _positive_int(req, "per_page", DEFAULT_PER_PAGE, max_per_page))
+
+
+def page_rows(query, page: int, per_page: int, total: int) -> list:
+    """The rows of one page; a page past the end is empty without asking the database (whose
+    OFFSET cannot hold an arbitrarily large page number)."""
+    if (page - 1) * per_page >= total:
+        return []
+    return list(query.paginate(page, per_page))
 
 
 def paginate(req: falcon.Request, query, serialize: Callable, max_per_page: int = 100) -> dict:
@@ -37,7 +48,7 @@ def paginate(req: falcon.Request, query, serialize: Callable, max_per_page: int 
     page, per_page = page_params(req, max_per_page)
     total = query.count()
     last_page = max(1, math.ceil(total / per_page))
-    items = [serialize(row) for row in query.paginate(page, per_page)]
+    items = [serialize(row) for row in page_rows(query, page, per_page, total)]
     first_index = (page - 1) * per_page + 1
     path = req.prefix + req.path
     other_params = {k: v for k, v in req.params.items() if k not in {"page"}}

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from api.pagination import MAX_PAGE
+
 T = TypeVar("T")
 
 
@@ -73,6 +75,6 @@ class Page(BaseModel, Generic[T]):
 
 
 PAGE_QUERY = (
-    ("page", {"type": "integer", "minimum": 1, "default": 1}, "page number"),
+    ("page", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 1}, "page number"),
     ("per_page", {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}, "items per page"),
 )
