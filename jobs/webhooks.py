@@ -49,7 +49,10 @@ from models.webhooks import Outcome, WebhookEndpoint, Work
 log = logging.getLogger("webhooks")
 
 ENDPOINT_CONCURRENCY = 8
-CLAIM_BATCH = 64
+CLAIM_BATCH = 128
+# Claim more once fewer than this are queued or in flight: enough to keep the senders busy
+# while this thread waits on the database (a commit on PostgreSQL waits for the disk).
+REFILL_BELOW = 128
 # Outcomes are written in batches of this size (or every RECORD_INTERVAL seconds).
 RECORD_BATCH = 64
 RECORD_INTERVAL = 0.5
@@ -394,7 +397,7 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
     with concurrent.futures.ThreadPoolExecutor(ENDPOINT_CONCURRENCY, thread_name_prefix="webhook") as pool:
         while True:
             # Keep the pool's queue topped up so its threads never wait on the database.
-            if claiming and len(inflight) <= 2 * ENDPOINT_CONCURRENCY:
+            if claiming and len(inflight) < REFILL_BELOW:
                 if time.monotonic() - started >= slice_seconds:
                     claiming = False
                 else:

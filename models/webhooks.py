@@ -40,7 +40,7 @@ from config import get_settings
 from models import secrets, ssrf
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import atomic, execute
+from models.db import atomic, execute, execute_many
 from models.errors import Conflict, Invalid, NotFound
 from models.events import CORE_EVENTS, PAYMENT_EVENT, Event
 from models.ids import new_id
@@ -567,8 +567,7 @@ def record(endpoint_id: int, outcomes: Sequence[Outcome], rng: random.Random | N
         return
     with atomic():
         _insert_attempts(outcomes)
-        for outcome in outcomes:
-            execute(_ADVANCE_SQL, _advance_params(outcome, rng))
+        execute_many(_ADVANCE_SQL, [_advance_params(outcome, rng) for outcome in outcomes])
         _update_endpoint_health(endpoint_id, outcomes)
 
 
