@@ -49,10 +49,13 @@ from models.webhooks import Outcome, WebhookEndpoint, Work
 log = logging.getLogger("webhooks")
 
 ENDPOINT_CONCURRENCY = 8
-CLAIM_BATCH = 128
-# Claim more once fewer than this are queued or in flight: enough to keep the senders busy
-# while this thread waits on the database (a commit on PostgreSQL waits for the disk).
-REFILL_BELOW = 128
+# How much a drain keeps claimed ahead (queued or in flight): about BACKLOG_SECONDS of the
+# endpoint's work at its observed latency, between 2 x ENDPOINT_CONCURRENCY and MAX_BACKLOG.
+# Enough that the senders never run dry while the drain waits on the database (a commit on
+# PostgreSQL waits for the disk); little enough for a slow endpoint that every claimed delivery
+# is sent long before its claim expires (CLAIM_SECONDS).
+BACKLOG_SECONDS = 2.0
+MAX_BACKLOG = 256
 # Outcomes are written in batches of this size (or every RECORD_INTERVAL seconds).
 RECORD_BATCH = 64
 RECORD_INTERVAL = 0.5
@@ -383,6 +386,7 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
     finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
     outcomes: list[Outcome] = []
     unreachable_streak = 0
+    latency = 1.0  # seconds per request, a moving average; pessimistic until answers come in
     claiming = True
 
     def attempt(work: Work, target: ssrf.Target, addresses: list[ssrf.IPAddress]) -> Outcome:
@@ -397,12 +401,14 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
     with concurrent.futures.ThreadPoolExecutor(ENDPOINT_CONCURRENCY, thread_name_prefix="webhook") as pool:
         while True:
             # Keep the pool's queue topped up so its threads never wait on the database.
-            if claiming and len(inflight) < REFILL_BELOW:
+            backlog = int(min(MAX_BACKLOG, max(2 * ENDPOINT_CONCURRENCY,
+                                               ENDPOINT_CONCURRENCY * BACKLOG_SECONDS / max(latency, 0.001))))
+            if claiming and len(inflight) < backlog // 2:
                 if time.monotonic() - started >= slice_seconds:
                     claiming = False
                 else:
                     try:
-                        works = webhooks.claim_due(endpoint_id, CLAIM_BATCH, clock())
+                        works = webhooks.claim_due(endpoint_id, backlog - len(inflight), clock())
                     except Exception as error:
                         if not storage_unavailable(error):
                             raise
@@ -439,6 +445,8 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
                         continue
                     outcome = future.result()
                     outcomes.append(outcome)
+                    if outcome.latency_ms is not None:
+                        latency = 0.8 * latency + 0.2 * outcome.latency_ms / 1000
                     unreachable_streak = unreachable_streak + 1 if outcome.unreachable else 0
                 if unreachable_streak >= UNREACHABLE_THRESHOLD:
                     # The receiver is down: fail what is queued now rather than wait out a timeout
