@@ -11,7 +11,8 @@ from api.schemas import DataOnly, Output
 from jobs.campaigns import notify_events
 from jobs.messages import enqueue_send
 from models import messages
-from models.messages import Message, MessageInput
+from models.messages import Message as MessageRow
+from models.messages import MessageInput
 
 MAX_WAIT = 10.0  # seconds a client may ask to wait for the outcome (Prefer: wait=N)
 POLL_EVERY = 0.05
@@ -23,7 +24,7 @@ class MessageError(Output):
     message: str | None
 
 
-class MessageOut(Output):
+class Message(Output):
     id: str
     wam_id: str | None
     account_id: str | None
@@ -45,11 +46,11 @@ def preferred_wait(header: str | None) -> float:
     return min(MAX_WAIT, float(match.group(1))) if match else 0.0
 
 
-def _outcome(message_id: int, seconds: float) -> Message:
+def _outcome(message_id: int, seconds: float) -> MessageRow:
     """The message once its send has an outcome, or as it is after `seconds`."""
     deadline = time.monotonic() + seconds
     while True:
-        message = Message.get_by_id(message_id)
+        message = MessageRow.get_by_id(message_id)
         if message.status != "queued" or time.monotonic() >= deadline:
             return message
         time.sleep(min(POLL_EVERY, max(0.0, deadline - time.monotonic())))
@@ -57,7 +58,7 @@ def _outcome(message_id: int, seconds: float) -> Message:
 
 class MessagesResource:
     @operation("Send a single message inside the 24-hour customer window", scope="messages:write",
-               body=MessageInput, responses={202: DataOnly[MessageOut], 201: DataOnly[MessageOut]},
+               body=MessageInput, responses={202: DataOnly[Message], 201: DataOnly[Message]},
                errors=(401, 403, 404, 409, 422, 429, 502), tags=("messages",),
                description="Asynchronous: 202 with status `queued`. With `Prefer: wait=N` (N up to 10 s) the "
                            "answer waits for the send: 201 with status `sent` and `wam_id`, or 502 "
@@ -86,7 +87,7 @@ class MessagesResource:
 
 
 class MessageResource:
-    @operation("Read a single message", scope="messages:write", responses={200: DataOnly[MessageOut]},
+    @operation("Read a single message", scope="messages:write", responses={200: DataOnly[Message]},
                errors=(401, 403, 404, 429), tags=("messages",))
     def on_get(self, req, resp, message_id: str) -> Reply:
         message = messages.get_message(req.context.tenant_id, message_id)

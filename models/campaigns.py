@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import string
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
@@ -336,8 +337,12 @@ def validate_spec(spec: dict | CampaignInput) -> CampaignInput:
         raise Invalid("The given data was invalid.", details={"errors": _validation_errors(error)}) from None
 
 
+_NOT_DIGITS = re.compile(r"[^0-9]+")
+
+
 def digits(value: str) -> str:
-    return "".join(ch for ch in value if ch.isdigit())
+    """A phone number as the platform wants it: ASCII digits only."""
+    return _NOT_DIGITS.sub("", value)
 
 
 def sendable_account(tenant_id: int, public_id: str) -> MessagingAccount:
@@ -446,13 +451,27 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
             reserved_credits=total, created_at=now)
         credits.reserve(tenant_id, total, campaign_id=campaign.id, messaging_account_id=account.id,
                         reference=campaign.public_id)
-        ids = public_ids("rcp_", total)
-        for row, public_id in zip(rows, ids, strict=True):
-            row.update(public_id=public_id, campaign=campaign.id, status="pending", created_at=now)
-        for start in range(0, total, INSERT_CHUNK):
-            CampaignRecipient.insert_many(rows[start:start + INSERT_CHUNK]).execute()
+        insert_recipients(campaign.id, rows, now)
         emit_many(tenant_id, "campaign.created", [campaign_event(campaign, account.public_id)])
     return campaign
+
+
+def insert_recipients(campaign_id: int, rows: list[dict[str, Any]], now: dt.datetime) -> None:
+    """The campaign's recipients, `pending`, in a few multi-row INSERTs (5000 in ~0.1 s)."""
+    table = CampaignRecipient._meta.table_name
+    columns = ("public_id", "campaign_id", "wa_id", "external_contact_id", "vars", "payload", "status", "attempts",
+               "throttled", "retries", "created_at")
+    ids = public_ids("rcp_", len(rows))
+    for start in range(0, len(rows), INSERT_CHUNK):
+        chunk = rows[start:start + INSERT_CHUNK]
+        params: list = []
+        for public_id, row in zip(ids[start:], chunk, strict=False):
+            params += [public_id, campaign_id, row["wa_id"], row["external_contact_id"],
+                       orjson.dumps(row["vars"]).decode(),
+                       orjson.dumps(row["payload"]).decode() if row["payload"] is not None else None,
+                       "pending", 0, 0, 0, now]
+        run_sql(f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES {placeholders(len(chunk), len(columns))}',
+                params)
 
 
 # Reads.

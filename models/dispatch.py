@@ -743,7 +743,8 @@ class Engine:
         self._changed = threading.Event()
         self._refresh_now = threading.Event()
         self._numbers: dict[int, _Number] = {}
-        self._in_flight = 0
+        self._in_flight = 0  # claimed and not yet recorded
+        self._waiting = 0  # claimed and not yet handed to the platform
         self._batches: set = set()
         self._rotation = 0
         self._last_plan = 0.0
@@ -766,7 +767,8 @@ class Engine:
     def run(self, *, session: float | None = None, linger: float | None = None) -> bool:
         """Dispatch until idle for `linger` seconds or `session` seconds have passed.
 
-        Returns True when work is left (the caller queues another run).
+        Returns True when the session ended with work due or in flight (the caller queues
+        another run at once).
         """
         settings = self.settings
         session = settings.session if session is None else session
@@ -796,7 +798,7 @@ class Engine:
                 busy = bool(self._batches)
                 has_work = any(n.due > 0 for n in self._numbers.values())
                 if over and not busy:
-                    return has_work or self._has_future_work()
+                    return has_work or self.store.in_flight > 0
                 # Claims in flight elsewhere (another engine's, or a dead one's awaiting recovery)
                 # keep a lingering engine alive: recovery runs here every few seconds.
                 settling = linger > 0 and self.store.in_flight > self._in_flight
@@ -807,7 +809,9 @@ class Engine:
                         continue
                     idle_since = idle_since if idle_since is not None else now
                     if now - idle_since >= linger:
-                        return self._has_future_work()
+                        # Held campaigns and later retries are for the periodic re-kick and
+                        # the run the task schedules at the next retry time.
+                        return False
                 else:
                     idle_since = None
                 self._changed.wait(max(0.005, min(next_tick, next_plan) - time.monotonic()))
@@ -817,10 +821,6 @@ class Engine:
                 batch.result()
             batcher.shutdown(wait=True)
             sender.shutdown(wait=True)
-
-    def _has_future_work(self) -> bool:
-        """Recipients waiting for a retry time, or campaigns held: a later run must see them."""
-        return Campaign.select().where(Campaign.status.in_(ACTIVE_STATUSES)).exists()
 
     def _replan(self) -> None:
         self._last_plan = time.monotonic()
@@ -840,7 +840,11 @@ class Engine:
         with self._lock:
             capacity = settings.max_in_flight - self._in_flight
             ready = [n for n in self._numbers.values() if n.due > 0 and n.held_until <= now]
-        if capacity <= 0 or not ready:
+            # Tokens are spent when recipients are claimed, so claim only what the send pool can
+            # start now: while earlier claims still wait for a thread (the platform hangs, or the
+            # pool is slower than the pace), claiming more would send them later in one burst.
+            backlog = self._waiting > settings.send_threads
+        if capacity <= 0 or not ready or backlog:
             return
         wants = {}
         for number in ready:
@@ -875,6 +879,7 @@ class Engine:
             if not jobs:
                 return
             self._in_flight += len(jobs)
+            self._waiting += len(jobs)
         batch = batcher.submit(self._send_batch, jobs, sender)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
@@ -917,6 +922,8 @@ class Engine:
         raise AssertionError("unreachable")
 
     def _send_one(self, job: Job) -> None:
+        with self._lock:
+            self._waiting -= 1
         try:
             job.wam_id = self.messenger.send(job)
         except PlatformError as error:
