@@ -59,9 +59,9 @@ class LiveService:
         self.processes: dict[str, subprocess.Popen] = {}
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = open(self.log_dir / f"{name}.log", "ab")
-        process = subprocess.Popen([sys.executable, "-m", "svcctl.main", *args], cwd=ROOT, env=self.env,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.log_dir / f"{name}.log", "ab") as log:  # the child keeps its own copy
+            process = subprocess.Popen([sys.executable, "-m", "svcctl.main", *args], cwd=ROOT, env=self.env,
+                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.processes[name] = process
         return process
 
@@ -104,12 +104,13 @@ class LiveService:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
-        for name in list(self.processes):
-            process = self.processes.pop(name)
+        stopping = [self.processes.pop(name) for name in list(self.processes)]
+        for process in stopping:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
-        for process in list(self.processes.values()):
+        # Waited for, so a test's database is dropped only once nothing uses it any more.
+        for process in stopping:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
