@@ -108,6 +108,7 @@ MAX_RETRIES = 5  # transient platform errors per recipient before it fails
 MAX_PAIR_THROTTLES = 5  # 131056 waits: 4, 16, 64, 256, 1024 s
 MAX_THROTTLE_HOLD = 16.0  # seconds a number's bucket is held after repeated 130429
 LONG_HOLD = 8.0  # a throttle hold this long marks the number's campaigns `pending`
+UNANSWERED_HOLD = 15.0  # seconds a number rests after a send got no answer (past the client's timeout)
 
 # The number cannot send any more: expired or revoked token (190), permissions (10, 200),
 # account locked (131031), number deregistered (133010), access denied (131005).
@@ -168,6 +169,7 @@ class BatchResult:
     retried: int = 0
     unanswered: int = 0
     throttled_numbers: set[int] = field(default_factory=set)
+    unanswered_numbers: set[int] = field(default_factory=set)  # sends whose answer was lost
     accepted_numbers: set[int] = field(default_factory=set)
     disconnected: dict[int, str] = field(default_factory=dict)  # campaign id -> reason
     template_refused: dict[int, str] = field(default_factory=dict)
@@ -451,6 +453,7 @@ class DatabaseStore:
                 result.accepted_numbers.add(job.account_id)
             elif isinstance(error, PlatformUnavailableError) and error.ambiguous:
                 result.unanswered += 1  # may have been accepted: only a status webhook can tell
+                result.unanswered_numbers.add(job.account_id)
             elif isinstance(error, ThrottledError):
                 if error.pair_rate_limited and job.throttled + 1 > MAX_PAIR_THROTTLES:
                     failed.append(job)
@@ -460,6 +463,7 @@ class DatabaseStore:
                         result.throttled_numbers.add(job.account_id)
             elif error.retryable:
                 (retry if job.retries + 1 <= MAX_RETRIES else failed).append(job)
+                result.throttled_numbers.add(job.account_id)  # the platform struggles: slow down too
             else:
                 failed.append(job)
                 if error.code in DISCONNECTED_CODES or _object_gone(error):
@@ -949,8 +953,17 @@ class Engine:
             self.pacer.hold_tokens(bucket_key(account_id), rate, hold)
             if hold >= LONG_HOLD:
                 self.store.hold(campaigns, "throttled")
+        for account_id in result.unanswered_numbers:
+            # Requests still hanging at the platform may all be taken at once when it recovers:
+            # sending more now would add to that burst and get refused (with nobody listening).
+            with self._lock:
+                number = self._numbers.get(account_id)
+                if number is not None:
+                    number.held_until = max(number.held_until, time.monotonic() + UNANSWERED_HOLD)
+                rate = float(number.plan.mps) if number is not None else 1.0
+            self.pacer.hold_tokens(bucket_key(account_id), rate, UNANSWERED_HOLD)
         with self._lock:
-            for account_id in result.accepted_numbers - result.throttled_numbers:
+            for account_id in result.accepted_numbers - result.throttled_numbers - result.unanswered_numbers:
                 if account_id in self._numbers:
                     self._numbers[account_id].throttle_streak = 0
         for campaign_id, reason in result.disconnected.items():
