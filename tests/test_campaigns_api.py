@@ -49,6 +49,7 @@ def test_it_creates_a_queued_campaign_and_dispatches_it(client, alice, number, s
     assert all(item["template"] == "hello_world" and item["language"] == "en_US" for item in sent)
 
 
+@sqlite_only
 def test_campaign_created_carries_the_contract_fields(client, alice, number):
     data = post(client, alice, campaign_body(number, ["5215550100011"], external_reference="ref-1")).json["data"]
     event = Event.get((Event.tenant == alice.id) & (Event.name == "campaign.created"))
@@ -61,6 +62,7 @@ def test_campaign_created_carries_the_contract_fields(client, alice, number):
         data["id"], "completed", 1)
 
 
+@sqlite_only
 def test_wa_ids_are_normalized_to_digits_and_payload_is_kept(client, alice, number):
     body = campaign_body(number, [])
     body["recipients"] = [{"wa_id": "+52 1 (555) 010-0021", "external_contact_id": "c-1",
@@ -73,6 +75,7 @@ def test_wa_ids_are_normalized_to_digits_and_payload_is_kept(client, alice, numb
         "debt": "D-9", "tags": ["a", 1]}
 
 
+@sqlite_only
 def test_dedupe_removes_repeated_wa_ids_and_reserves_only_for_the_rest(client, alice, number):
     numbers = ["5215550100031", "+5215550100031", "5215550100032"]
     kept = post(client, alice, campaign_body(number, numbers, dedupe=True)).json["data"]
@@ -81,6 +84,7 @@ def test_dedupe_removes_repeated_wa_ids_and_reserves_only_for_the_rest(client, a
     assert plain["total_recipients"] == 3
 
 
+@sqlite_only
 def test_vars_replace_the_default_placeholders_per_recipient(client, alice, number, sim):
     body = campaign_body(number, [], template="payment_reminder", language="es",
                          body_placeholders=["cliente", "$0"])
@@ -96,6 +100,7 @@ def test_vars_replace_the_default_placeholders_per_recipient(client, alice, numb
     assert detail["sent"] == 3  # the simulator checks the parameter count too
 
 
+@sqlite_only
 def test_template_language_is_accepted_as_an_alias(client, alice, number):
     body = campaign_body(number, ["5215550100051"], template="payment_reminder", template_language="es",
                          body_placeholders=["a", "b"])
@@ -122,6 +127,7 @@ def test_a_variable_count_mismatch_names_the_recipient(client, alice, number):
     assert wallet(alice.id).reserved == 0
 
 
+@sqlite_only
 def test_a_media_header_template_needs_its_header_url(client, alice, number, sim):
     base = campaign_body(number, [], template="order_update", body_placeholders=["A-1"])
     base["recipients"] = [{"wa_id": "5215550100071"}]
@@ -198,6 +204,7 @@ def test_a_body_that_is_not_a_json_object_is_refused(client, alice, number):
     assert error_of(response, 422)["code"] == "validation_failed"
 
 
+@sqlite_only
 def test_a_foreign_or_unknown_number_is_not_found(client, alice, charlie, sim):
     theirs = make_number(charlie.id, sim)
     for account_id in (theirs.public_id, "wacc_doesnotexist000000000000"):

@@ -54,6 +54,7 @@ def test_the_list_rejects_an_unknown_status_and_big_pages(client, alice, number)
         assert field in response.json["error"]["details"]["errors"]
 
 
+@sqlite_only
 def test_a_campaign_reads_with_counters_and_credits(client, alice, number):
     data = client.simulate_post(URL, json=campaign_body(number, ["5215550200011", "5215550200000"]),
                                 headers=alice.headers).json["data"]
@@ -71,6 +72,7 @@ def test_a_campaign_reads_with_counters_and_credits(client, alice, number):
     assert sent["message_id"].startswith("msg_") and sent["sent_at"].endswith("Z")
 
 
+@sqlite_only
 def test_counters_follow_the_recipients_statuses(alice, number, queue_only):
     campaign = create(alice, number, [f"52155502001{n:02d}" for n in range(7)])
     rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id).order_by(
@@ -97,6 +99,7 @@ def test_recipients_page_up_to_200(client, alice, number, queue_only):
     assert too_big.status_code == 422
 
 
+@sqlite_only
 def test_another_companys_campaign_is_not_found(client, alice, charlie, sim, queue_only):
     theirs = create(charlie, make_number(charlie.id, sim), ["5215550200021"])
     for path, method in ((f"{URL}/{theirs.public_id}", "GET"), (f"{URL}/{theirs.public_id}/recipients", "GET"),

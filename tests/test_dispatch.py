@@ -117,6 +117,7 @@ def test_accepted_sends_count_against_the_daily_limit(alice, number, sim):
     assert accounts.messages_sent_today(number.id) == 2
 
 
+@sqlite_only
 def test_the_daily_limit_holds_the_rest_until_the_window_frees(alice, sim, queue_only):
     number = make_number(alice.id, sim, daily_limit=3)
     accounts.record_business_sends(number.id, ["5215550300505"])  # already messaged today: free
@@ -134,6 +135,7 @@ def test_the_daily_limit_holds_the_rest_until_the_window_frees(alice, sim, queue
     assert {r.status for r in recipients(campaign).values()} == {"sent"}
 
 
+@sqlite_only
 def test_a_paused_number_holds_its_campaign_until_resumed(alice, number, sim, queue_only):
     campaign = create(alice, number, ["5215550300601", "5215550300602"])
     accounts.pause_account(number.id, "administrator")
@@ -154,6 +156,7 @@ def test_a_paused_wallet_holds_dispatch(alice, number, sim, queue_only):
     assert dispatch(campaign).status == "completed"
 
 
+@sqlite_only
 def test_a_revoked_token_fails_the_campaign_and_releases_everything(alice, sim, queue_only):
     real = make_number(alice.id, sim)
     revoked = make_number(alice.id, phone_id=real.phone_id, token="EAAGrevoked")
@@ -187,6 +190,7 @@ def test_a_refused_template_fails_the_campaign(alice, number, sim, queue_only):
     assert wallet(alice.id).reserved == 0
 
 
+@sqlite_only
 def test_campaigns_on_one_number_share_it(alice, number, sim, queue_only):
     big = create(alice, number, [f"52155503110{n:02d}" for n in range(40)])
     small = create(alice, number, [f"52155503120{n:02d}" for n in range(4)])

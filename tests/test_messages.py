@@ -60,6 +60,7 @@ def test_a_message_is_accepted_queued_and_sent_in_the_background(client, alice, 
     assert accounts.messages_sent_today(number.id) == 1
 
 
+@sqlite_only
 def test_prefer_wait_answers_with_the_outcome(client, alice, number, customer):
     response = send(client, alice, text_body(number, customer), Prefer="wait=5")
     assert response.status_code == 201, response.text
@@ -209,6 +210,7 @@ def test_a_number_with_too_few_or_too_many_digits_is_an_invalid_recipient(client
     assert error_of(send(client, alice, text_body(number, to)), 422)["code"] == "invalid_recipient"
 
 
+@sqlite_only
 def test_outside_the_24_hour_window_nothing_is_reserved(client, alice, number):
     error = error_of(send(client, alice, text_body(number, wa())), 422)
     assert error["code"] == "outside_24h_window"
@@ -243,6 +245,7 @@ def test_the_number_must_be_ready_active_and_ours(client, alice, charlie, sim):
     assert error_of(send(client, alice, text_body(theirs, to)), 404)["code"] == "account_not_found"
 
 
+@sqlite_only
 def test_the_daily_limit_refuses_new_users(client, alice, sim):
     number = make_number(alice.id, sim, daily_limit=2)
     known, first, second = wa(), wa(), wa()
@@ -256,6 +259,7 @@ def test_the_daily_limit_refuses_new_users(client, alice, sim):
     assert send(client, alice, text_body(number, known)).status_code == 202
 
 
+@sqlite_only
 def test_credits_are_checked_before_queueing(client, alice, number, customer):
     credits.adjust(alice.id, -1000)
     assert error_of(send(client, alice, text_body(number, customer)), 422)["code"] == "insufficient_credits"

@@ -42,6 +42,7 @@ def reload(row):
     return type(row).get_by_id(row.id)
 
 
+@sqlite_only
 def test_statuses_move_forward_and_a_late_delivered_after_read_is_ignored(alice, number):
     campaign, [row] = sent_campaign(alice, number, 1)
     apply_status_updates([status_update(number, row.wam_id, "read", at=T0 + dt.timedelta(seconds=5))])
@@ -51,6 +52,7 @@ def test_statuses_move_forward_and_a_late_delivered_after_read_is_ignored(alice,
     assert names(alice.id) == ["message.sent", "message.read"]
 
 
+@sqlite_only
 def test_delivered_then_read_in_one_batch_emits_both_in_order(alice, number):
     campaign, [row] = sent_campaign(alice, number, 1)
     apply_status_updates([status_update(number, row.wam_id, "read", at=T0 + dt.timedelta(seconds=2)),
@@ -136,6 +138,7 @@ def test_a_queued_recipient_is_found_by_its_callback_data(alice, number, immedia
     assert names(alice.id) == ["message.sent", "message.read"]
 
 
+@sqlite_only
 def test_a_failure_for_a_queued_recipient_is_consumed_then_refunded(alice, number, immediate_queue):
     immediate_queue.immediate = False
     campaign = create_campaign(alice.id, campaign_body(number, [wa()]))
@@ -166,6 +169,7 @@ def test_a_callback_for_a_row_with_another_wamid_does_not_move_it(alice, number)
     assert reload(row).status == "sent"
 
 
+@sqlite_only
 def test_single_messages_move_forward_and_refund_a_late_failure(client, alice, number):
     to = wa()
     let_write(number, to)
@@ -188,6 +192,7 @@ def test_single_messages_move_forward_and_refund_a_late_failure(client, alice, n
     assert read["status"] == "failed"
 
 
+@sqlite_only
 def test_evidence_after_recovery_accepts_the_send_late_and_charges_it(alice, number, immediate_queue):
     immediate_queue.immediate = False
     campaign = create_campaign(alice.id, campaign_body(number, [wa(), wa()]))
