@@ -86,7 +86,7 @@ class Settings:
     send_threads: int = 16  # concurrent platform calls per engine
     max_in_flight: int = 1200  # recipients claimed and not yet recorded, per engine (backpressure)
     batch_threads: int = 6  # batches sent and recorded at once
-    burst_seconds: float = 0.8  # a bucket holds at most this many seconds of its rate
+    burst_seconds: float = 0.5  # a bucket holds at most this many seconds of its rate
     heartbeat_ttl: float = 10.0  # an engine that has not beaten for this long is dead
     recover_every: float = 5.0
     session: float | None = 30.0  # a run ends after this long (the task re-queues itself)
