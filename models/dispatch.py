@@ -43,7 +43,7 @@ import math
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -748,7 +748,7 @@ class Engine:
         self._refresh_now = threading.Event()
         self._numbers: dict[int, _Number] = {}
         self._in_flight = 0  # claimed and not yet recorded
-        self._waiting = 0  # claimed and not yet handed to the platform
+        self._unstarted: deque[list] = deque()  # [claimed at, jobs not yet sent] per batch, oldest first
         self._batches: set = set()
         self._rotation = 0
         self._last_plan = 0.0
@@ -844,10 +844,10 @@ class Engine:
         with self._lock:
             capacity = settings.max_in_flight - self._in_flight
             ready = [n for n in self._numbers.values() if n.due > 0 and n.held_until <= now]
-            # Tokens are spent when recipients are claimed, so claim only what the send pool can
-            # start now: while earlier claims still wait for a thread (the platform hangs, or the
-            # pool is slower than the pace), claiming more would send them later in one burst.
-            backlog = self._waiting > settings.send_threads
+            # Tokens are spent when recipients are claimed, so claim more only when the send pool
+            # keeps up: while claims older than a burst still wait for a thread (the platform hangs,
+            # or the pool is slower than the pace), claiming more would send them later in one burst.
+            backlog = bool(self._unstarted) and now - self._unstarted[0][0] > settings.burst_seconds
         if capacity <= 0 or not ready or backlog:
             return
         wants = {}
@@ -883,7 +883,7 @@ class Engine:
             if not jobs:
                 return
             self._in_flight += len(jobs)
-            self._waiting += len(jobs)
+            self._unstarted.append([now, len(jobs)])
         batch = batcher.submit(self._send_batch, jobs, sender)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
@@ -927,7 +927,11 @@ class Engine:
 
     def _send_one(self, job: Job) -> None:
         with self._lock:
-            self._waiting -= 1
+            # The pool starts jobs in the order batches were queued: the oldest batch is first.
+            if self._unstarted:
+                self._unstarted[0][1] -= 1
+                if self._unstarted[0][1] <= 0:
+                    self._unstarted.popleft()
         try:
             job.wam_id = self.messenger.send(job)
         except PlatformError as error:
