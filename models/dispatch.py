@@ -893,6 +893,7 @@ class Engine:
         self._changed.set()
 
     def _send_batch(self, jobs: list[Job], sender: ThreadPoolExecutor) -> None:
+        given_back = True
         try:
             futures = {sender.submit(self._send_one, job): job for job in jobs}
             wait(futures)
@@ -900,6 +901,7 @@ class Engine:
                 result = self._record(jobs)
                 self._after(result)
             self.sent += result.accepted
+            given_back = result.retried > 0
         except Exception:
             # The claims stay `queued`; recovery settles them. Never resend from here.
             log.exception("dispatch batch of %d failed to record", len(jobs))
@@ -907,8 +909,9 @@ class Engine:
             with self._lock:
                 self._in_flight -= len(jobs)
                 self._last_batch_done = time.monotonic()
-            # Recipients given back (throttled) are counted again by the next plan.
-            self._refresh_now.set()
+            if given_back:
+                # Recipients given back (throttled) are due again: count them at once.
+                self._refresh_now.set()
             if self.notify is not None:
                 self.notify()
 
