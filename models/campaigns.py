@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 import orjson
 import pydantic
 from peewee import (
+    Case,
     CharField,
     DateTimeField,
     ForeignKeyField,
@@ -40,7 +41,7 @@ from models import credits
 from models.accounts import MessagingAccount, Template, get_account
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import atomic, db
+from models.db import atomic, db, lock_in_order
 from models.errors import Conflict, Invalid, NotFound
 from models.events import Event
 from models.ids import new_id
@@ -292,11 +293,17 @@ def move_credits_many(moves: dict[int, dict[str, int]], description: str | None 
     moves = {campaign_id: kinds for campaign_id, kinds in moves.items() if kinds}
     if not moves:
         return
-    campaigns = {c.id: c for c in Campaign.select(Campaign.id, Campaign.public_id, Campaign.tenant,
-                                                  Campaign.account).where(Campaign.id.in_(list(moves)))}
-    for campaign_id in sorted(moves):
-        changes = {CREDIT_COLUMNS[kind]: CREDIT_COLUMNS[kind] + n for kind, n in moves[campaign_id].items()}
-        Campaign.update(changes).where(Campaign.id == campaign_id).execute()
+    ids = sorted(moves)
+    # The campaign rows, locked in id order, then one UPDATE for all of them.
+    campaigns = {c.id: c for c in lock_in_order(
+        Campaign.select(Campaign.id, Campaign.public_id, Campaign.tenant, Campaign.account)
+        .where(Campaign.id.in_(ids)).order_by(Campaign.id))}
+    changes = {}
+    for kind, column in CREDIT_COLUMNS.items():
+        deltas = [(campaign_id, moves[campaign_id][kind]) for campaign_id in ids if moves[campaign_id].get(kind)]
+        if deltas:
+            changes[column] = column + Case(Campaign.id, deltas, 0)
+    Campaign.update(changes).where(Campaign.id.in_(ids)).execute()
     per_tenant: dict[int, dict[str, list[int]]] = {}
     for campaign_id in sorted(moves):
         for kind in moves[campaign_id]:

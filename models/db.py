@@ -240,3 +240,12 @@ def skip_locked(query):
     claimer holds, so concurrent claimers take disjoint work instead of queueing on each other.
     SQLite runs one writer at a time, so it needs no lock (and has no FOR UPDATE)."""
     return query.for_update(skip_locked=True) if is_postgres() else query
+
+
+def lock_in_order(query):
+    """Lock the rows a SELECT returns, in the order it returns them, until commit (PostgreSQL).
+
+    Writers that update several shared rows lock them first in one agreed order, so two of them
+    wait for each other instead of deadlocking. SQLite runs one writer at a time: nothing to do.
+    """
+    return query.for_update() if is_postgres() else query

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
-from peewee import Case, OperationalError, fn
+from peewee import Case, DatabaseError, InterfaceError, OperationalError, fn
+from redis.exceptions import RedisError
 
 from messaging.errors import PlatformError, PlatformUnavailableError, ThrottledError
 from messaging.payloads import template_message
@@ -785,20 +786,31 @@ class Engine:
         try:
             while True:
                 now = time.monotonic()
-                if now >= next_beat:
-                    self.pacer.beat(engine_key(self.id), settings.heartbeat_ttl)
-                    next_beat = now + settings.heartbeat_ttl / 5
-                if now >= next_recover:
-                    recover_stuck(self.pacer)
-                    next_recover = now + settings.recover_every
-                if now >= next_plan or self._refresh_now.is_set():
-                    self._refresh_now.clear()
-                    self._replan()
-                    next_plan = now + settings.refresh
                 over = session is not None and now - started >= session
-                if not over and now >= next_tick:
-                    self._tick(now, sender, batcher)
-                    next_tick = now + settings.tick
+                try:
+                    if now >= next_beat:
+                        self.pacer.beat(engine_key(self.id), settings.heartbeat_ttl)
+                        next_beat = now + settings.heartbeat_ttl / 5
+                    if now >= next_recover:
+                        recover_stuck(self.pacer)
+                        next_recover = now + settings.recover_every
+                    if now >= next_plan or self._refresh_now.is_set():
+                        self._refresh_now.clear()
+                        self._replan()
+                        next_plan = now + settings.refresh
+                    if not over and now >= next_tick:
+                        self._tick(now, sender, batcher)
+                        next_tick = now + settings.tick
+                except (DatabaseError, InterfaceError, RedisError):
+                    # Storage restarting, a deadlock victim, a lock timeout: nothing was claimed
+                    # by the failed step (its transaction rolled back). Try again shortly.
+                    log.warning("dispatch step failed; retrying", exc_info=True)
+                    next_tick = max(next_tick, now + 1.0)
+                    next_plan = min(next_plan, now + 1.0)
+                    if over and not self._batches:
+                        return True  # the next run (queued by the task) tries again
+                    self._changed.wait(1.0)
+                    continue
                 busy = bool(self._batches)
                 has_work = any(n.due > 0 for n in self._numbers.values())
                 if over and not busy:
