@@ -30,11 +30,11 @@ import requests
 
 from config import load_settings, use_settings
 from models import db as database
-from tests.conftest import IN_CI, PG_DSN, REDIS_URL, _require, base_env
+from tests.conftest import IN_CI, base_env
 from tests.live import LiveService, free_port, wait_until
 from tests.webhooks_fixtures import Receiver, webhook_ca  # noqa: F401  (fixture)
 
-__all__ = ["private_servers", "private_storage", "shared_storage", "webhook_ca"]
+__all__ = ["private_servers", "module_storage", "private_storage", "webhook_ca"]
 
 CORE_EVENTS = ["account.connected", "campaign.created", "campaign.completed", "message.sent", "message.delivered",
                "message.read", "message.failed", "message.inbound.created", "message.echo.created"]
@@ -183,20 +183,21 @@ def _database_storage(tmp_path: Path, dsn: str, template: str, redis_url: str, a
     return name, settings
 
 
-@pytest.fixture
-def private_storage(private_servers, tmp_path, immediate_queue):
-    """Settings for a fresh database on the private PostgreSQL and a queue on the private Redis,
-    installed for this process (like conftest's `storage`), with the real queue for children."""
-    immediate_queue.immediate = False
+@pytest.fixture(scope="module")
+def module_storage(private_servers, tmp_path_factory):
+    """A fresh database on the private PostgreSQL and a queue on the private Redis for a whole
+    test module: its tests share one cluster (`cluster_fixture`), each working as a company of
+    its own, so starting the processes is paid once per module."""
     servers = private_servers
-    # A previous test may have restarted the servers; make sure they are up.
+    # A previous module may have restarted the servers; make sure they are up.
     if not _pings(__import__("redis").Redis.from_url(servers.redis.url, socket_connect_timeout=0.5)):
         servers.redis.start()
     admin = servers.postgres.admin()
-    name, settings = _database_storage(tmp_path, servers.postgres.dsn, servers.template, servers.redis.url, admin)
+    name, settings = _database_storage(tmp_path_factory.mktemp("storage"), servers.postgres.dsn, servers.template,
+                                       servers.redis.url, admin)
+    admin.close()
     try:
-        with database.connection():
-            yield settings
+        yield settings
     finally:
         database.db.close_all()
         admin = servers.postgres.admin()
@@ -205,25 +206,34 @@ def private_storage(private_servers, tmp_path, immediate_queue):
 
 
 @pytest.fixture
-def shared_storage(tmp_path, pg_template, immediate_queue):
-    """Like conftest's `storage` on PostgreSQL + Redis (the shared servers), with the real queue."""
-    _require("redis")
+def private_storage(module_storage, immediate_queue):
+    """The module's storage installed for this test (like conftest's `storage`), with a
+    connection open, and the real queue for the child processes."""
     immediate_queue.immediate = False
-    admin = psycopg2.connect(PG_DSN + "/postgres", connect_timeout=2)
-    admin.autocommit = True
-    name, settings = _database_storage(tmp_path, PG_DSN, pg_template, REDIS_URL, admin)
-    try:
-        with database.connection():
-            yield settings
-    finally:
-        database.db.close_all()
-        import redis
+    use_settings(module_storage)
+    database.init_db(module_storage)
+    with database.connection():
+        yield module_storage
 
-        client = redis.Redis.from_url(REDIS_URL)
-        for key in client.scan_iter(f"{settings.queue_name}*"):
-            client.delete(key)
-        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+
+def cluster_fixture(nodes: int, consumers: int, env: dict[str, str] | None = None, **options):
+    """A module's `cluster` fixture: one Cluster on the module's storage for all its tests."""
+
+    @pytest.fixture(scope="module", name="module_cluster")
+    def module_cluster(module_storage, webhook_ca, tmp_path_factory):
+        from tests.live import env_for
+
+        env_all = {**env_for(module_storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1], **(env or {})}
+        cluster = Cluster(env_all, tmp_path_factory.mktemp("cluster"), nodes=nodes, consumers=consumers,
+                          **options).start()
+        yield cluster
+        cluster.stop()
+
+    @pytest.fixture(name="cluster")
+    def cluster(module_cluster, private_storage):
+        return module_cluster
+
+    return module_cluster, cluster
 
 
 def reconnect() -> None:
@@ -478,12 +488,16 @@ def assert_every_event_delivered(cluster: LiveService, company: Company, timeout
             (Event.tenant == company.persona.id) & Event.name.in_(CORE_EVENTS))}
         return expected - company.answers.acknowledged
 
+    def open_deliveries() -> int:
+        # A receiver acknowledges before the drain records it: wait for the record too.
+        return WebhookDelivery.select().where((WebhookDelivery.tenant == company.persona.id)
+                                              & (WebhookDelivery.status != "delivered")).count()
+
     try:
-        wait_until(lambda: not missing(), timeout=timeout, interval=1, message="every event to be delivered")
+        wait_until(lambda: not missing() and not open_deliveries(), timeout=timeout, interval=1,
+                   message="every event to be delivered and recorded")
     except AssertionError:
-        raise AssertionError(f"{len(missing())} events not delivered\n{logs_tail(cluster)}") from None
-    open_deliveries = WebhookDelivery.select().where(
-        (WebhookDelivery.tenant == company.persona.id) & (WebhookDelivery.status != "delivered")).count()
-    assert open_deliveries == 0
+        raise AssertionError(f"{len(missing())} events not delivered, {open_deliveries()} deliveries open\n"
+                             f"{logs_tail(cluster)}") from None
     now = time.time()
     assert all(verify(request, company.endpoint_secret, now=now) for request in company.receiver.requests)

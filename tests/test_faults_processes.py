@@ -10,6 +10,7 @@ the company's receiver.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import random
 import signal
@@ -25,27 +26,26 @@ from models.campaigns import Campaign, CampaignRecipient
 from models.cartera import Debt
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (
-    Cluster,
     assert_every_event_delivered,
     assert_sent_once_and_paid_for,
+    cluster_fixture,
     company,
     replay_ledger,
     start_campaign,
     wait_for_progress,
     wait_until_completed,
 )
-from tests.live import env_for, wait_until
+from tests.live import wait_until
 from tests.test_faults_storage import recipients
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture
-def cluster(private_storage, webhook_ca, tmp_path):
-    env = {**env_for(private_storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1]}
-    cluster = Cluster(env, tmp_path, nodes=2, consumers=2, web_workers=2).start()
-    yield cluster
-    cluster.stop()
+# The per-minute limits of a company's writes would answer 429 long before the kills are done.
+module_cluster, cluster = cluster_fixture(nodes=2, consumers=2, web_workers=2, env={
+    "SVC_TENANT_RATE_LIMIT": "1000000", "SVC_WRITE_RATE_LIMIT": "1000000"})
+KILLS = 6
+CLIENTS = 8
 
 
 RETRIES = collections.Counter()
@@ -76,65 +76,72 @@ def until_answered(method: str, url: str, headers: dict, body: dict, deadline: f
 
 def test_api_workers_killed_mid_request_write_everything_once(cluster, webhook_ca):
     acme = company(cluster, webhook_ca[0], "Acme API kill", mps=200)
-    stop = threading.Event()
+    killed = threading.Event()
     kills: list[int] = []
+    indexes = itertools.count()
 
     def killer():
         # A worker of each node in turn, every 1.2 s: long enough for gunicorn to boot the
         # replacement, so the nodes keep serving while their workers die under them.
         rng = random.Random(7)
-        while not stop.wait(1.2) and len(kills) < 8:
+        while len(kills) < KILLS:
+            time.sleep(1.2)
             workers = cluster.gunicorn_workers(len(kills) % len(cluster.node_ports))
             if workers:
                 victim = rng.choice(workers)
                 os.kill(victim, signal.SIGKILL)
                 kills.append(victim)
+        killed.set()
 
-    def write(index: int) -> tuple[str, requests.Response]:
-        time.sleep(0.4)  # 4 clients at ~2 writes/s each: the stream lasts as long as the kills
-        node = cluster.node_urls[index % len(cluster.node_urls)]
-        headers = {**acme.persona.headers, "Idempotency-Key": f"kill-{index}"}
-        deadline = time.monotonic() + 90
-        if index % 2:
-            body = {"account_id": acme.account.public_id, "template_name": "hello_world",
-                    "external_reference": f"kill-{index}",
-                    "recipients": [{"wa_id": f"5215540{index:04d}{n:02d}"} for n in range(1, 6)]}
-            return "campaign", until_answered("POST", f"{node}/api/v1/campaigns", headers, body, deadline)
-        body = {"external_id": f"debt-{index}", "account_id": acme.account.public_id,
-                "deudor": {"nombre": f"Deudor {index}", "documento": f"99{index:06d}"}, "moneda": "COP",
-                "monto_original": "150000", "saldo_pendiente": "150000"}
-        return "debt", until_answered("POST", f"{node}/api/v1/cartera/deudas", headers, body, deadline)
+    def client() -> list[tuple[str, int, requests.Response]]:
+        # More clients than workers: every worker is busy with a write whenever it is killed.
+        answers = []
+        while not killed.is_set():
+            index = next(indexes)
+            node = cluster.node_urls[index % len(cluster.node_urls)]
+            headers = {**acme.persona.headers, "Idempotency-Key": f"kill-{index}"}
+            deadline = time.monotonic() + 90
+            if index % 10 == 1 and index < 400:  # within the 60 campaigns a minute a company may create
+                body = {"account_id": acme.account.public_id, "template_name": "hello_world",
+                        "external_reference": f"kill-{index}",
+                        "recipients": [{"wa_id": f"5215540{index:04d}{n:02d}"} for n in range(1, 6)]}
+                answers.append(("campaign", index, until_answered("POST", f"{node}/api/v1/campaigns", headers, body,
+                                                                   deadline)))
+            else:
+                body = {"external_id": f"debt-{index}", "account_id": acme.account.public_id,
+                        "deudor": {"nombre": f"Deudor {index}", "documento": f"99{index:06d}"}, "moneda": "COP",
+                        "monto_original": "150000", "saldo_pendiente": "150000"}
+                answers.append(("debt", index, until_answered("POST", f"{node}/api/v1/cartera/deudas", headers, body,
+                                                               deadline)))
+        return answers
 
     killing = threading.Thread(target=killer, daemon=True)
     killing.start()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        answers = [answer for batch in pool.map(lambda _n: client(), range(CLIENTS)) for answer in batch]
+    killing.join()
     try:
-        with ThreadPoolExecutor(4) as pool:
-            answers = list(pool.map(write, range(80)))
-    finally:
-        stop.set()
-        killing.join()
-    try:
-        assert len(kills) >= 3, "the workers were not killed often enough to test anything"
         assert sum(RETRIES.values()) >= 1, "no request was caught by a kill"
         # Every write settled: done (or replayed), or 409 `applied` when the kill came between its
         # commit and its stored answer; it happened once either way (checked below).
-        applied = [response for _kind, response in answers if response.status_code == 409
+        applied = [response for _kind, _index, response in answers if response.status_code == 409
                    and response.json()["error"]["details"] == {"reason": "applied"}]
-        assert all(response.status_code in (200, 201) for _kind, response in answers
+        assert all(response.status_code in (200, 201) for _kind, _index, response in answers
                    if response not in applied), [(kind, response.status_code, response.text[:200])
-                                                 for kind, response in answers][:5]
+                                                 for kind, _index, response in answers][:5]
         assert len(applied) <= len(kills), "a kill loses at most the answer of the request it interrupts"
         # Exactly one campaign per key, each whole: its five recipients and their reservation.
         campaigns = list(Campaign.select().where(Campaign.tenant == acme.persona.id))
-        assert sorted(c.external_reference for c in campaigns) == sorted(f"kill-{i}" for i in range(1, 80, 2))
-        answered = {response.json()["data"]["id"] for kind, response in answers
+        assert sorted(c.external_reference for c in campaigns) == sorted(
+            f"kill-{index}" for kind, index, _response in answers if kind == "campaign")
+        answered = {response.json()["data"]["id"] for kind, _index, response in answers
                     if kind == "campaign" and response not in applied}
-        assert answered <= {c.public_id for c in campaigns} and len(answered) == 40 - sum(
-            1 for kind, response in answers if kind == "campaign" and response in applied)
+        assert answered <= {c.public_id for c in campaigns}
         for campaign in campaigns:
             assert CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id).count() == 5
             assert campaign.reserved_credits == 5
-        assert Debt.select().where(Debt.tenant == acme.persona.id).count() == 40
+        debts = sorted(d.external_id for d in Debt.select().where(Debt.tenant == acme.persona.id))
+        assert debts == sorted(f"debt-{index}" for kind, index, _response in answers if kind == "debt")
         acme.campaigns = [c.public_id for c in campaigns]
         wait_until_completed(cluster, acme, timeout=90)
         assert_sent_once_and_paid_for(cluster, acme, allow_unconfirmed=False)

@@ -16,16 +16,15 @@ import requests
 
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (
-    Cluster,
     assert_every_event_delivered,
     assert_sent_once_and_paid_for,
+    cluster_fixture,
     company,
     reconnect,
     start_campaign,
     wait_for_progress,
     wait_until_completed,
 )
-from tests.live import env_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -66,12 +65,7 @@ def answers_while(cluster, persona, action) -> set[int]:
     return statuses
 
 
-@pytest.fixture
-def cluster(private_storage, webhook_ca, tmp_path):
-    env = {**env_for(private_storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1]}
-    cluster = Cluster(env, tmp_path, nodes=1, consumers=2).start()
-    yield cluster
-    cluster.stop()
+module_cluster, cluster = cluster_fixture(nodes=1, consumers=2)
 
 
 def test_a_redis_restart_mid_campaign_loses_nothing(cluster, private_servers, webhook_ca):

@@ -22,20 +22,23 @@ import requests
 from models.campaigns import Campaign, CampaignRecipient
 from models.dispatch import Settings
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
-from tests.faults_fixtures import Cluster, api, company, connect_number, sim_sent, start_campaign, wait_until_completed
-from tests.live import env_for, wait_until
+from tests.faults_fixtures import (
+    api,
+    cluster_fixture,
+    company,
+    connect_number,
+    sim_sent,
+    start_campaign,
+    wait_until_completed,
+)
+from tests.live import wait_until
 from tests.test_faults_storage import recipients
 
 pytestmark = pytest.mark.timeout(300)
 CAP = 20  # messages per second: the platform's cap of a coexistence number
 
 
-@pytest.fixture
-def cluster(private_storage, webhook_ca, tmp_path):
-    env = {**env_for(private_storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1]}
-    cluster = Cluster(env, tmp_path, nodes=2, consumers=2).start()
-    yield cluster
-    cluster.stop()
+module_cluster, cluster = cluster_fixture(nodes=2, consumers=2)
 
 
 class EngineWatch(threading.Thread):
