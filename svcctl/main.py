@@ -9,8 +9,20 @@ import typer
 from config import ConfigError
 
 try:
-    from svcctl import (access_requests, accounts, campaigns, cartera, credits, db, keys, processes, sim,
-                        templates, tenants, webhooks)
+    from svcctl import (
+        access_requests,
+        accounts,
+        campaigns,
+        cartera,
+        credits,
+        db,
+        keys,
+        processes,
+        sim,
+        templates,
+        tenants,
+        webhooks,
+    )
 except ConfigError as error:
     # Some commands declare queue tasks, which read the settings as they load: a bad setting
     # must still be one line, not a traceback.
