@@ -143,10 +143,9 @@ class CampaignRecipient(BaseModel):
     created_at = DateTimeField(default=utcnow)
 
     class Meta:
-        indexes = (
-            (("campaign", "status", "id"), False),
-            (("status", "claimed_at"), False),
-        )
+        # Every status change rewrites the row's index entries: one index serves claims, counters,
+        # lists and recovery (which looks in unfinished campaigns only).
+        indexes = ((("campaign", "status", "id"), False),)
 
     def as_dict(self) -> dict:
         return {
