@@ -143,9 +143,10 @@ class CampaignRecipient(BaseModel):
     created_at = DateTimeField(default=utcnow)
 
     class Meta:
-        # Every status change rewrites the row's index entries: one index serves claims, counters,
-        # lists and recovery (which looks in unfinished campaigns only).
-        indexes = ((("campaign", "status", "id"), False),)
+        indexes = (
+            (("campaign", "status", "id"), False),
+            (("status", "claimed_at"), False),
+        )
 
     def as_dict(self) -> dict:
         return {

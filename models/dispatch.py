@@ -670,17 +670,9 @@ def recover_stuck(pacer: Pacer | None = None, now: dt.datetime | None = None,
     if not webhooks_caught_up(now):
         return 0
     R = CampaignRecipient
-    # Claims only exist in unfinished campaigns: the (campaign, status) index finds them.
-    # (A campaign failed while a batch was in flight may hold claims too, for a while.)
-    active = [row_id for (row_id,) in Campaign.select(Campaign.id).where(
-        Campaign.status.in_(ACTIVE_STATUSES)
-        | ((Campaign.status == "failed") & (Campaign.finished_at > now - dt.timedelta(days=1)))).tuples()]
-    if not active:
-        return 0
     rows = list(R.select(R.id, R.public_id, R.campaign, R.claim_token, R.claimed_at, R.wa_id, R.external_contact_id,
                          R.wam_id)
-                .where(R.campaign.in_(active) & (R.status == "queued") & (R.claimed_at < now - grace))
-                .order_by(R.id).limit(5000))
+                .where((R.status == "queued") & (R.claimed_at < now - grace)).order_by(R.id).limit(5000))
     if not rows:
         return 0
     engines = {row.claim_token.split(".")[0] for row in rows if row.claim_token}
