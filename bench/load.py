@@ -490,7 +490,9 @@ def summarize(samples: list[Sample], seconds: float, rate: float) -> dict:
         "offered_rate": rate,
         "seconds": seconds,
         "requests": len(samples),
-        "held_rate": len(samples) / seconds if seconds else 0.0,
+        # Responses per second from the start to the last response: below the offered rate when
+        # the service fell behind (the open loop kept sending regardless).
+        "held_rate": len(answered) / max(seconds, max((s.due + s.latency for s in answered), default=0.0)),
         "completed_within_1s_of_due": sum(1 for s in samples if s.latency <= 1.0) / max(1, len(samples)),
         "last_due": last_due,
         "errors_by_status": dict(collections.Counter(s.status for s in samples if not 200 <= s.status < 300)),
@@ -558,7 +560,7 @@ def report(profile_name: str, stack: Stack, summary: dict, memory_start: dict, m
     print(f"\nprofile {profile_name}: {profile.nodes} API node(s) x {profile.web_workers} gunicorn workers, "
           f"{profile.consumers} consumer(s) x {profile.worker_threads} threads, {storage}")
     print(f"offered {summary['offered_rate']:g} req/s for {summary['seconds']:g} s (open loop): "
-          f"{summary['requests']} requests, held {summary['held_rate']:.1f} req/s; "
+          f"{summary['requests']} requests, {summary['held_rate']:.1f} answers/s; "
           f"{summary['completed_within_1s_of_due'] * 100:.2f}% answered within 1 s of their due time; "
           f"pacer's worst lag {summary['max_lag_ms']:.0f} ms")
     print(f"all endpoints: p50 {summary['p50_ms']:.1f} ms, p99 {summary['p99_ms']:.1f} ms")
@@ -575,6 +577,11 @@ def report(profile_name: str, stack: Stack, summary: dict, memory_start: dict, m
     print(f"drained in {drain_seconds:.0f} s after the load stopped")
     print(f"machine load average (1 min) at start and end: {summary['loadavg_start']:.1f}, "
           f"{summary['loadavg_end']:.1f} on {os.cpu_count()} cores")
+    cpu = summary["cpu_seconds"]
+    requests_count = max(1, summary["requests"])
+    print("CPU while the rate was held (s, and ms per request): " + ", ".join(
+        f"{name} {seconds:.0f} ({seconds * 1000 / requests_count:.1f})" for name, seconds in sorted(cpu.items()))
+        + f"; all {sum(cpu.values()):.0f} s = {sum(cpu.values()) / summary['seconds']:.2f} cores")
     for name, value in results.items():
         if name != "ok":
             print(f"  {name}: {value}")
@@ -586,7 +593,7 @@ def report(profile_name: str, stack: Stack, summary: dict, memory_start: dict, m
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="embedded")
-    parser.add_argument("--rate", type=float, default=100.0, help="requests per second offered")
+    parser.add_argument("--rate", type=float, default=50.0, help="requests per second offered")
     parser.add_argument("--seconds", type=float, default=300.0, help="how long the rate is held")
     parser.add_argument("--threads", type=int, default=128, help="the generator's request threads")
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="admin URL (scaleout)")
@@ -615,9 +622,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"holding {args.rate:g} req/s for {args.seconds:g} s", file=sys.stderr)
         loop = OpenLoop(world, args.rate, args.threads)
         loadavg_start = os.getloadavg()[0]
+        cpu_start, own_start = stack.cpu(), time.process_time()
         started = time.monotonic()
         loop.run(args.seconds, start=started)
         load_ended = time.monotonic()
+        cpu_end, own_end = stack.cpu(), time.process_time()
         loadavg_end = os.getloadavg()[0]
         memory_end = stack.memory()
 
@@ -639,6 +648,8 @@ def main(argv: list[str] | None = None) -> None:
         summary["max_lag_ms"] = loop.max_lag * 1000
         summary["load_seconds_actual"] = load_ended - started
         summary["loadavg_start"], summary["loadavg_end"] = loadavg_start, loadavg_end
+        summary["cpu_seconds"] = {name: cpu_end.get(name, 0.0) - cpu_start.get(name, 0.0) for name in cpu_start}
+        summary["cpu_seconds"]["load generator"] = own_end - own_start
         OUT_DIR.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         png = OUT_DIR / f"load-{profile.name}-{stamp}.png"

@@ -83,6 +83,26 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) used so far by a process and its live descendants."""
+    tree = _children()
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        total += _cpu_seconds(current)
+        stack.extend(tree.get(current, []))
+    return total
+
+
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of a process and all its descendants (a gunicorn master and its workers)."""
     tree = _children()
@@ -194,6 +214,11 @@ class Stack:
         """RSS in MB per process group: each API node (master + workers) and each consumer."""
         return {name: tree_rss_mb(process.pid) for name, process in self.processes.items()
                 if name != "sim" and process.poll() is None}
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds used so far per process group, the simulator's included."""
+        return {name: tree_cpu_seconds(process.pid) for name, process in self.processes.items()
+                if process.poll() is None}
 
     def log(self, name: str) -> str:
         path = self.log_dir / f"{name}.log"
