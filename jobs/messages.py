@@ -96,7 +96,7 @@ def _send(message: Message, token: str) -> None:
         return
     for attempt in range(THROTTLE_RETRIES_IN_TASK + 1):
         if not _paced(account):
-            _requeue(message, token, delay=1.0)
+            _requeue(message, token, delay=1.0, failed_attempt=False)
             return
         try:
             wam_id = graph_client().send_message(account.phone_id, secret, body)
@@ -104,7 +104,7 @@ def _send(message: Message, token: str) -> None:
             if attempt < THROTTLE_RETRIES_IN_TASK:
                 time.sleep(1.0 if attempt == 0 else 2.0)
                 continue
-            _requeue(message, token, delay=4.0)
+            _requeue(message, token, delay=4.0, failed_attempt=False)
             return
         except PlatformUnavailableError as error:
             if error.ambiguous:
@@ -130,11 +130,11 @@ def _retry_or_fail(message: Message, token: str, error: PlatformError) -> None:
     if message.attempts >= MAX_RETRIES:
         messages.record_failed(message, token, str(error.code or "platform_unavailable"), error.message)
     else:
-        _requeue(message, token, delay=2.0 ** message.attempts)
+        _requeue(message, token, delay=2.0 ** message.attempts, failed_attempt=True)
 
 
-def _requeue(message: Message, token: str, delay: float) -> None:
-    messages.unclaim(message, token)
+def _requeue(message: Message, token: str, delay: float, failed_attempt: bool) -> None:
+    messages.unclaim(message, token, failed_attempt)
     if not huey.immediate:
         send_message.schedule((message.id,), delay=delay)
 

@@ -250,9 +250,12 @@ def claim(message_id: int, token: str) -> Message | None:
     return Message.get_by_id(message_id) if changed == 1 else None
 
 
-def unclaim(message: Message, token: str) -> None:
-    """The platform refused for now (throttled): give the message back to the queue."""
-    (Message.update(claim_token=None, claimed_at=None)
+def unclaim(message: Message, token: str, failed_attempt: bool) -> None:
+    """Give the message back to the queue. Only a failed platform call counts against the retry
+    limit: waiting for the number's pace or being throttled is not a failure, and a busy number
+    would otherwise use up a message's retries before the platform ever answered it."""
+    attempts = Message.attempts if failed_attempt else Message.attempts - 1
+    (Message.update(claim_token=None, claimed_at=None, attempts=attempts)
      .where((Message.id == message.id) & (Message.claim_token == token) & (Message.status == "queued")).execute())
 
 

@@ -287,3 +287,20 @@ def test_a_throttled_message_is_retried_in_the_task(client, alice, number):
     response = send(client, alice, text_body(number, slow), Prefer="wait=5")
     assert response.status_code == 201, response.text
     assert Message.get(Message.public_id == response.json["data"]["id"]).attempts == 1
+
+
+def test_only_a_failed_platform_call_counts_against_the_retry_limit(client, alice, number, customer):
+    from models import messages
+
+    # Stored but not handed to the queue: this test plays the sending task.
+    message = messages.create_message(alice.id, messages.MessageInput.model_validate(text_body(number, customer)))
+    start = message.attempts
+    # Waiting for the number's pace, or a throttle, gives the attempt back.
+    assert messages.claim(message.id, "t1") is not None
+    messages.unclaim(message, "t1", failed_attempt=False)
+    assert Message.get_by_id(message.id).attempts == start
+    # A platform error keeps it: MAX_RETRIES of them fail the message.
+    assert messages.claim(message.id, "t2") is not None
+    messages.unclaim(message, "t2", failed_attempt=True)
+    stored = Message.get_by_id(message.id)
+    assert stored.attempts == start + 1 and stored.claim_token is None
