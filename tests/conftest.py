@@ -28,12 +28,6 @@ from falcon import testing  # noqa: E402
 from config import Settings, load_settings, use_settings  # noqa: E402
 from models import db as database  # noqa: E402
 
-# The fault and scale-out suites start clusters of their own, restart them and kill processes; they
-# are run on demand (`SVC_FAULT_TESTS=true scripts/test tests/test_faults_*.py tests/test_scaleout.py`)
-# until they hold steady on a loaded 2-core CI machine, rather than in every run.
-if os.environ.get("SVC_FAULT_TESTS", "").lower() != "true":
-    collect_ignore_glob = ["test_faults_*.py", "test_scaleout.py"]
-
 PG_DSN = os.environ.get("SVC_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("SVC_TEST_REDIS", "redis://127.0.0.1:6379/0")
 IN_CI = os.environ.get("CI", "").lower() == "true"
