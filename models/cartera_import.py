@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from models import cartera
-from models.cartera_input import DebtSpec, loads_exact, parse_debt
+from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_debt_spec
 from models.errors import DomainError
 
 BATCH_SIZE = 500
@@ -121,7 +121,7 @@ def read_jsonl(stream: BinaryIO) -> Iterator[DebtRecord]:
         external_id = obj.get("external_id") if isinstance(obj, dict) else None
         external_id = external_id if isinstance(external_id, str) else None
         try:
-            yield DebtRecord(line, external_id, spec=parse_debt(obj))
+            yield DebtRecord(line, external_id, spec=plain_debt_spec(obj) or parse_debt(obj))
         except DomainError as error:
             yield DebtRecord(line, external_id, errors=_domain_error(line, external_id, error))
 
@@ -234,7 +234,8 @@ def _csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtRecord:
         return record
     installment_rows = [row for (_line, row), flag in zip(rows, flags, strict=True) if flag]
     try:
-        record.spec = parse_debt(_csv_body(first, layout, installment_rows))
+        body = _csv_body(first, layout, installment_rows)
+        record.spec = plain_debt_spec(body) or parse_debt(body)
     except DomainError as error:
         lines = [line for (line, _row), flag in zip(rows, flags, strict=True) if flag]
         record.errors = _csv_errors(error, first_line, external_id, lines)

@@ -9,6 +9,9 @@ row turned into the same shape), so the rules cannot differ between them:
 3. `debt_spec` / `payment_spec` apply what depends on several fields (decimals allowed by the
    currency, the debtor's keys, the installment numbering) and yield plain specs in minor units.
 
+The importer first tries `plain_debt_spec`, a shortcut for plainly valid debts that never
+decides a refusal itself (see its section below).
+
 Amounts are accepted as JSON numbers or as decimal strings (`"1234.50"`): some clients can only
 produce exact decimals as strings. Floats from Python callers are refused.
 """
@@ -34,7 +37,14 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from models.cartera_money import MoneyError, normalize_currency, to_minor
+from models.cartera_money import (
+    ACTIVE_CODES,
+    MAX_MINOR,
+    MINOR_UNITS_EXCEPTIONS,
+    MoneyError,
+    normalize_currency,
+    to_minor,
+)
 from models.clock import to_utc_naive
 from models.errors import Invalid
 
@@ -342,6 +352,160 @@ def parse_debt(obj: Any) -> DebtSpec:
     except ValidationError as error:
         raise invalid(error_map(error)) from None
     return debt_spec(data)
+
+
+# -- the plain case, without pydantic ----------------------------------------------------------
+#
+# An import validates hundreds of thousands of debts, nearly all of them well formed, and
+# pydantic with Decimal arithmetic was most of its time (bench/import_debts.py). A debt whose
+# every field is plainly valid takes this short road; at the first field that is not, it gives
+# up (None) and `parse_debt` gives the verdict and the messages, so errors have one source.
+# It may give up on a valid debt (only slower) but must never accept what `parse_debt` refuses
+# nor build another spec: tests/test_cartera_plain_input.py checks both on generated bodies.
+
+_DEBT_FIELDS = frozenset(DebtInput.model_fields)
+_DEUDOR_FIELDS = frozenset(DeudorInput.model_fields)
+_INSTALLMENT_FIELDS = frozenset(InstallmentInput.model_fields)
+# Up to 15 integer digits and 4 decimals: exact in minor units for every currency, far from
+# int()'s digit limit; anything longer is left to the Decimal road.
+_PLAIN_AMOUNT = re.compile(r"(\d{1,15})(?:\.(\d{1,4}))?", re.ASCII)
+_SCALE = (1, 10, 100, 1000, 10000)
+_MAX_VERSION = 2**63 - 1
+
+
+def _plain_text(value: Any, low: int, high: int) -> bool:
+    """A str that pydantic takes as it is: within the bounds, and encodable (it refuses a lone
+    surrogate, which a JSON escape can produce)."""
+    if type(value) is not str or not low <= len(value) <= high:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plain_minor(value: Any, currency: str, digits: int, positive: bool) -> int | None:
+    kind = type(value)
+    if kind is str:
+        match = _PLAIN_AMOUNT.fullmatch(value)
+        if match is None:
+            return None
+        whole, fraction = match.groups()
+        if fraction is None:
+            minor = int(whole) * _SCALE[digits]
+        elif len(fraction) <= digits:
+            minor = int(whole + fraction) * _SCALE[digits - len(fraction)]
+        else:
+            return None
+    elif kind is int:
+        minor = value * _SCALE[digits]
+    elif kind is Decimal and value.is_finite():
+        try:
+            minor = to_minor(value, currency)
+        except MoneyError:
+            return None
+    else:
+        return None
+    if minor > MAX_MINOR or minor < (1 if positive else 0):
+        return None
+    return minor
+
+
+def _plain_date(value: Any) -> dt.date | None:
+    if type(value) is not str and type(value) is not dt.date:
+        return None
+    try:
+        return _date(value)
+    except PydanticCustomError:
+        return None
+
+
+def _plain_installments(cuotas: Any, currency: str, digits: int) -> list[InstallmentSpec] | None:
+    if type(cuotas) is not list or len(cuotas) > MAX_INSTALLMENTS:
+        return None
+    found = []
+    seen_ids: set[str] = set()
+    seen_numbers: set[int] = set()
+    for item in cuotas:
+        if type(item) is not dict or not item.keys() <= _INSTALLMENT_FIELDS:
+            return None
+        external_id, numero, estado = item.get("external_id"), item.get("numero"), item.get("estado")
+        if not _plain_text(external_id, 1, 160) or type(numero) is not int or not 1 <= numero <= 100_000 \
+                or external_id in seen_ids or numero in seen_numbers:
+            return None
+        if estado is not None and (type(estado) is not str or estado not in INSTALLMENT_STATES):
+            return None
+        monto = _plain_minor(item.get("monto"), currency, digits, True)
+        vence = _plain_date(item.get("vence"))
+        if monto is None or vence is None:
+            return None
+        seen_ids.add(external_id)
+        seen_numbers.add(numero)
+        found.append(InstallmentSpec(external_id, numero, monto, vence, estado))
+    return found
+
+
+def plain_debt_spec(obj: Any) -> DebtSpec | None:
+    """`parse_debt(obj)` for a debt that passes every rule at first sight; else None (see above)."""
+    if type(obj) is not dict or not obj.keys() <= _DEBT_FIELDS:
+        return None
+    get = obj.get
+    external_id, account_id, moneda = get("external_id"), get("account_id"), get("moneda")
+    if not (_plain_text(external_id, 1, 160) and _plain_text(account_id, 1, 64) and _plain_text(moneda, 3, 3)):
+        return None
+    # An upper-cased code that is active had nothing to strip: normalize_currency would agree.
+    currency = moneda.upper()
+    if currency not in ACTIVE_CODES:
+        return None
+    digits = MINOR_UNITS_EXCEPTIONS.get(currency, 2)
+
+    deudor = get("deudor")
+    if type(deudor) is not dict or not deudor.keys() <= _DEUDOR_FIELDS:
+        return None
+    nombre, documento, telefono = deudor.get("nombre"), deudor.get("documento"), deudor.get("telefono")
+    if not _plain_text(nombre, 1, 255) or not (nombre := nombre.strip()):
+        return None
+    if documento is not None and (not _plain_text(documento, 1, 64) or not (documento := documento.strip())):
+        return None
+    if telefono is not None:
+        if not _plain_text(telefono, 1, 32):
+            return None
+        if not (telefono.isdigit() and telefono.isascii() and 8 <= len(telefono) <= 15):
+            try:
+                telefono = _normalize_phone(telefono)
+            except ValueError:
+                return None
+    elif documento is None:
+        return None
+
+    referencia, version, updated_at = get("referencia"), get("external_version"), get("external_updated_at")
+    tipo, auto_send = get("tipo"), get("auto_send")
+    if (referencia is not None and not _plain_text(referencia, 0, 500)) \
+            or (version is not None and (type(version) is not int or not 0 <= version <= _MAX_VERSION)) \
+            or (tipo is not None and (type(tipo) is not str or tipo not in DEBT_TYPES)) \
+            or (auto_send is not None and type(auto_send) is not bool):
+        return None
+    if updated_at is not None:
+        if type(updated_at) is not str:
+            return None
+        try:
+            updated_at = to_utc_naive(_timestamp(updated_at))
+        except PydanticCustomError:
+            return None
+    monto_original = _plain_minor(get("monto_original"), currency, digits, True)
+    saldo_pendiente = _plain_minor(get("saldo_pendiente"), currency, digits, False)
+    if monto_original is None or saldo_pendiente is None:
+        return None
+    cuotas = get("cuotas")
+    if cuotas is not None:
+        cuotas = _plain_installments(cuotas, currency, digits)
+        if cuotas is None or (tipo == "single" and len(cuotas) > 1):
+            return None
+    return DebtSpec(external_id, account_id, DeudorSpec(nombre, documento, telefono), currency, monto_original,
+                    saldo_pendiente, version, updated_at, referencia, "referencia" in obj, tipo, auto_send, cuotas)
 
 
 def payment_spec(data: PaymentInput) -> PaymentSpec:
