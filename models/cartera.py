@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import logging
+import operator
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -497,6 +498,11 @@ class _Batch:
         the installments it lists and cancels the open ones it does not. Paid ones always stay."""
         if spec.cuotas is None:
             return
+        if not state.installments:
+            # Nothing stored to match or cancel: a new debt, the import's common case.
+            state.installments = [_NewInstallment(item.external_id, item.numero, item.monto, item.vence,
+                                                  item.estado or "pending") for item in spec.cuotas]
+            return
         received = {item.external_id: item for item in spec.cuotas}
         known = {item.external_id: item for item in state.installments}
         for item in state.installments:
@@ -555,7 +561,8 @@ class _Batch:
             debtor.id = ids_by_key[("d", debtor.documento) if debtor.documento else ("t", debtor.telefono)]
 
     def _insert_debts(self, states: list[_DebtState]) -> None:
-        rows = [tuple(getattr(state.debt, field.column_name) for field in _DEBT_INSERT_COLUMNS) for state in states]
+        row_of = _DEBT_INSERT_ROW
+        rows = [row_of(state.debt) for state in states]
         returned = bulk_insert(Debt, _DEBT_INSERT_COLUMNS, rows, returning=[Debt.id, Debt.external_id])
         ids = {external_id: debt_id for debt_id, external_id in returned}
         for state in states:
@@ -566,6 +573,7 @@ _DEBT_INSERT_COLUMNS = [Debt.tenant, Debt.external_id, Debt.account, Debt.debtor
                         Debt.monto_original, Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status,
                         Debt.external_version, Debt.external_updated_at, Debt.resolution, Debt.row_version,
                         Debt.created_at, Debt.updated_at]
+_DEBT_INSERT_ROW = operator.attrgetter(*(field.column_name for field in _DEBT_INSERT_COLUMNS))
 _INSTALLMENT_COLUMNS = [Installment.debt, Installment.external_id, Installment.numero, Installment.monto,
                         Installment.pagado, Installment.vence, Installment.estado, Installment.declared_estado]
 _DEBT_UPDATE_FIELDS = [Debt.account, Debt.debtor, Debt.moneda, Debt.referencia, Debt.monto_original,
