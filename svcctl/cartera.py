@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import sys
 from pathlib import Path
 from typing import BinaryIO
@@ -101,6 +102,9 @@ def import_command(
     def advance(summary) -> None:
         progress.update(task, completed=counter.bytes_read, debts=summary.debts)
 
+    # What exists by now (the modules, mostly) outlives the import: the collector need
+    # not walk it again on each of the many collections a long import triggers.
+    gc.freeze()
     try:
         with progress:
             summary = import_debts(tenant_id, read(counter), batch_size=batch_size, on_error=sink, on_batch=advance)
@@ -108,6 +112,7 @@ def import_command(
     except ImportFormatError as error:
         fail(str(error))
     finally:
+        gc.unfreeze()
         sink.close()
         if source != "-":
             stream.close()
