@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
@@ -147,52 +147,50 @@ def _header(reader) -> dict[str, int]:
     return {name: index for index, name in enumerate(names)}
 
 
-def _numbered_rows(reader) -> Iterator[tuple[int, list[str]]]:
-    """(first line of the row, stripped cells); a quoted cell may span lines, so the count comes
-    from the reader. Blank lines are skipped."""
-    next_line = reader.line_num + 1
-    for row in reader:
-        line, next_line = next_line, reader.line_num + 1
-        cells = list(map(str.strip, row))
-        if any(cells):
-            yield line, cells
-
-
 class _Layout:
     """Where each column sits in this file's rows (the header fixes the order)."""
 
     def __init__(self, columns: dict[str, int]):
         self.width = len(columns)
         self.index = columns
-        self.debt_positions = [columns[name] for name in DEBT_COLUMNS if name in columns]
-        self.installment = [(name.removeprefix("cuota_"), columns[name]) for name in INSTALLMENT_COLUMNS]
-
-    def cell(self, row: list[str], name: str) -> str:
-        index = self.index.get(name)
-        return row[index] if index is not None else ""
-
-    def debt_cells(self, row: list[str]) -> list[str]:
-        return [row[index] for index in self.debt_positions]
+        # itemgetters read several cells in one call: they run on every row of an import.
+        self.debt_cells = operator.itemgetter(*(columns[name] for name in DEBT_COLUMNS if name in columns))
+        self.installment_cells = operator.itemgetter(*(columns[name] for name in INSTALLMENT_COLUMNS))
+        self.installment_keys = tuple(name.removeprefix("cuota_") for name in INSTALLMENT_COLUMNS)
 
     def has_installment(self, row: list[str]) -> bool:
-        return any(row[index] for _key, index in self.installment)
+        return any(self.installment_cells(row))
 
 
 def read_csv(stream: BinaryIO) -> Iterator[DebtRecord]:
-    """Rows grouped by consecutive `external_id` into debts (see DECISIONS, Debt CSV import)."""
+    """Rows grouped by consecutive `external_id` into debts (see DECISIONS, Debt CSV import).
+
+    Cells are stripped and blank lines skipped; a row is numbered by its first line, counted by
+    the reader since a quoted cell may span lines.
+    """
     # Undecodable bytes become U+FFFD so that only their row is refused, not the whole file.
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="replace", newline="")
     reader = csv.reader(text)
     layout = _Layout(_header(reader))
     position = layout.index["external_id"]
-
-    def debt_key(item: tuple[int, list[str]]) -> str:
-        row = item[1]
-        return row[position] if len(row) > position else ""
-
+    strip = str.strip
+    rows: list[tuple[int, list[str]]] = []  # the debt being assembled
+    key = None
+    next_line = reader.line_num + 1
     try:
-        for _external_id, rows in itertools.groupby(_numbered_rows(reader), key=debt_key):
-            yield _csv_debt(list(rows), layout)
+        for row in reader:
+            line, next_line = next_line, reader.line_num + 1
+            cells = list(map(strip, row))
+            if not any(cells):
+                continue
+            external_id = cells[position] if len(cells) > position else ""
+            if rows and external_id != key:
+                yield _csv_debt(rows, layout)
+                rows = []
+            key = external_id
+            rows.append((line, cells))
+        if rows:
+            yield _csv_debt(rows, layout)
     except csv.Error as error:
         raise ImportFormatError(f"line {reader.line_num}: unreadable CSV ({error})") from None
 
@@ -266,8 +264,9 @@ def _csv_body(first: list[str], layout: _Layout, installment_rows: list[list[str
     # A CSV debt is a whole snapshot: a debt written without installment cells has none, so
     # its open installments are cancelled (the API's `cuotas: []`).
     cuotas = []
+    keys, cells = layout.installment_keys, layout.installment_cells
     for row in installment_rows:
-        item: dict[str, Any] = {key: row[position] for key, position in layout.installment if row[position]}
+        item: dict[str, Any] = {key: cell for key, cell in zip(keys, cells(row), strict=True) if cell}
         numero = item.get("numero")
         if numero is not None and numero.isdigit() and numero.isascii():
             item["numero"] = int(numero)
