@@ -366,11 +366,13 @@ def parse_debt(obj: Any) -> DebtSpec:
 _DEBT_FIELDS = frozenset(DebtInput.model_fields)
 _DEUDOR_FIELDS = frozenset(DeudorInput.model_fields)
 _INSTALLMENT_FIELDS = frozenset(InstallmentInput.model_fields)
-# Up to 15 integer digits and 4 decimals: exact in minor units for every currency, far from
-# int()'s digit limit; anything longer is left to the Decimal road.
-_PLAIN_AMOUNT = re.compile(r"(\d{1,15})(?:\.(\d{1,4}))?", re.ASCII)
+# Plain amounts: up to 15 ASCII integer digits, and up to 4 decimals (no currency has more).
+# Exact in minor units and far from int()'s digit limit; anything else takes the Decimal road.
+_PLAIN_DECIMALS = re.compile(r"(\d{1,15})\.(\d{1,4})", re.ASCII)
 _SCALE = (1, 10, 100, 1000, 10000)
 _MAX_VERSION = 2**63 - 1
+# The due dates of a file repeat (a few per month); dates are immutable, so they can be shared.
+_PLAIN_DATES: dict[str, dt.date] = {}
 
 
 def _plain_text(value: Any, low: int, high: int) -> bool:
@@ -387,16 +389,17 @@ def _plain_text(value: Any, low: int, high: int) -> bool:
     return True
 
 
-def _plain_minor(value: Any, currency: str, digits: int, positive: bool) -> int | None:
+def _plain_minor(value: Any, currency: str, digits: int, least: int) -> int | None:
     kind = type(value)
     if kind is str:
-        match = _PLAIN_AMOUNT.fullmatch(value)
+        if value.isdigit() and value.isascii() and len(value) <= 15:
+            minor = int(value) * _SCALE[digits]
+            return minor if least <= minor <= MAX_MINOR else None
+        match = _PLAIN_DECIMALS.fullmatch(value)
         if match is None:
             return None
         whole, fraction = match.groups()
-        if fraction is None:
-            minor = int(whole) * _SCALE[digits]
-        elif len(fraction) <= digits:
+        if len(fraction) <= digits:
             minor = int(whole + fraction) * _SCALE[digits - len(fraction)]
         else:
             return None
@@ -409,18 +412,23 @@ def _plain_minor(value: Any, currency: str, digits: int, positive: bool) -> int 
             return None
     else:
         return None
-    if minor > MAX_MINOR or minor < (1 if positive else 0):
-        return None
-    return minor
+    return minor if least <= minor <= MAX_MINOR else None
 
 
 def _plain_date(value: Any) -> dt.date | None:
-    if type(value) is not str and type(value) is not dt.date:
+    if type(value) is str:
+        day = _PLAIN_DATES.get(value)
+        if day is not None:
+            return day
+    elif type(value) is not dt.date:
         return None
     try:
-        return _date(value)
+        day = _date(value)
     except PydanticCustomError:
         return None
+    if type(value) is str and len(_PLAIN_DATES) < 10_000:
+        _PLAIN_DATES[value] = day
+    return day
 
 
 def _plain_installments(cuotas: Any, currency: str, digits: int) -> list[InstallmentSpec] | None:
@@ -432,14 +440,14 @@ def _plain_installments(cuotas: Any, currency: str, digits: int) -> list[Install
     for item in cuotas:
         if type(item) is not dict or not item.keys() <= _INSTALLMENT_FIELDS:
             return None
-        external_id, numero, estado = item.get("external_id"), item.get("numero"), item.get("estado")
+        get = item.get
+        external_id, numero, estado = get("external_id"), get("numero"), get("estado")
         if not _plain_text(external_id, 1, 160) or type(numero) is not int or not 1 <= numero <= 100_000 \
-                or external_id in seen_ids or numero in seen_numbers:
+                or external_id in seen_ids or numero in seen_numbers \
+                or (estado is not None and (type(estado) is not str or estado not in INSTALLMENT_STATES)):
             return None
-        if estado is not None and (type(estado) is not str or estado not in INSTALLMENT_STATES):
-            return None
-        monto = _plain_minor(item.get("monto"), currency, digits, True)
-        vence = _plain_date(item.get("vence"))
+        monto = _plain_minor(get("monto"), currency, digits, 1)
+        vence = _plain_date(get("vence"))
         if monto is None or vence is None:
             return None
         seen_ids.add(external_id)
@@ -495,8 +503,8 @@ def plain_debt_spec(obj: Any) -> DebtSpec | None:
             updated_at = to_utc_naive(_timestamp(updated_at))
         except PydanticCustomError:
             return None
-    monto_original = _plain_minor(get("monto_original"), currency, digits, True)
-    saldo_pendiente = _plain_minor(get("saldo_pendiente"), currency, digits, False)
+    monto_original = _plain_minor(get("monto_original"), currency, digits, 1)
+    saldo_pendiente = _plain_minor(get("saldo_pendiente"), currency, digits, 0)
     if monto_original is None or saldo_pendiente is None:
         return None
     cuotas = get("cuotas")
