@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 
 import typer
@@ -80,17 +82,22 @@ def watch(campaign_id: str, interval: float = typer.Option(0.5, "--interval", mi
     data = campaign_dict(campaign)
     last = (time.monotonic(), data["total_recipients"] - data["pending"] - data["queued"])
     rate = 0.0
-    err.print(f"watching {campaign.public_id}; Ctrl-C stops watching (the campaign goes on)", highlight=False)
+    # Ctrl-C only sets a flag: a KeyboardInterrupt raised at an arbitrary point (inside a query,
+    # or while the live view's refresh thread holds its lock) could leave the process hanging.
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
     try:
+        err.print(f"watching {campaign.public_id}; Ctrl-C stops watching (the campaign goes on)", highlight=False)
         with Live(_view(data, progress, task_id, rate), console=err, refresh_per_second=8, transient=False) as live:
-            while data["status"] not in FINISHED:
-                time.sleep(interval)
+            while data["status"] not in FINISHED and not stop.wait(interval):
                 data = campaign_dict(Campaign.get_by_id(campaign.id))
                 now, settled = time.monotonic(), data["total_recipients"] - data["pending"] - data["queued"]
                 rate = (settled - last[1]) / max(1e-6, now - last[0])
                 last = (now, settled)
                 live.update(_view(data, progress, task_id, rate))
-    except KeyboardInterrupt:
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if stop.is_set():
         err.print("stopped watching; the campaign goes on")
         return
     print_json(data)
