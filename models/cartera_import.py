@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from models import cartera
-from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_debt_spec
+from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_debt_spec, plain_fields_spec
 from models.errors import DomainError
 
 BATCH_SIZE = 500
@@ -33,6 +33,10 @@ DEBT_COLUMNS = tuple(name for name in CSV_COLUMNS + CSV_OPTIONAL_COLUMNS if not 
 INSTALLMENT_COLUMNS = tuple(name for name in CSV_COLUMNS if name.startswith("cuota_"))
 _BOOLEANS = {"true": True, "1": True, "yes": True, "si": True, "sí": True, "y": True,
              "false": False, "0": False, "no": False, "n": False}
+_INSTALLMENT_KEYS = tuple(name.removeprefix("cuota_") for name in INSTALLMENT_COLUMNS)
+# The debt's cells in the order _csv_fields reads them.
+_HEAD_COLUMNS = ("external_id", "account_id", "deudor_nombre", "deudor_documento", "deudor_telefono", "moneda",
+                 "referencia", "monto_original", "saldo_pendiente", "external_version", "tipo", "auto_send")
 # API field paths back to the CSV columns they came from, for error messages.
 _CSV_FIELD = {"deudor.nombre": "deudor_nombre", "deudor.documento": "deudor_documento",
               "deudor.telefono": "deudor_telefono", "deudor": "deudor_documento"}
@@ -156,7 +160,8 @@ class _Layout:
         # itemgetters read several cells in one call: they run on every row of an import.
         self.debt_cells = operator.itemgetter(*(columns[name] for name in DEBT_COLUMNS if name in columns))
         self.installment_cells = operator.itemgetter(*(columns[name] for name in INSTALLMENT_COLUMNS))
-        self.installment_keys = tuple(name.removeprefix("cuota_") for name in INSTALLMENT_COLUMNS)
+        self.head_cells = operator.itemgetter(*(columns[name] for name in _HEAD_COLUMNS))
+        self.updated_at = columns.get("external_updated_at")
 
     def has_installment(self, row: list[str]) -> bool:
         return any(self.installment_cells(row))
@@ -232,46 +237,59 @@ def _csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtRecord:
         return record
     installment_rows = [row for (_line, row), flag in zip(rows, flags, strict=True) if flag]
     try:
-        body = _csv_body(first, layout, installment_rows)
-        record.spec = plain_debt_spec(body) or parse_debt(body)
+        fields = _csv_fields(first, layout, installment_rows)
+        record.spec = plain_fields_spec(*fields) or parse_debt(_csv_body(fields))
     except DomainError as error:
         lines = [line for (line, _row), flag in zip(rows, flags, strict=True) if flag]
         record.errors = _csv_errors(error, first_line, external_id, lines)
     return record
 
 
-def _csv_body(first: list[str], layout: _Layout, installment_rows: list[list[str]]) -> dict[str, Any]:
-    """The CSV debt in the API's shape; empty optional cells are left out (or null for referencia)."""
-    index = layout.index
-    deudor: dict[str, Any] = {"nombre": first[index["deudor_nombre"]]}
-    if documento := first[index["deudor_documento"]]:
-        deudor["documento"] = documento
-    if telefono := first[index["deudor_telefono"]]:
-        deudor["telefono"] = telefono
-    body: dict[str, Any] = {"external_id": first[index["external_id"]], "account_id": first[index["account_id"]],
-                            "deudor": deudor, "moneda": first[index["moneda"]],
-                            "referencia": first[index["referencia"]] or None,
-                            "monto_original": first[index["monto_original"]],
-                            "saldo_pendiente": first[index["saldo_pendiente"]]}
-    if version := first[index["external_version"]]:
-        body["external_version"] = int(version) if version.isdigit() and version.isascii() else version
-    if "external_updated_at" in index and (updated_at := first[index["external_updated_at"]]):
-        body["external_updated_at"] = updated_at
-    if tipo := first[index["tipo"]]:
-        body["tipo"] = tipo
-    if auto_send := first[index["auto_send"]]:
-        body["auto_send"] = _BOOLEANS.get(auto_send.lower(), auto_send)
-    # A CSV debt is a whole snapshot: a debt written without installment cells has none, so
-    # its open installments are cancelled (the API's `cuotas: []`).
+def _csv_fields(first: list[str], layout: _Layout, installment_rows: list[list[str]]) -> tuple:
+    """The CSV debt's fields as the API's body would hold them, in `plain_fields_spec`'s order;
+    None for a field the body leaves out (an empty optional cell)."""
+    (external_id, account_id, nombre, documento, telefono, moneda, referencia, monto_original, saldo_pendiente,
+     version, tipo, auto_send) = layout.head_cells(first)
+    updated_at = first[layout.updated_at] if layout.updated_at is not None else ""
     cuotas = []
-    keys, cells = layout.installment_keys, layout.installment_cells
+    cells = layout.installment_cells
     for row in installment_rows:
-        item: dict[str, Any] = {key: cell for key, cell in zip(keys, cells(row), strict=True) if cell}
-        numero = item.get("numero")
-        if numero is not None and numero.isdigit() and numero.isascii():
-            item["numero"] = int(numero)
-        cuotas.append(item)
-    body["cuotas"] = cuotas
+        cuota_id, numero, monto, vence, estado = cells(row)
+        cuotas.append((cuota_id or None, _csv_int(numero), monto or None, vence or None, estado or None))
+    return (external_id, account_id, nombre, documento or None, telefono or None, moneda,
+            # A CSV debt always states its referencia: an empty cell clears it.
+            referencia or None, True, monto_original, saldo_pendiente, _csv_int(version), updated_at or None,
+            tipo or None, _BOOLEANS.get(auto_send.lower(), auto_send) if auto_send else None,
+            # A CSV debt is a whole snapshot: a debt written without installment cells has none, so
+            # its open installments are cancelled (the API's `cuotas: []`).
+            cuotas)
+
+
+def _csv_int(cell: str) -> int | str | None:
+    """A cell of digits as the JSON number it stands for; other text as it is, for the error."""
+    if not cell:
+        return None
+    return int(cell) if cell.isdigit() and cell.isascii() else cell
+
+
+def _csv_body(fields: tuple) -> dict[str, Any]:
+    """The CSV debt in the API's shape, from its `_csv_fields`: for `parse_debt` and its errors."""
+    (external_id, account_id, nombre, documento, telefono, moneda, referencia, _referencia_given, monto_original,
+     saldo_pendiente, version, updated_at, tipo, auto_send, cuotas) = fields
+    deudor: dict[str, Any] = {"nombre": nombre}
+    if documento is not None:
+        deudor["documento"] = documento
+    if telefono is not None:
+        deudor["telefono"] = telefono
+    body: dict[str, Any] = {"external_id": external_id, "account_id": account_id, "deudor": deudor,
+                            "moneda": moneda, "referencia": referencia, "monto_original": monto_original,
+                            "saldo_pendiente": saldo_pendiente}
+    for name, value in (("external_version", version), ("external_updated_at", updated_at), ("tipo", tipo),
+                        ("auto_send", auto_send)):
+        if value is not None:
+            body[name] = value
+    body["cuotas"] = [{key: value for key, value in zip(_INSTALLMENT_KEYS, item, strict=True) if value is not None}
+                      for item in cuotas]
     return body
 
 

@@ -431,37 +431,40 @@ def _plain_date(value: Any) -> dt.date | None:
     return day
 
 
-def _plain_installments(cuotas: Any, currency: str, digits: int) -> list[InstallmentSpec] | None:
-    if type(cuotas) is not list or len(cuotas) > MAX_INSTALLMENTS:
-        return None
-    found = []
-    seen_ids: set[str] = set()
-    seen_numbers: set[int] = set()
-    for item in cuotas:
-        if type(item) is not dict or not item.keys() <= _INSTALLMENT_FIELDS:
-            return None
-        get = item.get
-        external_id, numero, estado = get("external_id"), get("numero"), get("estado")
-        if not _plain_text(external_id, 1, 160) or type(numero) is not int or not 1 <= numero <= 100_000 \
-                or external_id in seen_ids or numero in seen_numbers \
-                or (estado is not None and (type(estado) is not str or estado not in INSTALLMENT_STATES)):
-            return None
-        monto = _plain_minor(get("monto"), currency, digits, 1)
-        vence = _plain_date(get("vence"))
-        if monto is None or vence is None:
-            return None
-        seen_ids.add(external_id)
-        seen_numbers.add(numero)
-        found.append(InstallmentSpec(external_id, numero, monto, vence, estado))
-    return found
-
-
 def plain_debt_spec(obj: Any) -> DebtSpec | None:
     """`parse_debt(obj)` for a debt that passes every rule at first sight; else None (see above)."""
     if type(obj) is not dict or not obj.keys() <= _DEBT_FIELDS:
         return None
+    deudor = obj.get("deudor")
+    if type(deudor) is not dict or not deudor.keys() <= _DEUDOR_FIELDS:
+        return None
+    cuotas = obj.get("cuotas")
+    if cuotas is not None:
+        if type(cuotas) is not list:
+            return None
+        items = []
+        for item in cuotas:
+            if type(item) is not dict or not item.keys() <= _INSTALLMENT_FIELDS:
+                return None
+            get = item.get
+            items.append((get("external_id"), get("numero"), get("monto"), get("vence"), get("estado")))
+        cuotas = items
     get = obj.get
-    external_id, account_id, moneda = get("external_id"), get("account_id"), get("moneda")
+    return plain_fields_spec(get("external_id"), get("account_id"), deudor.get("nombre"), deudor.get("documento"),
+                             deudor.get("telefono"), get("moneda"), get("referencia"), "referencia" in obj,
+                             get("monto_original"), get("saldo_pendiente"), get("external_version"),
+                             get("external_updated_at"), get("tipo"), get("auto_send"), cuotas)
+
+
+def plain_fields_spec(external_id: Any, account_id: Any, nombre: Any, documento: Any, telefono: Any, moneda: Any,
+                      referencia: Any, referencia_given: bool, monto_original: Any, saldo_pendiente: Any,
+                      external_version: Any, external_updated_at: Any, tipo: Any, auto_send: Any,
+                      cuotas: list[tuple] | None) -> DebtSpec | None:
+    """`plain_debt_spec` of a debt already taken apart (a CSV importer has no need of the dict).
+
+    Each argument is the field's value, None when it is left out or null; `cuotas` holds one
+    (external_id, numero, monto, vence, estado) tuple per installment, None for the same.
+    """
     if not (_plain_text(external_id, 1, 160) and _plain_text(account_id, 1, 64) and _plain_text(moneda, 3, 3)):
         return None
     # An upper-cased code that is active had nothing to strip: normalize_currency would agree.
@@ -470,10 +473,6 @@ def plain_debt_spec(obj: Any) -> DebtSpec | None:
         return None
     digits = MINOR_UNITS_EXCEPTIONS.get(currency, 2)
 
-    deudor = get("deudor")
-    if type(deudor) is not dict or not deudor.keys() <= _DEUDOR_FIELDS:
-        return None
-    nombre, documento, telefono = deudor.get("nombre"), deudor.get("documento"), deudor.get("telefono")
     if not _plain_text(nombre, 1, 255) or not (nombre := nombre.strip()):
         return None
     if documento is not None and (not _plain_text(documento, 1, 64) or not (documento := documento.strip())):
@@ -489,31 +488,51 @@ def plain_debt_spec(obj: Any) -> DebtSpec | None:
     elif documento is None:
         return None
 
-    referencia, version, updated_at = get("referencia"), get("external_version"), get("external_updated_at")
-    tipo, auto_send = get("tipo"), get("auto_send")
     if (referencia is not None and not _plain_text(referencia, 0, 500)) \
-            or (version is not None and (type(version) is not int or not 0 <= version <= _MAX_VERSION)) \
+            or (external_version is not None
+                and (type(external_version) is not int or not 0 <= external_version <= _MAX_VERSION)) \
             or (tipo is not None and (type(tipo) is not str or tipo not in DEBT_TYPES)) \
             or (auto_send is not None and type(auto_send) is not bool):
         return None
-    if updated_at is not None:
-        if type(updated_at) is not str:
+    if external_updated_at is not None:
+        if type(external_updated_at) is not str:
             return None
         try:
-            updated_at = to_utc_naive(_timestamp(updated_at))
+            external_updated_at = to_utc_naive(_timestamp(external_updated_at))
         except PydanticCustomError:
             return None
-    monto_original = _plain_minor(get("monto_original"), currency, digits, 1)
-    saldo_pendiente = _plain_minor(get("saldo_pendiente"), currency, digits, 0)
+    monto_original = _plain_minor(monto_original, currency, digits, 1)
+    saldo_pendiente = _plain_minor(saldo_pendiente, currency, digits, 0)
     if monto_original is None or saldo_pendiente is None:
         return None
-    cuotas = get("cuotas")
     if cuotas is not None:
+        if len(cuotas) > MAX_INSTALLMENTS or (tipo == "single" and len(cuotas) > 1):
+            return None
         cuotas = _plain_installments(cuotas, currency, digits)
-        if cuotas is None or (tipo == "single" and len(cuotas) > 1):
+        if cuotas is None:
             return None
     return DebtSpec(external_id, account_id, DeudorSpec(nombre, documento, telefono), currency, monto_original,
-                    saldo_pendiente, version, updated_at, referencia, "referencia" in obj, tipo, auto_send, cuotas)
+                    saldo_pendiente, external_version, external_updated_at, referencia, referencia_given, tipo,
+                    auto_send, cuotas)
+
+
+def _plain_installments(cuotas: list[tuple], currency: str, digits: int) -> list[InstallmentSpec] | None:
+    found = []
+    seen_ids: set[str] = set()
+    seen_numbers: set[int] = set()
+    for external_id, numero, monto, vence, estado in cuotas:
+        if not _plain_text(external_id, 1, 160) or type(numero) is not int or not 1 <= numero <= 100_000 \
+                or external_id in seen_ids or numero in seen_numbers \
+                or (estado is not None and (type(estado) is not str or estado not in INSTALLMENT_STATES)):
+            return None
+        monto = _plain_minor(monto, currency, digits, 1)
+        vence = _plain_date(vence)
+        if monto is None or vence is None:
+            return None
+        seen_ids.add(external_id)
+        seen_numbers.add(numero)
+        found.append(InstallmentSpec(external_id, numero, monto, vence, estado))
+    return found
 
 
 def payment_spec(data: PaymentInput) -> PaymentSpec:

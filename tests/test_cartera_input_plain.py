@@ -15,8 +15,8 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.cartera_import import read_csv
-from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_debt_spec
+from models.cartera_import import CSV_COLUMNS, _csv_body, _csv_fields, _Layout, read_csv
+from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_debt_spec, plain_fields_spec
 from models.errors import Invalid
 
 MISSING = object()
@@ -244,6 +244,37 @@ def test_arbitrary_values_are_never_accepted_by_the_short_road_alone(body):
     plain = plain_debt_spec(body)
     if plain is not None:
         assert plain == verdict(body)
+
+
+CSV_HEAD = {"external_id": "F-1", "external_version": "3", "account_id": "wacc_1", "deudor_nombre": "Ana",
+            "deudor_documento": "1-9", "deudor_telefono": "56922223333", "moneda": "CLP", "referencia": "F 1",
+            "monto_original": "300", "saldo_pendiente": "300", "tipo": "installments", "auto_send": "true",
+            "external_updated_at": ""}
+CSV_CELLS = st.sampled_from(["", " ", "0", "1", "2", "00", "٣", "²", "x", "-1", "12.5", "12.345", "1.0", "2031-01-10",
+                             "2031-02-30", "USD", "usd", "BHD", "true", "si", "sí", "NO", "maybe", "pending", "PAID",
+                             "single", "installments", "Ana", "56911112222", "+56 9 1111 2222", "123", "D-1",
+                             "2025-03-01T10:00:00Z", "2025-03-01T10:00:00", "9" * 19, "9" * 30, "a\ud800", "é" * 161])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(sorted(CSV_HEAD)), CSV_CELLS, max_size=3),
+       installments=st.lists(st.tuples(st.sampled_from(["C-1", "C-2", "", "x" * 161]),
+                                       st.sampled_from(["1", "2", "0", "", "01", "x"]), CSV_CELLS,
+                                       st.sampled_from(["2031-01-10", "", "2031-1-10"]),
+                                       st.sampled_from(["", "pending", "paid", "x"])), max_size=3),
+       updated_at_column=st.booleans())
+def test_a_csv_debt_gets_the_same_spec_from_its_cells_as_from_its_body(changes, installments, updated_at_column):
+    columns = [name for name in (*CSV_COLUMNS, "external_updated_at")
+               if updated_at_column or name != "external_updated_at"]
+    first = {**CSV_HEAD, **changes}
+    rows = [[{**first, "cuota_external_id": item[0], "cuota_numero": item[1], "cuota_monto": item[2],
+              "cuota_vence": item[3], "cuota_estado": item[4]}.get(name, "") for name in columns]
+            for item in installments] or [[first.get(name, "") for name in columns]]
+    fields = _csv_fields(rows[0], _Layout({name: index for index, name in enumerate(columns)}),
+                         rows if installments else [])
+    plain = plain_fields_spec(*fields)
+    if plain is not None:
+        assert plain == verdict(_csv_body(fields))
 
 
 def test_plain_debts_take_the_short_road():
