@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import itertools
 import logging
 import operator
 from dataclasses import dataclass, field
@@ -243,7 +244,7 @@ def bulk_insert(model, fields: list, rows: list[tuple], returning: list | None =
     for start in range(0, len(rows), per_statement):
         chunk = rows[start:start + per_statement]
         sql = f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES {", ".join([row_marks] * len(chunk))}{tail}'
-        cursor = execute(sql, [value for row in chunk for value in row])
+        cursor = execute(sql, list(itertools.chain.from_iterable(chunk)))
         if returning:
             found.extend(cursor.fetchall())
     return found
@@ -538,9 +539,10 @@ class _Batch:
                 state.debt.save(only=_DEBT_UPDATE_FIELDS)
         rows = []
         for state in touched:
+            debt_id = state.debt.id
             for item in state.installments:
                 if item.id is None:
-                    rows.append((state.debt.id, item.external_id, item.numero, item.monto, item.pagado, item.vence,
+                    rows.append((debt_id, item.external_id, item.numero, item.monto, item.pagado, item.vence,
                                  item.estado, item.declared_estado))
             for item in state.changed_installments.values():
                 item.save(only=[Installment.numero, Installment.monto, Installment.vence, Installment.estado,
