@@ -318,7 +318,7 @@ def _is_stale(stored: Debt, spec: DebtSpec) -> bool:
 
 # -- debts: create or update from the ERP ------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class UpsertResult:
     external_id: str | None
     action: str | None = None  # created, updated, ignored_stale
@@ -330,7 +330,7 @@ class UpsertResult:
         return self.error is None
 
 
-@dataclass
+@dataclass(slots=True)
 class _DebtState:
     debt: Debt | _NewDebt
     installments: list[Installment]
