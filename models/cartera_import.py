@@ -266,10 +266,13 @@ def _csv_fields(first: list[str], layout: _Layout, installment_rows: list[list[s
 
 
 def _csv_int(cell: str) -> int | str | None:
-    """A cell of digits as the JSON number it stands for; other text as it is, for the error."""
+    """A cell of digits as the JSON number it stands for; other text as it is, for the error.
+
+    More digits than any field holds (a 64-bit integer has 19) stay text too: int() refuses
+    thousands of them, and the field's check refuses the text with the row's line."""
     if not cell:
         return None
-    return int(cell) if cell.isdigit() and cell.isascii() else cell
+    return int(cell) if len(cell) <= 19 and cell.isdigit() and cell.isascii() else cell
 
 
 def _csv_body(fields: tuple) -> dict[str, Any]:

@@ -92,6 +92,22 @@ class TestCsvImport:
         assert "line 6 (D-2):" in result.stderr and "line 9 (D-4):" in result.stderr
 
     @sqlite_only_mark
+    def test_a_number_too_long_for_any_field_refuses_its_row_only(self, alice, account, tmp_path):
+        huge = "9" * 5000  # past Python's limit on converting digits to int
+        lines = [HEADER, csv_row(account.public_id, "D-1", version=huge),
+                 csv_row(account.public_id, "D-2", "c1", huge, "300.00", "2031-01-10", "pending"),
+                 csv_row(account.public_id, "D-3")]
+        errors_file = tmp_path / "errors.jsonl"
+        result = run("cartera", "import", "--tenant", alice.tenant.public_id, write(tmp_path, "debts.csv", lines),
+                     "--errors", str(errors_file), "--json")
+        assert result.exit_code == 1, result.stderr
+        assert json.loads(result.stdout)["created"] == 1
+        reported = [json.loads(line) for line in errors_file.read_text().splitlines()]
+        assert [(e["line"], e["code"]) for e in reported] == [(2, "validation_failed"), (3, "validation_failed")]
+        assert reported[0]["message"].startswith("external_version:")
+        assert reported[1]["message"].startswith("cuota_numero:")
+
+    @sqlite_only_mark
     def test_a_debt_with_a_bad_row_is_skipped_whole_so_no_installment_is_cancelled(self, alice, account, tmp_path):
         first = [HEADER, *three_installments(account.public_id, "D-1")]
         tenant = alice.tenant.public_id
