@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,26 +93,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def tree_cpu_seconds(pid: int) -> float:
+def _descendants(pid: int, children: dict[int, list[int]]) -> Iterator[int]:
+    """A process and all its live descendants (a gunicorn master and its workers)."""
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(children.get(current, []))
+
+
+def tree_cpu_seconds(pid: int, children: dict[int, list[int]] | None = None) -> float:
     """CPU time (user + system) used so far by a process and its live descendants."""
-    tree = _children()
-    total, stack = 0.0, [pid]
-    while stack:
-        current = stack.pop()
-        total += _cpu_seconds(current)
-        stack.extend(tree.get(current, []))
-    return total
+    return sum(_cpu_seconds(each) for each in _descendants(pid, children or _children()))
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants (a gunicorn master and its workers)."""
-    tree = _children()
-    total, stack = 0, [pid]
-    while stack:
-        current = stack.pop()
-        total += _rss_kb(current)
-        stack.extend(tree.get(current, []))
-    return total / 1024
+def tree_rss_mb(pid: int, children: dict[int, list[int]] | None = None) -> float:
+    """Resident memory of a process and all its descendants."""
+    return sum(_rss_kb(each) for each in _descendants(pid, children or _children())) / 1024
 
 
 @dataclass
@@ -212,12 +210,14 @@ class Stack:
 
     def memory(self) -> dict[str, float]:
         """RSS in MB per process group: each API node (master + workers) and each consumer."""
-        return {name: tree_rss_mb(process.pid) for name, process in self.processes.items()
+        children = _children()
+        return {name: tree_rss_mb(process.pid, children) for name, process in self.processes.items()
                 if name != "sim" and process.poll() is None}
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds used so far per process group, the simulator's included."""
-        return {name: tree_cpu_seconds(process.pid) for name, process in self.processes.items()
+        children = _children()
+        return {name: tree_cpu_seconds(process.pid, children) for name, process in self.processes.items()
                 if process.poll() is None}
 
     def log(self, name: str) -> str:
