@@ -18,13 +18,14 @@ from messaging.client import GraphClient
 from messaging.simulator import Simulator, builtin_templates
 from messaging.webhooks import StatusUpdate
 from models.accounts import MessagingAccount, Template, open_window
+from models.campaigns import Campaign, create_campaign
 from models.clock import utcnow
 from models.credits import LedgerEntry, Wallet
 from models.db import connection, db, init_db
 from models.ids import new_id
 from models.secrets import encrypt
 
-__all__ = ["campaign_simulator", "sim", "app", "client", "number"]
+__all__ = ["campaign_simulator", "sim", "app", "client", "number", "queue_only"]
 
 # The simulator's built-in templates, as the template sync stores them.
 TEMPLATES = [
@@ -131,6 +132,19 @@ def number(sim, alice):
 def campaign_body(account: MessagingAccount, wa_ids, template: str = "hello_world", **extra) -> dict:
     return {"account_id": account.public_id, "template_name": template,
             "recipients": [{"wa_id": wa_id} for wa_id in wa_ids], **extra}
+
+
+def create_for(persona, account: MessagingAccount, wa_ids, **extra) -> Campaign:
+    """A campaign created through the domain operation the API calls."""
+    return create_campaign(persona.id, campaign_body(account, wa_ids, **extra))
+
+
+@pytest.fixture
+def queue_only(immediate_queue):
+    """Creation without the in-process dispatch: campaigns stay `queued`."""
+    immediate_queue.immediate = False
+    yield
+    immediate_queue.immediate = True
 
 
 def status_update(account: MessagingAccount, wamid: str, status: str, *, callback: str | None = None,

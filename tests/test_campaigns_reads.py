@@ -9,30 +9,18 @@ from models import campaigns as campaigns_module
 from models.campaigns import Campaign, CampaignRecipient, create_campaign
 from models.credits import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
-from tests.campaigns_fixtures import campaign_body, make_number, wallet
+from tests.campaigns_fixtures import campaign_body, create_for, make_number, wallet
 from tests.test_credits import replay_ledger
 
 sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
 URL = "/api/v1/campaigns"
 
 
-@pytest.fixture
-def queue_only(immediate_queue):
-    """Creation without the in-process dispatch: campaigns stay `queued`."""
-    immediate_queue.immediate = False
-    yield
-    immediate_queue.immediate = True
-
-
-def create(persona, number, wa_ids, **extra) -> Campaign:
-    return create_campaign(persona.id, campaign_body(number, wa_ids, **extra))
-
-
 def test_the_list_is_newest_first_filtered_and_only_api_campaigns(client, alice, charlie, number, sim, queue_only):
-    first = create(alice, number, ["5215550200001"])
-    second = create(alice, number, ["5215550200002", "5215550200003"])
+    first = create_for(alice, number, ["5215550200001"])
+    second = create_for(alice, number, ["5215550200002", "5215550200003"])
     create_campaign(alice.id, campaign_body(number, ["5215550200004"]), source="collection")
-    create(charlie, make_number(charlie.id, sim), ["5215550200005"])
+    create_for(charlie, make_number(charlie.id, sim), ["5215550200005"])
     Campaign.update(status="completed").where(Campaign.id == first.id).execute()
 
     body = client.simulate_get(URL, headers=alice.headers).json
@@ -74,7 +62,7 @@ def test_a_campaign_reads_with_counters_and_credits(client, alice, number):
 
 @sqlite_only
 def test_counters_follow_the_recipients_statuses(alice, number, queue_only):
-    campaign = create(alice, number, [f"52155502001{n:02d}" for n in range(7)])
+    campaign = create_for(alice, number, [f"52155502001{n:02d}" for n in range(7)])
     rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id).order_by(
         CampaignRecipient.id))
     for row, status in zip(rows, ["queued", "sent", "delivered", "delivered", "read", "failed", "pending"],
@@ -87,7 +75,7 @@ def test_counters_follow_the_recipients_statuses(alice, number, queue_only):
 
 @sqlite_only
 def test_recipients_page_up_to_200(client, alice, number, queue_only):
-    campaign = create(alice, number, [f"5215550{n:06d}" for n in range(250)])
+    campaign = create_for(alice, number, [f"5215550{n:06d}" for n in range(250)])
     page = client.simulate_get(f"{URL}/{campaign.public_id}/recipients", params={"per_page": 200},
                                headers=alice.headers).json
     assert len(page["data"]) == 200 and page["meta"]["last_page"] == 2 and page["meta"]["per_page"] == 200
@@ -101,7 +89,7 @@ def test_recipients_page_up_to_200(client, alice, number, queue_only):
 
 @sqlite_only
 def test_another_companys_campaign_is_not_found(client, alice, charlie, sim, queue_only):
-    theirs = create(charlie, make_number(charlie.id, sim), ["5215550200021"])
+    theirs = create_for(charlie, make_number(charlie.id, sim), ["5215550200021"])
     for path, method in ((f"{URL}/{theirs.public_id}", "GET"), (f"{URL}/{theirs.public_id}/recipients", "GET"),
                          (f"{URL}/{theirs.public_id}/cancel", "POST"), (f"{URL}/cmp_unknown", "GET")):
         response = client.simulate_request(method, path, headers=alice.headers)
@@ -111,7 +99,7 @@ def test_another_companys_campaign_is_not_found(client, alice, charlie, sim, que
 
 
 def test_cancelling_a_queued_campaign_releases_its_credits(client, alice, number, queue_only):
-    campaign = create(alice, number, ["5215550200031", "5215550200032", "5215550200033"])
+    campaign = create_for(alice, number, ["5215550200031", "5215550200032", "5215550200033"])
     response = client.simulate_post(f"{URL}/{campaign.public_id}/cancel", headers=alice.headers)
     assert response.status_code == 200, response.text
     data = response.json["data"]
@@ -140,7 +128,7 @@ def test_a_started_or_finished_campaign_cannot_be_cancelled(client, alice, numbe
 
 @sqlite_only
 def test_a_campaign_being_dispatched_cannot_be_cancelled(client, alice, number, queue_only):
-    campaign = create(alice, number, ["5215550200051", "5215550200052"])
+    campaign = create_for(alice, number, ["5215550200051", "5215550200052"])
     # The dispatcher's first claim moves the campaign to processing in its transaction.
     Campaign.update(status="processing").where(Campaign.id == campaign.id).execute()
     CampaignRecipient.update(status="queued").where(CampaignRecipient.wa_id == "5215550200051").execute()
@@ -151,7 +139,7 @@ def test_a_campaign_being_dispatched_cannot_be_cancelled(client, alice, number, 
 
 @sqlite_only
 def test_cancelling_needs_the_cancel_scope(client, alice, number, queue_only):
-    campaign = create(alice, number, ["5215550200061"])
+    campaign = create_for(alice, number, ["5215550200061"])
     headers = alice.with_key(["campaigns:read", "campaigns:write"])
     response = client.simulate_post(f"{URL}/{campaign.public_id}/cancel", headers=headers)
     assert response.status_code == 403

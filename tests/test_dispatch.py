@@ -14,28 +14,17 @@ from messaging.client import GraphClient
 from messaging.errors import error_from_response
 from models import accounts, credits
 from models.accounts import BusinessInitiated, MessagingAccount
-from models.campaigns import Campaign, CampaignRecipient, create_campaign
+from models.campaigns import Campaign, CampaignRecipient
 from models.clock import utcnow
 from models.db import connection, counters
 from models.dispatch import DatabaseStore, Engine, GraphMessenger, engine_key, fair_shares, recover_stuck
 from models.events import Event
 from models.statuses import apply_status_updates
 from tests.campaigns_fixtures import *  # noqa: F403
-from tests.campaigns_fixtures import campaign_body, make_number, status_update, wa, wallet
+from tests.campaigns_fixtures import create_for, make_number, status_update, wa, wallet
 from tests.test_credits import replay_ledger
 
 sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def queue_only(immediate_queue):
-    immediate_queue.immediate = False
-    yield
-    immediate_queue.immediate = True
-
-
-def create(persona, number, wa_ids, **extra) -> Campaign:
-    return create_campaign(persona.id, campaign_body(number, wa_ids, **extra))
 
 
 def dispatch(campaign: Campaign) -> Campaign:
@@ -71,7 +60,7 @@ class PlatformSays:
 
 def test_pacing_keeps_a_number_under_its_cap(alice, number, sim, queue_only):
     # The simulator answers 130429 past 20 messages/s: not one throttle means the pace held.
-    campaign = dispatch(create(alice, number, [f"52155503{n:05d}" for n in range(1, 46)]))
+    campaign = dispatch(create_for(alice, number, [f"52155503{n:05d}" for n in range(1, 46)]))
     assert campaign.status == "completed"
     rows = recipients(campaign).values()
     assert {r.status for r in rows} == {"sent"} and {r.attempts for r in rows} == {1}
@@ -80,7 +69,7 @@ def test_pacing_keeps_a_number_under_its_cap(alice, number, sim, queue_only):
 
 @sqlite_only
 def test_every_send_carries_the_recipient_id_as_callback_data(alice, number, sim):
-    campaign = dispatch(create(alice, number, ["5215550300101", "5215550300102"]))
+    campaign = dispatch(create_for(alice, number, ["5215550300101", "5215550300102"]))
     rows = recipients(campaign)
     assert {item["biz_opaque_callback_data"]: item["to"] for item in sent_by(sim, number)} == {
         row.public_id: wa_id for wa_id, row in rows.items()}
@@ -89,7 +78,7 @@ def test_every_send_carries_the_recipient_id_as_callback_data(alice, number, sim
 
 def test_a_throttled_recipient_waits_and_is_not_counted_as_failed(alice, number, sim):
     slow = wa("0429")
-    campaign = dispatch(create(alice, number, [slow, wa()]))
+    campaign = dispatch(create_for(alice, number, [slow, wa()]))
     throttled = recipients(campaign)[slow]
     assert (throttled.status, throttled.attempts) == ("sent", 2)
     assert campaign.status == "completed" and campaign.consumed_credits == 2
@@ -97,7 +86,7 @@ def test_a_throttled_recipient_waits_and_is_not_counted_as_failed(alice, number,
 
 
 def test_a_rejected_recipient_fails_and_its_credit_is_released(alice, number, sim):
-    campaign = dispatch(create(alice, number, ["5215550300000", "5215550300301"], external_reference="r"))
+    campaign = dispatch(create_for(alice, number, ["5215550300000", "5215550300301"], external_reference="r"))
     rejected = recipients(campaign)["5215550300000"]
     assert (rejected.status, rejected.error_code, rejected.wam_id) == ("failed", "131026", None)
     assert (campaign.consumed_credits, campaign.released_credits) == (1, 1)
@@ -113,7 +102,7 @@ def test_a_rejected_recipient_fails_and_its_credit_is_released(alice, number, si
 
 @sqlite_only
 def test_accepted_sends_count_against_the_daily_limit(alice, number, sim):
-    dispatch(create(alice, number, ["5215550300401", "5215550300402", "5215550300402"]))
+    dispatch(create_for(alice, number, ["5215550300401", "5215550300402", "5215550300402"]))
     assert accounts.messages_sent_today(number.id) == 2
 
 
@@ -122,7 +111,7 @@ def test_the_daily_limit_holds_the_rest_until_the_window_frees(alice, sim, queue
     number = make_number(alice.id, sim, daily_limit=3)
     accounts.record_business_sends(number.id, ["5215550300505"])  # already messaged today: free
     wa_ids = [f"521555030050{n}" for n in range(1, 7)]
-    campaign = dispatch(create(alice, number, wa_ids))
+    campaign = dispatch(create_for(alice, number, wa_ids))
     assert (campaign.status, campaign.hold_reason) == ("pending", "daily_limit")
     rows = recipients(campaign)
     assert sorted(wa for wa, r in rows.items() if r.status == "sent") == [
@@ -137,7 +126,7 @@ def test_the_daily_limit_holds_the_rest_until_the_window_frees(alice, sim, queue
 
 @sqlite_only
 def test_a_paused_number_holds_its_campaign_until_resumed(alice, number, sim, queue_only):
-    campaign = create(alice, number, ["5215550300601", "5215550300602"])
+    campaign = create_for(alice, number, ["5215550300601", "5215550300602"])
     accounts.pause_account(number.id, "administrator")
     campaign = dispatch(campaign)
     assert (campaign.status, campaign.hold_reason) == ("pending", "account_paused")
@@ -149,7 +138,7 @@ def test_a_paused_number_holds_its_campaign_until_resumed(alice, number, sim, qu
 
 @sqlite_only
 def test_a_paused_wallet_holds_dispatch(alice, number, sim, queue_only):
-    campaign = create(alice, number, ["5215550300701"])
+    campaign = create_for(alice, number, ["5215550300701"])
     credits.set_status(alice.id, "paused")
     assert dispatch(campaign).hold_reason == "wallet_paused"
     credits.set_status(alice.id, "active")
@@ -160,7 +149,7 @@ def test_a_paused_wallet_holds_dispatch(alice, number, sim, queue_only):
 def test_a_revoked_token_fails_the_campaign_and_releases_everything(alice, sim, queue_only):
     real = make_number(alice.id, sim)
     revoked = make_number(alice.id, phone_id=real.phone_id, token="EAAGrevoked")
-    campaign = dispatch(create(alice, revoked, [f"52155503008{n:02d}" for n in range(12)]))
+    campaign = dispatch(create_for(alice, revoked, [f"52155503008{n:02d}" for n in range(12)]))
     assert campaign.status == "failed" and campaign.finished_at is not None
     rows = recipients(campaign).values()
     assert {r.status for r in rows} == {"failed"}
@@ -173,7 +162,7 @@ def test_a_revoked_token_fails_the_campaign_and_releases_everything(alice, sim, 
 
 @sqlite_only
 def test_a_number_that_lost_its_connection_fails_its_campaign(alice, number, sim, queue_only):
-    campaign = create(alice, number, ["5215550300901", "5215550300902"])
+    campaign = create_for(alice, number, ["5215550300901", "5215550300902"])
     MessagingAccount.update(access_token=None).where(MessagingAccount.id == number.id).execute()
     campaign = dispatch(campaign)
     assert campaign.status == "failed"
@@ -183,7 +172,7 @@ def test_a_number_that_lost_its_connection_fails_its_campaign(alice, number, sim
 
 @sqlite_only
 def test_a_refused_template_fails_the_campaign(alice, number, sim, queue_only):
-    campaign = create(alice, number, ["5215550301001", "5215550301002"])
+    campaign = create_for(alice, number, ["5215550301001", "5215550301002"])
     sim.set_template("hello_world", "en_US", status="PAUSED")
     campaign = dispatch(campaign)
     assert campaign.status == "failed"
@@ -192,8 +181,8 @@ def test_a_refused_template_fails_the_campaign(alice, number, sim, queue_only):
 
 @sqlite_only
 def test_campaigns_on_one_number_share_it(alice, number, sim, queue_only):
-    big = create(alice, number, [f"52155503110{n:02d}" for n in range(40)])
-    small = create(alice, number, [f"52155503120{n:02d}" for n in range(4)])
+    big = create_for(alice, number, [f"52155503110{n:02d}" for n in range(40)])
+    small = create_for(alice, number, [f"52155503120{n:02d}" for n in range(4)])
     dispatch(big)
     # Both campaigns get a share of every tick: the small one goes out in the first batch, next
     # to the big one, not after its 40.
@@ -205,8 +194,9 @@ def test_campaigns_on_one_number_share_it(alice, number, sim, queue_only):
 
 @sqlite_only
 def test_many_campaigns_of_many_tenants_interleave(alice, charlie, sim, queue_only):
-    mine = [create(alice, make_number(alice.id, sim), [f"5215550313{i}{n:02d}" for n in range(15)]) for i in range(3)]
-    theirs = create(charlie, make_number(charlie.id, sim), [f"52155503140{n:02d}" for n in range(15)])
+    mine = [create_for(alice, make_number(alice.id, sim), [f"5215550313{i}{n:02d}" for n in range(15)])
+            for i in range(3)]
+    theirs = create_for(charlie, make_number(charlie.id, sim), [f"52155503140{n:02d}" for n in range(15)])
     dispatch(theirs)
     assert {Campaign.get_by_id(c.id).status for c in [*mine, theirs]} == {"completed"}
     # The first tick served every number, whatever their tenant (one batch: one sent_at).
@@ -229,7 +219,7 @@ def test_fair_shares_go_to_tenants_first_then_to_their_numbers():
 
 @sqlite_only
 def test_a_platform_error_retries_later_without_failing(alice, number, sim, queue_only):
-    campaign = create(alice, number, ["5215550301501"])
+    campaign = create_for(alice, number, ["5215550301501"])
     sim.fail("500", seconds=30)
     try:
         dispatch(campaign)
@@ -244,7 +234,7 @@ def test_a_platform_error_retries_later_without_failing(alice, number, sim, queu
 
 @sqlite_only
 def test_a_pair_rate_limit_makes_only_that_recipient_wait(alice, number, queue_only):
-    campaign = create(alice, number, ["5215550301601"])
+    campaign = create_for(alice, number, ["5215550301601"])
     Engine(messenger=PlatformSays(131056)).run(session=None, linger=0)
     row = recipients(campaign)["5215550301601"]
     assert (row.status, row.throttled, row.retries) == ("pending", 1, 0)
@@ -253,7 +243,7 @@ def test_a_pair_rate_limit_makes_only_that_recipient_wait(alice, number, queue_o
 
 
 def test_a_lost_answer_is_settled_by_the_status_webhook_never_by_resending(alice, number, sim, queue_only):
-    campaign = create(alice, number, ["5215550301701"])
+    campaign = create_for(alice, number, ["5215550301701"])
     impatient = GraphClient(sim.base_url, timeout=(1.0, 0.3))
     sim.fail("timeout", seconds=5, hang=0.8)
     try:
@@ -279,7 +269,7 @@ def test_a_lost_answer_is_settled_by_the_status_webhook_never_by_resending(alice
 
 
 def test_recovery_fails_a_dead_engines_claims_and_leaves_live_ones(alice, number, queue_only):
-    campaign = create(alice, number, [f"52155503018{n:02d}" for n in range(4)])
+    campaign = create_for(alice, number, [f"52155503018{n:02d}" for n in range(4)])
     store = DatabaseStore()
     plan = {p.account_id: p for p in store.plan()}
     earlier = utcnow() - dt.timedelta(seconds=30)
