@@ -1,10 +1,12 @@
-"""Fixtures for end-to-end tests: `from tests.live_fixtures import live_service` in a test module."""
+"""Fixtures for end-to-end tests: `from tests.live_fixtures import *` in a test module."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.live import LiveService, env_for
+
+__all__ = ["live_service"]
 
 
 @pytest.fixture

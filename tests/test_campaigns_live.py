@@ -17,20 +17,13 @@ from models.campaigns import Campaign, CampaignRecipient
 from models.events import Event
 from tests.campaigns_fixtures import campaign_body, make_number, sim_signup
 from tests.conftest import Persona
-from tests.live import LiveService, env_for, wait_until
+from tests.live import LiveService, wait_until
+from tests.live_fixtures import *  # noqa: F403
 from tests.test_credits import replay_ledger
 
 pytestmark = pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
 MESSAGE_FIELDS = {"event", "account_id", "campaign_id", "recipient", "external_contact_id", "wam_id", "status",
                   "timestamp"}
-
-
-@pytest.fixture
-def service(storage, tmp_path, immediate_queue):
-    immediate_queue.immediate = False
-    live = LiveService(env_for(storage), tmp_path).start()
-    yield live
-    live.stop()
 
 
 def live_number(service: LiveService, persona: Persona, mps: int = 20, mode: str = "coexistence"):
@@ -53,20 +46,20 @@ def recipients_of(service, persona, campaign_id) -> list[dict]:
     return items
 
 
-def test_a_campaign_runs_every_recipient_behaviour_end_to_end(service, storage):
+def test_a_campaign_runs_every_recipient_behaviour_end_to_end(live_service, storage):
     alice = Persona("Alice Live", credits=1000)
-    account = live_number(service, alice)
+    account = live_number(live_service, alice)
     wa_ids = [f"52155512{n:05d}" for n in range(1, 8)] + ["5215551230000", "5215551230429", "5215551239999"]
-    response = api(service, alice, "POST", "/campaigns", json=campaign_body(account, wa_ids))
+    response = api(live_service, alice, "POST", "/campaigns", json=campaign_body(account, wa_ids))
     assert response.status_code == 201, response.text
     campaign_id = response.json()["data"]["id"]
 
     def settled():
-        data = api(service, alice, "GET", f"/campaigns/{campaign_id}").json()["data"]
+        data = api(live_service, alice, "GET", f"/campaigns/{campaign_id}").json()["data"]
         return data if data["status"] == "completed" and data["read"] == 8 and data["failed"] == 2 else None
 
     data = wait_until(settled, timeout=45, interval=0.3, message="the campaign to settle")
-    statuses = {item["wa_id"]: item for item in recipients_of(service, alice, campaign_id)}
+    statuses = {item["wa_id"]: item for item in recipients_of(live_service, alice, campaign_id)}
     assert {wa_id: item["status"] for wa_id, item in statuses.items()} == {
         **{wa_id: "read" for wa_id in wa_ids[:7]}, "5215551230000": "failed", "5215551230429": "read",
         "5215551239999": "failed"}
@@ -83,7 +76,7 @@ def test_a_campaign_runs_every_recipient_behaviour_end_to_end(service, storage):
     assert replay_ledger(alice.id) == (wallet.balance, wallet.reserved)
     assert [e.type for e in credits.ledger(alice.id) if e.type == "refund"] == ["refund"]
 
-    sent = requests.get(f"{service.sim_url}/_sim/sent", timeout=5).json()["data"]
+    sent = requests.get(f"{live_service.sim_url}/_sim/sent", timeout=5).json()["data"]
     mine = [item for item in sent if item["phone_number_id"] == account.phone_id]
     assert sorted(item["to"] for item in mine) == sorted(wa_ids[:7] + ["5215551230429", "5215551239999"])
     assert {item["biz_opaque_callback_data"] for item in mine} == {
@@ -105,11 +98,11 @@ def test_a_campaign_runs_every_recipient_behaviour_end_to_end(service, storage):
             assert payload["campaign_id"] == campaign_id and payload["account_id"] == account.public_id
 
 
-def test_a_worker_killed_mid_campaign_never_sends_anyone_twice(service, storage):
+def test_a_worker_killed_mid_campaign_never_sends_anyone_twice(live_service, storage):
     alice = Persona("Alice Crash", credits=5000)
-    account = live_number(service, alice, mps=250, mode="internal")
+    account = live_number(live_service, alice, mps=250, mode="internal")
     wa_ids = [f"521557{n:06d}7" for n in range(2000)]  # none of the simulator's special endings
-    response = api(service, alice, "POST", "/campaigns", json=campaign_body(account, wa_ids))
+    response = api(live_service, alice, "POST", "/campaigns", json=campaign_body(account, wa_ids))
     assert response.status_code == 201, response.text
     campaign_id = response.json()["data"]["id"]
     campaign = Campaign.get(Campaign.public_id == campaign_id)
@@ -119,18 +112,18 @@ def test_a_worker_killed_mid_campaign_never_sends_anyone_twice(service, storage)
                                                & CampaignRecipient.wam_id.is_null(False)).count()
 
     wait_until(lambda: accepted() >= 400, timeout=30, message="dispatch to be under way")
-    service.kill("worker")
+    live_service.kill("worker")
     killed_at = accepted()
     assert killed_at < 2000, "the kill came too late to test anything"
     time.sleep(0.5)
-    service.start_worker()
+    live_service.start_worker()
 
     def finished():
-        data = api(service, alice, "GET", f"/campaigns/{campaign_id}").json()["data"]
+        data = api(live_service, alice, "GET", f"/campaigns/{campaign_id}").json()["data"]
         return data if data["status"] == "completed" and data["sent"] == 0 else None
 
     data = wait_until(finished, timeout=60, interval=0.5, message="the campaign to complete after the restart")
-    sent = requests.get(f"{service.sim_url}/_sim/sent", timeout=5).json()["data"]
+    sent = requests.get(f"{live_service.sim_url}/_sim/sent", timeout=5).json()["data"]
     mine = [item for item in sent if item["phone_number_id"] == account.phone_id]
     callbacks = collections.Counter(item["biz_opaque_callback_data"] for item in mine)
     assert callbacks and max(callbacks.values()) == 1, "a recipient was sent twice"

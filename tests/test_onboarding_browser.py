@@ -18,7 +18,7 @@ from models.accounts import MessagingAccount
 from models.events import Event
 from tests.accounts_fixtures import REDIRECT_URL, sqlite_only
 from tests.live import wait_until
-from tests.live_fixtures import live_service  # noqa: F401  (fixture)
+from tests.live_fixtures import *  # noqa: F403
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -53,7 +53,7 @@ def connected_events(account_id: str) -> list[Event]:
 
 
 @sqlite_only
-def test_a_user_connects_a_number_on_the_onboarding_page(live_service, alice, browser):  # noqa: F811
+def test_a_user_connects_a_number_on_the_onboarding_page(live_service, alice, browser):
     api = f"{live_service.api_url}/api/v1"
     created = requests.post(f"{api}/accounts/coexistence-link", headers=alice.headers, timeout=10,
                             json={"redirect_url": REDIRECT_URL, "label": "Front desk"})
