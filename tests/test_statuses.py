@@ -122,12 +122,18 @@ def test_a_late_failure_refunds_the_credit(alice, number):
     assert LedgerEntry.select().where(LedgerEntry.type == "refund").count() == 1
 
 
-def test_a_queued_recipient_is_found_by_its_callback_data(alice, number, immediate_queue):
+def claimed_by_a_gone_engine(persona, number, immediate_queue) -> tuple[Campaign, CampaignRecipient]:
+    """A one-recipient campaign whose recipient an engine claimed (`queued`) and never reported on."""
     immediate_queue.immediate = False
-    campaign = create_campaign(alice.id, campaign_body(number, [wa()]))
+    campaign = create_campaign(persona.id, campaign_body(number, [wa()]))
     immediate_queue.immediate = True
     row = CampaignRecipient.get(CampaignRecipient.campaign == campaign.id)
     CampaignRecipient.update(status="queued", claim_token="gone.1").where(CampaignRecipient.id == row.id).execute()
+    return campaign, row
+
+
+def test_a_queued_recipient_is_found_by_its_callback_data(alice, number, immediate_queue):
+    campaign, row = claimed_by_a_gone_engine(alice, number, immediate_queue)
     Campaign.update(status="processing").where(Campaign.id == campaign.id).execute()
     apply_status_updates([status_update(number, "wamid.lost-answer", "read", callback=row.public_id, at=T0)])
     row = reload(row)
@@ -140,11 +146,7 @@ def test_a_queued_recipient_is_found_by_its_callback_data(alice, number, immedia
 
 @sqlite_only
 def test_a_failure_for_a_queued_recipient_is_consumed_then_refunded(alice, number, immediate_queue):
-    immediate_queue.immediate = False
-    campaign = create_campaign(alice.id, campaign_body(number, [wa()]))
-    immediate_queue.immediate = True
-    row = CampaignRecipient.get(CampaignRecipient.campaign == campaign.id)
-    CampaignRecipient.update(status="queued", claim_token="gone.1").where(CampaignRecipient.id == row.id).execute()
+    _campaign, row = claimed_by_a_gone_engine(alice, number, immediate_queue)
     apply_status_updates([status_update(number, "wamid.x", "failed", callback=row.public_id, error_code=131026)])
     assert [(e.type, e.amount) for e in LedgerEntry.select().where(LedgerEntry.tenant == alice.id)
             .order_by(LedgerEntry.id)][-2:] == [("consume", -1), ("refund", 1)]
