@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from api.operation import MAX_BODY_BYTES
+from api.operation import MAX_BODY_BYTES, Reply, operation
+from api.schemas import Input
 from models import credits
 from models.counters import RateCounter
 from models.tenants import revoke_key, rotate_key
@@ -138,6 +139,19 @@ class TestAccessRequests:
         assert client.simulate_post("/api/v1/access-requests", json=other_email).status_code == 201
 
 
+class GrantInput(Input):
+    note: str
+
+
+class GrantOne:
+    """A write endpoint that counts its executions: a grant of one credit per call."""
+
+    @operation("test", scope="credits:read", body=GrantInput)
+    def on_post(self, req, resp):
+        entry = credits.grant(req.context.tenant_id, 1, reason=req.context.body.note)
+        return Reply(201, {"success": True, "data": {"ledger_id": entry.id}})
+
+
 class TestIdempotency:
     """Idempotency is per tenant, so it is exercised on a keyed write added for the test."""
 
@@ -151,19 +165,6 @@ class TestIdempotency:
 
     @pytest.fixture(autouse=True)
     def test_write_route(self, app):
-        """A write endpoint that counts its executions: a grant of one credit per call."""
-        from api.operation import Reply, operation
-        from api.schemas import Input
-
-        class GrantInput(Input):
-            note: str
-
-        class GrantOne:
-            @operation("test", scope="credits:read", body=GrantInput)
-            def on_post(self, req, resp):
-                entry = credits.grant(req.context.tenant_id, 1, reason=req.context.body.note)
-                return Reply(201, {"success": True, "data": {"ledger_id": entry.id}})
-
         app.add_route("/api/v1/test-write", GrantOne())
 
     def test_a_replay_returns_the_original_response_without_repeating(self, write, alice):

@@ -14,8 +14,10 @@ import sys
 
 import pytest
 
+from api.operation import Reply, operation
 from models import credits, idempotency
 from models.idempotency import CLAIMER, IdempotencyRecord
+from tests.test_api_rules import GrantInput, GrantOne
 
 PATH = "/api/v1/test-write"
 
@@ -36,18 +38,6 @@ def body_hash(body: dict) -> str:
 def routes(app):
     """Writes that count their executions (one credit granted per call), one of which fails after
     its operation committed, and one whose claim is taken over by a retry while it runs."""
-    from api.operation import Reply, operation
-    from api.schemas import Input
-
-    class GrantInput(Input):
-        note: str
-
-    class GrantOne:
-        @operation("test", scope="credits:read", body=GrantInput)
-        def on_post(self, req, resp):
-            entry = credits.grant(req.context.tenant_id, 1, reason=req.context.body.note)
-            return Reply(201, {"success": True, "data": {"ledger_id": entry.id}})
-
     class GrantThenCrash:
         @operation("test", scope="credits:read", body=GrantInput)
         def on_post(self, req, resp):
