@@ -68,7 +68,7 @@ class Stack:
     def start(self) -> None:
         subprocess.run([sys.executable, "-m", "svcctl.main", "db", "upgrade"], cwd=ROOT,
                        env={**os.environ, **self.env}, check=True, capture_output=True)
-        sim_args = ["sim", "--bind", f"127.0.0.1:{self.sim_port}", "--app-secret", APP_SECRET]
+        sim_args = ["sim", "--bind", f"127.0.0.1:{self.sim_port}"]
         if self.webhooks:
             sim_args += ["--webhook-url", f"{self.api_url}/platform/webhook"]
         self.others.append(self._spawn("sim", *sim_args))

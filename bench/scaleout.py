@@ -182,7 +182,7 @@ class Stack:
                        env={**os.environ, **self.env}, check=True, capture_output=True)
         # The platform's webhooks go to the last node, the company's traffic to all of them.
         self._svcctl("sim", ["sim", "--bind", f"127.0.0.1:{self.sim_port}", "--webhook-url",
-                             f"{self.node_urls[-1]}/platform/webhook", "--app-secret", self.env["SVC_APP_SECRET"]])
+                             f"{self.node_urls[-1]}/platform/webhook"])
         for index, port in enumerate(self.node_ports):
             self._svcctl(f"api{index + 1}", ["serve", "--bind", f"127.0.0.1:{port}"])
         for index in range(self.profile.consumers):

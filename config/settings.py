@@ -6,6 +6,7 @@ the project reads `os.environ`.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import os
 import secrets
@@ -15,6 +16,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+# The contract's cap on a request body (DECISIONS: 8 MiB), enforced by the API worker's reader
+# and again by every endpoint.
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 class ConfigError(Exception):
@@ -97,6 +104,7 @@ class Settings:
     read_rate_limit: int = 600
     write_rate_limit: int = 120
     web_concurrency: int = 4
+    web_threads: int = 8
     worker_threads: int = 16
     quiet_hours_start: tuple[int, int] = (8, 0)
     quiet_hours_end: tuple[int, int] = (20, 0)
@@ -179,6 +187,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     for name, attr, low, high in (
         ("SVC_DB_POOL_SIZE", "db_pool_size", 1, 1000),
         ("SVC_WEB_CONCURRENCY", "web_concurrency", 1, 256),
+        ("SVC_WEB_THREADS", "web_threads", 1, 256),
         ("SVC_WORKER_THREADS", "worker_threads", 1, 512),
         ("SVC_TENANT_RATE_LIMIT", "tenant_rate_limit", 1, 100_000_000),
         ("SVC_READ_RATE_LIMIT", "read_rate_limit", 1, 100_000_000),
@@ -192,13 +201,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         values["quiet_hours_end"] = _hhmm("SVC_QUIET_HOURS_END", env["SVC_QUIET_HOURS_END"])
 
     values["secret_key"] = _secret_key(env, data_dir)
+    # Derived rather than random so every process of one installation agrees on them, and derived
+    # through a KDF so that neither value, nor both together, tells anything about the key.
     if not values.get("verify_token"):
-        # Derived rather than random so every process of one installation agrees on it.
-        values["verify_token"] = "vt_" + values["secret_key"][:16]
+        values["verify_token"] = "vt_" + derive_secret(values["secret_key"], "platform webhook verify token")
     if not values.get("app_secret"):
         # Only the simulator shares this default; a real platform app always sets SVC_APP_SECRET.
-        values["app_secret"] = "as_" + values["secret_key"][16:40]
+        values["app_secret"] = "as_" + derive_secret(values["secret_key"], "simulated platform app secret")
     return Settings(**values)
+
+
+def derive_secret(secret_key: str, purpose: str) -> str:
+    """An independent secret for `purpose` from the master key: HKDF-SHA256 with the purpose as
+    its label, so values derived for different purposes reveal nothing of the key or of each other."""
+    kdf = HKDF(algorithm=hashes.SHA256(), length=24, salt=None, info=b"svc:" + purpose.encode())
+    return base64.urlsafe_b64encode(kdf.derive(base64.urlsafe_b64decode(secret_key))).decode().rstrip("=")
 
 
 _current: Settings | None = None

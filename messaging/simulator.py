@@ -494,7 +494,8 @@ class Simulator:
         return {
             "waba_id": self.waba_id,
             "webhook_url": self.webhook_url,
-            "app_secret": self.app_secret,
+            # Whether webhooks are signed, never the secret: this endpoint answers anyone.
+            "app_secret_set": bool(self.app_secret),
             "default_mps": self.default_mps,
             "delivered_delay": self.delivered_delay,
             "read_delay": self.read_delay,

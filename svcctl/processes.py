@@ -107,9 +107,14 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     commands = {"api": svcctl + ["serve", "--bind", bind], "worker": svcctl + ["worker"]}
     if sim:
         commands["sim"] = svcctl + ["sim", "--bind", sim_bind, "--webhook-url",
-                                    settings.public_url + PLATFORM_WEBHOOK_PATH,
-                                    "--app-secret", settings.app_secret]
-    children = {name: subprocess.Popen(command, env=env, cwd=ROOT) for name, command in commands.items()}
+                                    settings.public_url + PLATFORM_WEBHOOK_PATH]
+    # The simulator signs the platform's webhooks with the app secret: it gets it through its
+    # environment, never its command line, where `ps` would show it to any local user.
+    child_env = {name: env for name in commands}
+    if sim:
+        child_env["sim"] = {**env, "SVC_APP_SECRET": settings.app_secret}
+    children = {name: subprocess.Popen(command, env=child_env[name], cwd=ROOT)
+                for name, command in commands.items()}
 
     base = f"{settings.public_url}/api/v1"
     err.print(f"[green]API[/green]     {base}")

@@ -39,8 +39,11 @@ def run(
         None, "--webhook-url", envvar="SVC_SIM_WEBHOOK_URL",
         help="Where to POST the platform's webhooks (the service's /platform/webhook).",
     ),
+    # A secret never goes on a command line (any local user can read it in `ps`): only the
+    # environment sets it, and the flag is kept hidden for old scripts.
     app_secret: str | None = typer.Option(
-        None, "--app-secret", envvar="SVC_APP_SECRET", help="Signs the webhooks."
+        None, "--app-secret", envvar="SVC_APP_SECRET", hidden=True,
+        help="Signs the webhooks; set SVC_APP_SECRET instead of passing it here.",
     ),
     mps: float = typer.Option(DEFAULT_MPS, "--mps", help="Messages per second per number."),
     duplicate_rate: float = typer.Option(
@@ -67,7 +70,7 @@ def run(
         err.print(f"[green]simulator[/green] {sim.base_url}  business account {sim.waba_id}")
         err.print(f"webhooks → {webhook_url or '(none: --webhook-url not set)'}")
         if webhook_url and not app_secret:
-            err.print("[yellow]warning:[/yellow] no --app-secret, webhooks go unsigned")
+            err.print("[yellow]warning:[/yellow] SVC_APP_SECRET is not set, webhooks go unsigned")
 
     try:
         serve_forever(

@@ -77,8 +77,7 @@ class LiveService:
 
     def start_sim(self) -> None:
         self._spawn("sim", ["sim", "--bind", f"127.0.0.1:{self.sim_port}",
-                            "--webhook-url", f"{self.api_url}/platform/webhook",
-                            "--app-secret", self.env["SVC_APP_SECRET"], *self.sim_options])
+                            "--webhook-url", f"{self.api_url}/platform/webhook", *self.sim_options])
 
     def start_worker(self, name: str = "worker", periodic: bool = True) -> subprocess.Popen:
         args = ["worker", "--threads", str(self.worker_threads)]

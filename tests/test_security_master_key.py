@@ -1,0 +1,128 @@
+"""The master key (SVC_SECRET_KEY) cannot be rebuilt from anything the service shows or logs.
+
+The attack this answers: the verify token and the app secret used to be slices of the key, and
+the app secret was on the simulator's command line and in `GET /_sim/config`, which together
+left four characters of the key to guess.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+from cryptography.fernet import Fernet
+
+from config import load_settings
+from config.settings import derive_secret
+from tests.live import ROOT, free_port, wait_until
+
+# Any run of this many characters of the key found anywhere is a leak: a random match of 8
+# base64 characters is a 1 in 2^48 event.
+LEAK_RUN = 8
+
+
+def _runs(text: str, length: int = LEAK_RUN) -> set[str]:
+    return {text[index:index + length] for index in range(len(text) - length + 1)}
+
+
+def _leaks(key: str, haystack: str) -> set[str]:
+    return {run for run in _runs(key) if run in haystack}
+
+
+@pytest.fixture
+def demo_installation(tmp_path):
+    """`svcctl up --sim` on a fresh data dir, with every secret left to its default."""
+    api_port, sim_port = free_port(), free_port()
+    env = {name: value for name, value in os.environ.items()
+           if name not in {"SVC_SECRET_KEY", "SVC_APP_SECRET", "SVC_VERIFY_TOKEN"}}
+    env.update({"SVC_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1"})
+    log_path = tmp_path / "up.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "svcctl.main", "up", "--sim", "--bind", f"127.0.0.1:{api_port}",
+             "--sim-bind", f"127.0.0.1:{sim_port}"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    api, sim = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{sim_port}"
+    try:
+        wait_until(lambda: _answers(api + "/api/v1/openapi.json") and _answers(sim + "/_sim/health"),
+                   timeout=60, message="svcctl up --sim")
+        yield process, api, sim, tmp_path / "data", log_path
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=40)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=1).status_code < 500
+    except requests.RequestException:
+        return False
+
+
+def _process_tree(root_pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(status.parent.name))
+    tree, todo = [], [root_pid]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def test_nothing_shown_or_logged_reveals_the_master_key(demo_installation):
+    process, api, sim, data_dir, log_path = demo_installation
+    key = (data_dir / "secret.key").read_text().strip()
+    settings = load_settings({"SVC_DATA_DIR": str(data_dir)})
+    assert settings.secret_key == key
+
+    shown = {
+        "verify token": settings.verify_token,
+        "app secret": settings.app_secret,
+        "simulator config": requests.get(sim + "/_sim/config", timeout=5).text,
+        "simulator health": requests.get(sim + "/_sim/health", timeout=5).text,
+        "openapi": requests.get(api + "/api/v1/openapi.json", timeout=5).text,
+        "log": log_path.read_text(errors="replace"),
+    }
+    tree = _process_tree(process.pid)
+    assert len(tree) >= 4  # up, the API, the worker, the simulator
+    for pid in tree:
+        try:
+            shown[f"command line of {pid}"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+
+    for where, text in shown.items():
+        assert not _leaks(key, text), f"the {where} holds part of the master key"
+    for where, text in shown.items():
+        if where not in {"verify token", "app secret"}:
+            assert settings.app_secret not in text, f"the app secret is shown in the {where}"
+    assert "app_secret" not in requests.get(sim + "/_sim/config", timeout=5).json()
+
+
+def test_derived_secrets_are_independent_of_each_other_and_of_the_key():
+    key = Fernet.generate_key().decode()
+    settings = load_settings({"SVC_SECRET_KEY": key, "SVC_DATA_DIR": "/nonexistent"})
+    verify_token, app_secret = settings.verify_token, settings.app_secret
+    assert not _leaks(key, verify_token + " " + app_secret)
+    assert not _runs(verify_token[3:]) & _runs(app_secret[3:])
+
+    # The old attack: everything but the key's last characters known. A key that shares all but
+    # its last byte still derives unrelated values, so nothing narrows the search.
+    raw = bytearray(base64.urlsafe_b64decode(key))
+    raw[-1] ^= 1
+    neighbour = base64.urlsafe_b64encode(bytes(raw)).decode()
+    for purpose in ("platform webhook verify token", "simulated platform app secret"):
+        mine, theirs = derive_secret(key, purpose), derive_secret(neighbour, purpose)
+        assert sum(a == b for a, b in zip(mine, theirs, strict=True)) < len(mine) // 2
