@@ -26,10 +26,10 @@ import pydantic
 from api import ratelimit
 from api.auth import authenticate, require_scope
 from api.errors import ApiError, render_error, validation_error
+from config.settings import MAX_BODY_BYTES
 from models import idempotency, secrets
 from models.errors import DomainError
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_IDEMPOTENCY_KEY = 255
 REPLAY_HEADER = "X-Service-Idempotent-Replay"
 # Stored for replay: every answer below 500 except these, which say nothing about the operation.
@@ -87,10 +87,14 @@ def operation(summary: str, *, scope: str | None, body=None, responses=None, err
     return decorate
 
 
-def _read_body(req: falcon.Request) -> bytes:
+def read_body(req: falcon.Request) -> bytes:
+    """The request's body, at most MAX_BODY_BYTES of it (413 past that), sized or chunked."""
     if req.content_length is not None and req.content_length > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
-    raw = req.bounded_stream.read(MAX_BODY_BYTES + 1)
+    # Falcon's bounded stream counts on Content-Length and reads nothing without it; a chunked
+    # body's end is known to the server's input stream instead.
+    chunked = "chunked" in (req.get_header("Transfer-Encoding") or "").lower()
+    raw = (req.stream if chunked else req.bounded_stream).read(MAX_BODY_BYTES + 1)
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
     return raw
@@ -151,7 +155,7 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
         ratelimit.check(ratelimit.request_limits(key, req.method, req.uri_template, op.rate_limit), resp)
 
     writes = req.method in {"POST", "PUT", "PATCH", "DELETE"}
-    raw = _read_body(req) if writes else b""
+    raw = read_body(req) if writes else b""
     claim = None
     if writes and req.context.tenant_id is not None:
         key_value = _idempotency_key(req, op)

@@ -13,7 +13,7 @@ import falcon
 import orjson
 
 from api.errors import ApiError, render_error
-from api.operation import MAX_BODY_BYTES
+from api.operation import read_body
 from config import get_settings
 from messaging.webhooks import SIGNATURE_HEADER, verify_signature
 from models import platform
@@ -40,11 +40,7 @@ class PlatformWebhookResource:
         resp.text = challenge
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        if req.content_length is not None and req.content_length > MAX_BODY_BYTES:
-            raise ApiError(413, "payload_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
-        raw = req.bounded_stream.read(MAX_BODY_BYTES + 1)
-        if len(raw) > MAX_BODY_BYTES:
-            raise ApiError(413, "payload_too_large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+        raw = read_body(req)
         # The signature covers the exact bytes sent: checked before anything parses them.
         signature = req.get_header(SIGNATURE_HEADER)
         if not verify_signature(signature, raw, get_settings().app_secret):

@@ -12,7 +12,10 @@ _settings = load_settings()
 
 bind = os.environ.get("SVC_BIND", "127.0.0.1:8080")
 workers = _settings.web_concurrency
-worker_class = "sync"
+# Each request is read whole by the worker's main loop before a thread runs it, so clients that
+# send slowly hold a buffer, never a thread (config/http_worker.py).
+worker_class = "config.http_worker.BufferingThreadWorker"
+threads = _settings.web_threads
 preload_app = False
 keepalive = 5
 timeout = 30
