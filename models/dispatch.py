@@ -72,8 +72,10 @@ from models.campaigns import (
     run_sql,
 )
 from models.clock import utcnow
+from models.counters import slot_interval
 from models.credits import Wallet
 from models.db import atomic, connection, counters, db, skip_locked
+from models.slot_executor import SlotExecutor
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ class Settings:
     send_threads: int = 16  # concurrent platform calls per engine
     max_in_flight: int = 1200  # recipients claimed and not yet recorded, per engine (backpressure)
     batch_threads: int = 6  # batches sent and recorded at once
-    burst_seconds: float = 0.5  # a bucket holds at most this many seconds of its rate
+    burst_seconds: float = 0.5  # pacing grants send slots up to this many seconds ahead
     heartbeat_ttl: float = 10.0  # an engine that has not beaten for this long is dead
     recover_every: float = 5.0
     session: float | None = 30.0  # a run ends after this long (the task re-queues itself)
@@ -150,6 +152,7 @@ class Job:
     claim_token: str
     wam_id: str | None = None
     error: PlatformError | None = None
+    send_at: float = 0.0  # time.monotonic() of the slot pacing granted: never sent before it
 
 
 @dataclass
@@ -779,7 +782,7 @@ class Engine:
         session = settings.session if session is None else session
         linger = settings.linger if linger is None else linger
         started = time.monotonic()
-        sender = ThreadPoolExecutor(settings.send_threads, thread_name_prefix="dispatch-send")
+        sender = SlotExecutor(settings.send_threads, thread_name_prefix="dispatch-send")
         batcher = ThreadPoolExecutor(settings.batch_threads, thread_name_prefix="dispatch-batch")
         next_plan = next_beat = next_recover = next_tick = 0.0
         idle_since: float | None = None
@@ -856,9 +859,9 @@ class Engine:
         with self._lock:
             capacity = settings.max_in_flight - self._in_flight
             ready = [n for n in self._numbers.values() if n.due > 0 and n.held_until <= now]
-            # Tokens are spent when recipients are claimed, so claim more only when the send pool
-            # keeps up: while claims older than a burst still wait for a thread (the platform hangs,
-            # or the pool is slower than the pace), claiming more would send them later in one burst.
+            # Slots are spent when recipients are claimed, so claim more only when the send pool
+            # keeps up: while sends due more than a burst ago still wait for a thread (the platform
+            # hangs, or the pool is slower than the pace), claiming more would send them late in one burst.
             backlog = bool(self._unstarted) and now - self._unstarted[0][0] > settings.burst_seconds
         if capacity <= 0 or not ready or backlog:
             return
@@ -876,6 +879,7 @@ class Engine:
                     for account_id, share in shares.items() if share > 0}
         if not requests:
             return
+        asked = time.monotonic()
         grants = self.pacer.take_tokens(requests)
         granted = {account_id: grants[bucket_key(account_id)][0] for account_id in shares
                    if bucket_key(account_id) in grants and grants[bucket_key(account_id)][0] > 0}
@@ -894,8 +898,13 @@ class Engine:
                 number.due = 0 if claimed < count else max(0, number.due - claimed)
             if not jobs:
                 return
+            slots = {account_id: itertools.count() for account_id in granted}
+            for job in jobs:
+                # Each send at its own slot: the first granted, then one interval apart.
+                first = asked + grants[bucket_key(job.account_id)][1]
+                job.send_at = first + next(slots[job.account_id]) * slot_interval(float(plans[job.account_id].mps))
             self._in_flight += len(jobs)
-            self._unstarted.append([now, len(jobs)])
+            self._unstarted.append([min(job.send_at for job in jobs), len(jobs)])
         batch = batcher.submit(self._send_batch, jobs, sender)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
@@ -904,10 +913,10 @@ class Engine:
         self._batches.discard(batch)
         self._changed.set()
 
-    def _send_batch(self, jobs: list[Job], sender: ThreadPoolExecutor) -> None:
+    def _send_batch(self, jobs: list[Job], sender: SlotExecutor) -> None:
         given_back = True
         try:
-            futures = {sender.submit(self._send_one, job): job for job in jobs}
+            futures = {sender.submit_at(job.send_at, self._send_one, job): job for job in jobs}
             wait(futures)
             with connection():
                 result = self._record(jobs)

@@ -4,6 +4,7 @@ fairness, and recovery of sends whose worker died."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 import time
 
@@ -16,6 +17,7 @@ from models import accounts, credits
 from models.accounts import BusinessInitiated, MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient
 from models.clock import utcnow
+from models.counters import SLOT_LEAD, slot_interval
 from models.db import connection, counters
 from models.dispatch import DatabaseStore, Engine, GraphMessenger, engine_key, fair_shares, recover_stuck
 from models.events import Event
@@ -291,18 +293,20 @@ def test_recovery_fails_a_dead_engines_claims_and_leaves_live_ones(alice, number
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)
-def test_token_buckets_never_grant_more_than_their_rate(storage):
+def test_send_slots_are_spaced_and_never_shared(storage):
     store = counters()
-    granted = []
+    interval = slot_interval(50.0)
+    slots: list[float] = []
     lock = threading.Lock()
     started = time.time()
 
     def take():
         with connection():
             while time.time() - started < 0.6:
-                got, _wait = store.take_tokens({"test:bucket": (50.0, 10.0, 3)})["test:bucket"]
+                now = time.time()
+                got, first = store.take_tokens({"test:slots": (50.0, 10.0, 3)}, now=now)["test:slots"]
                 with lock:
-                    granted.append(got)
+                    slots.extend(now + first + index * interval for index in range(got))
                 time.sleep(0.005)
 
     threads = [threading.Thread(target=take) for _ in range(6)]
@@ -310,13 +314,20 @@ def test_token_buckets_never_grant_more_than_their_rate(storage):
         thread.start()
     for thread in threads:
         thread.join()
-    elapsed = time.time() - started
-    assert 0 < sum(granted) <= 10 + 50 * elapsed + 1
-    store.hold_tokens("test:bucket", 50.0, 5.0)
-    got, wait = store.take_tokens({"test:bucket": (50.0, 10.0, 3)})["test:bucket"]
+    slots.sort()
+    # Six consumers together: every slot is its own, one interval after the one before, and no
+    # slot is granted further ahead than the lead plus the burst.
+    assert len(slots) > 10
+    assert min(later - earlier for earlier, later in itertools.pairwise(slots)) >= interval - 1e-5
+    assert slots[0] >= started + SLOT_LEAD - 1e-5
+    assert slots[-1] <= time.time() + SLOT_LEAD + 10 * interval
+    store.hold_tokens("test:slots", 50.0, 5.0)
+    got, wait = store.take_tokens({"test:slots": (50.0, 10.0, 3)})["test:slots"]
     assert got == 0 and wait > 4
-    fresh, _ = store.take_tokens({"test:other": (5.0, 2.0, 10)})["test:other"]
-    assert fresh == 2  # a new bucket starts full, at its burst
+    now = time.time()
+    fresh, first = store.take_tokens({"test:other": (5.0, 2.0, 10)}, now=now)["test:other"]
+    # An idle number banks nothing: `burst` slots, the first after the lead.
+    assert fresh == 2 and first == pytest.approx(SLOT_LEAD, abs=1e-3)
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)
