@@ -110,30 +110,33 @@ class ControlError(Exception):
         self.message = message
 
 
-class TokenBucket:
-    """`rate` tokens per second, bursts up to one second's worth (at least one message)."""
+class ThroughputWindow:
+    """A number's cap, held strictly: at most `rate` sends in any one-second window.
+
+    A sliding log of the last second's acceptances; nothing is banked while the number is idle,
+    so there is no burst beyond the cap. (Below one message a second: one per 1/rate seconds.)
+    """
 
     def __init__(self, rate: float) -> None:
         self.rate = rate
-        self.tokens = self.capacity
-        self.updated = time.monotonic()
+        self.accepted: deque[float] = deque()
 
     @property
-    def capacity(self) -> float:
-        return max(self.rate, 1.0)
+    def limit(self) -> int:
+        return max(1, int(self.rate))
 
     def take(self) -> bool:
         now = time.monotonic()
-        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        return False
+        span = self.limit / self.rate  # one second for a whole-number rate
+        while self.accepted and now - self.accepted[0] >= span:
+            self.accepted.popleft()
+        if len(self.accepted) >= self.limit:
+            return False
+        self.accepted.append(now)
+        return True
 
     def set_rate(self, rate: float) -> None:
         self.rate = rate
-        self.tokens = min(self.tokens, self.capacity)
 
 
 @dataclass
@@ -143,7 +146,7 @@ class SimNumber:
     display_phone_number: str
     verified_name: str
     token: str
-    bucket: TokenBucket
+    bucket: ThroughputWindow
     quality_rating: str = "GREEN"
     messaging_limit_tier: str = "TIER_250"
     synced: set[str] = field(default_factory=set)
@@ -360,7 +363,7 @@ class Simulator:
                 display_phone_number=display_phone_number or f"+1 555-010-{serial:04d}",
                 verified_name=verified_name or f"Sim Business {serial}",
                 token="EAAG" + secrets.token_hex(24),
-                bucket=TokenBucket(float(mps) if mps is not None else self.default_mps),
+                bucket=ThroughputWindow(float(mps) if mps is not None else self.default_mps),
             )
             code = "simcode-" + secrets.token_urlsafe(24)
             self._numbers[number.id] = number

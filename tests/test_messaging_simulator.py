@@ -3,7 +3,9 @@ webhooks (batched, duplicated, retried), control endpoints and the `svcctl sim` 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from datetime import datetime
 
 import pytest
 import requests
@@ -147,14 +149,47 @@ def burst(graph: GraphClient, number_id: str, token: str, count: int) -> tuple[i
     return accepted, throttled
 
 
+def sent_times(sim: Simulator, number_id: str) -> list[float]:
+    return sorted(datetime.fromisoformat(item["at"]).timestamp() for item in sim.sent()
+                  if item["phone_number_id"] == number_id)
+
+
+def most_in_one_second(times: list[float]) -> int:
+    most, start = 0, 0
+    for end, at in enumerate(times):
+        while at - times[start] >= 1.0:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
 def test_a_burst_beyond_20_per_second_is_throttled(sim, graph):
     number_id, token = onboard(sim, graph)
 
     accepted, throttled = burst(graph, number_id, token, 40)
 
-    # One second's worth up front, plus what refills while the burst runs.
-    assert 20 <= accepted <= 26
-    assert throttled == 40 - accepted
+    # The cap is held in every one-second window: no second's worth banked on top of the rate.
+    assert accepted >= 20 and throttled == 40 - accepted
+    assert most_in_one_second(sent_times(sim, number_id)) == 20
+
+
+def test_the_cap_holds_in_a_sliding_window_not_per_calendar_second(sim, graph):
+    number_id, token = onboard(sim, graph)
+    sim.set_number(number_id, mps=5)
+    assert burst(graph, number_id, token, 5) == (5, 0)
+
+    # The sixth goes through only once the first send is a full second old.
+    refused = 0
+    while True:
+        try:
+            graph.send_message(number_id, token, recipient(99))
+            break
+        except ThrottledError:
+            refused += 1
+            time.sleep(0.02)
+    times = sent_times(sim, number_id)
+    assert refused > 0 and len(times) == 6
+    assert times[5] - times[0] >= 0.99
 
 
 def test_the_cap_is_per_number_and_can_be_changed(sim, graph):
