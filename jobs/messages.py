@@ -55,13 +55,14 @@ def payload_for(message: Message) -> dict:
 
 
 def _paced(account: MessagingAccount) -> bool:
-    """Take one token from the number's bucket, the one campaigns spend from too."""
+    """Take one send slot from the number's schedule, the one campaigns take from too, and wait for it."""
     rate = float(account.mps or 1)
     deadline = time.monotonic() + PACING_WAIT
     while True:
         granted, wait = counters().take_tokens({bucket_key(account.id): (rate, max(1.0, rate / 2), 1)})[
             bucket_key(account.id)]
         if granted:
+            time.sleep(wait)  # `wait` is the time to the granted slot: never send before it
             return True
         if time.monotonic() + wait > deadline:
             return False
