@@ -112,6 +112,9 @@ MAX_PAIR_THROTTLES = 5  # 131056 waits: 4, 16, 64, 256, 1024 s
 MAX_THROTTLE_HOLD = 16.0  # seconds a number's bucket is held after repeated 130429
 LONG_HOLD = 8.0  # a throttle hold this long marks the number's campaigns `pending`
 UNANSWERED_HOLD = 15.0  # seconds a number rests after a send got no answer (past the client's timeout)
+# A send whose turn comes this long after its pacing slot (the process stalled) is not sent: late,
+# it would bunch with the sends after it and overshoot the cap. It goes back to `pending`.
+LATE_SEND = 0.1
 
 # The number cannot send any more: expired or revoked token (190), permissions (10, 200),
 # account locked (131031), number deregistered (133010), access denied (131005).
@@ -178,6 +181,10 @@ class BatchResult:
     disconnected: dict[int, str] = field(default_factory=dict)  # campaign id -> reason
     template_refused: dict[int, str] = field(default_factory=dict)
     campaigns: set[int] = field(default_factory=set)
+
+
+class SlotMissed(ThrottledError):
+    """The engine held a send back itself: it fell too far behind its pacing slot."""
 
 
 class Messenger(Protocol):
@@ -458,6 +465,8 @@ class DatabaseStore:
             elif isinstance(error, PlatformUnavailableError) and error.ambiguous:
                 result.unanswered += 1  # may have been accepted: only a status webhook can tell
                 result.unanswered_numbers.add(job.account_id)
+            elif isinstance(error, SlotMissed):
+                retry.append(job)  # never sent: pending again, to take a fresh slot; nothing held
             elif isinstance(error, ThrottledError):
                 if error.pair_rate_limited and job.throttled + 1 > MAX_PAIR_THROTTLES:
                     failed.append(job)
@@ -548,7 +557,8 @@ class DatabaseStore:
             pair = [j for j in group if isinstance(j.error, ThrottledError) and j.error.pair_rate_limited]
             transient = [j for j in group if not isinstance(j.error, ThrottledError)]
             kinds = (
-                # The whole number is throttled: its bucket is held; the recipient is due again after.
+                # The whole number is throttled (its schedule is held), or the send missed its slot:
+                # the recipient is due again, for a new slot.
                 (number_wide, {}),
                 # Too many messages to this user: only this recipient waits, 4^X seconds.
                 (pair, {R.throttled: R.throttled + 1, R.not_before: Case(R.id, [
@@ -956,6 +966,9 @@ class Engine:
                 self._unstarted[0][1] -= 1
                 if self._unstarted[0][1] <= 0:
                     self._unstarted.popleft()
+        if time.monotonic() - job.send_at > LATE_SEND:
+            job.error = SlotMissed("not sent: the engine fell behind its pacing slot")
+            return
         try:
             job.wam_id = self.messenger.send(job)
         except PlatformError as error:
