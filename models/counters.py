@@ -59,7 +59,7 @@ class Heartbeat(BaseModel):
 # would otherwise let an unlucky window catch one send too many.
 PACING_MARGIN = 0.05
 # The first slot of a call is at least this far ahead: time for the caller to claim what it sends.
-SLOT_LEAD = 0.1
+SLOT_LEAD = 0.25
 PACING_TTL = 3600  # a schedule idle this long is forgotten (its slots are all in the past)
 
 
