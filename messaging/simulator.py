@@ -17,7 +17,7 @@ Graph API endpoints:
 
 Control endpoints (no version prefix), all JSON:
 
-    GET    /_sim/health
+    GET    /_sim/health          numbers, sends kept, sends throttled past a number's cap
     POST   /_sim/signup          {display_phone_number?, verified_name?, mps?} -> {code, waba_id,
                                  phone_number_id, display_phone_number}
     GET    /_sim/numbers         every number, with its token
@@ -295,6 +295,7 @@ class Simulator:
         self._subscribed = False
         self._throttled_once: set[str] = set()
         self._sent: deque[dict[str, Any]] = deque(maxlen=sent_limit)
+        self._throttled = 0  # sends refused past a number's cap since the start
         self._fail_mode = "off"
         self._fail_until = 0.0
         self._hang = 12.0
@@ -442,6 +443,7 @@ class Simulator:
             self._subscribed = False
             self._throttled_once.clear()
             self._sent.clear()
+            self._throttled = 0
             self._fail_mode, self._fail_until = "off", 0.0
             self._changed, self._sent_cleared, self._unsaved_sent = True, True, []
         return {"reset": True}
@@ -676,6 +678,7 @@ class Simulator:
                 "waba_id": self.waba_id,
                 "numbers": len(self._numbers),
                 "sent": len(self._sent),
+                "throttled": self._throttled,
             }
 
     def _control_number(self, phone_number_id: str) -> SimNumber:
@@ -872,6 +875,7 @@ class Simulator:
             _check_template(template, message["template"])
         with self._lock:
             if not number.bucket.take():
+                self._throttled += 1
                 raise GraphError(
                     400, 130429, "(#130429) Rate limit hit",
                     details="Cloud API message throughput has been reached.",

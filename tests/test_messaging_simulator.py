@@ -176,6 +176,7 @@ def test_a_burst_beyond_20_per_second_is_throttled(sim, graph):
     # The cap is held in every one-second window: no second's worth banked on top of the rate.
     assert accepted >= 20 and throttled == 40 - accepted
     assert most_in_one_second(sent_times(sim, number_id)) == 20
+    assert requests.get(f"{sim.base_url}/_sim/health", timeout=2).json()["throttled"] == throttled
 
 
 def test_the_cap_holds_in_a_sliding_window_not_per_calendar_second(sim, graph):
