@@ -295,7 +295,7 @@ class Simulator:
         self._subscribed = False
         self._throttled_once: set[str] = set()
         self._sent: deque[dict[str, Any]] = deque(maxlen=sent_limit)
-        self._throttled = 0  # sends refused past a number's cap since the start
+        self._throttled = 0  # sends refused past a number's cap, since the start or the last reset
         self._fail_mode = "off"
         self._fail_until = 0.0
         self._hang = 12.0
@@ -880,6 +880,8 @@ class Simulator:
                     400, 130429, "(#130429) Rate limit hit",
                     details="Cloud API message throughput has been reached.",
                 )
+            # Taken with the window's own check: `/_sim/sent` shows the times the cap counted.
+            accepted_at = datetime.now(UTC)
             if to.endswith("0429") and to not in self._throttled_once:
                 self._throttled_once.add(to)
                 self._changed = True
@@ -902,7 +904,7 @@ class Simulator:
             "biz_opaque_callback_data": callback_data,
             "wamid": wamid,
             "phone_number_id": number.id,
-            "at": datetime.now(UTC).isoformat(),
+            "at": accepted_at.isoformat(),
         }
         with self._lock:
             self._sent.append(record)
