@@ -114,7 +114,7 @@ LONG_HOLD = 8.0  # a throttle hold this long marks the number's campaigns `pendi
 UNANSWERED_HOLD = 15.0  # seconds a number rests after a send got no answer (past the client's timeout)
 # A send whose turn comes this long after its pacing slot (the process stalled) is not sent: late,
 # it would bunch with the sends after it and overshoot the cap. It goes back to `pending`.
-LATE_SEND = 0.1
+LATE_SEND = 0.05
 
 # The number cannot send any more: expired or revoked token (190), permissions (10, 200),
 # account locked (131031), number deregistered (133010), access denied (131005).
