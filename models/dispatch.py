@@ -45,7 +45,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,7 +86,7 @@ class Settings:
 
     tick: float = 0.2  # seconds between claims; a tick's tokens per number go out as one burst
     refresh: float = 1.0  # seconds between plans (new campaigns, holds, due recipients)
-    send_threads: int = 16  # concurrent platform calls per engine
+    send_threads: int = 32  # concurrent platform calls per engine
     max_in_flight: int = 1200  # recipients claimed and not yet recorded, per engine (backpressure)
     batch_threads: int = 6  # batches sent and recorded at once
     burst_seconds: float = 0.5  # pacing grants send slots up to this many seconds ahead
@@ -915,7 +915,10 @@ class Engine:
                 job.send_at = first + next(slots[job.account_id]) * slot_interval(float(plans[job.account_id].mps))
             self._in_flight += len(jobs)
             self._unstarted.append([min(job.send_at for job in jobs), len(jobs)])
-        batch = batcher.submit(self._send_batch, jobs, sender)
+        # Scheduled here, not by the batch: a batch waits for a free batch thread (others may be
+        # recording), and its sends must not wait with it past their slots.
+        sends = [sender.submit_at(job.send_at, self._send_one, job) for job in jobs]
+        batch = batcher.submit(self._send_batch, jobs, sends)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
 
@@ -923,11 +926,10 @@ class Engine:
         self._batches.discard(batch)
         self._changed.set()
 
-    def _send_batch(self, jobs: list[Job], sender: SlotExecutor) -> None:
+    def _send_batch(self, jobs: list[Job], sends: list[Future]) -> None:
         given_back = True
         try:
-            futures = {sender.submit_at(job.send_at, self._send_one, job): job for job in jobs}
-            wait(futures)
+            wait(sends)
             with connection():
                 result = self._record(jobs)
                 self._after(result)
