@@ -84,7 +84,7 @@ log = logging.getLogger(__name__)
 class Settings:
     """The engine's knobs, with their defaults and why."""
 
-    tick: float = 0.2  # seconds between claims; a tick's tokens per number go out as one burst
+    tick: float = 0.2  # seconds between claims; each claimed send still goes out at its own slot
     refresh: float = 1.0  # seconds between plans (new campaigns, holds, due recipients)
     send_threads: int = 32  # concurrent platform calls per engine
     max_in_flight: int = 1200  # recipients claimed and not yet recorded, per engine (backpressure)
