@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 
 from peewee import BigIntegerField, Case, CharField, FloatField, IntegerField
 
@@ -68,7 +69,19 @@ def slot_interval(rate: float) -> float:
     return (1 + PACING_MARGIN) / rate
 
 
-def schedule_slots(next_free: float | None, interval: float, burst: float, wanted: int,
+def slot_phase(key: str) -> float:
+    """Where in its interval a number's slots fall, as a fraction: fixed per number and spread
+    over numbers, so numbers that start together do not all send at the same instants (a burst
+    of concurrent requests every interval, each number's send landing early or late in it)."""
+    return (zlib.crc32(key.encode()) % 1024) / 1024
+
+
+def on_grid(at: float, interval: float, phase: float) -> float:
+    """The first of a number's slot times (phase + k * interval) at or after `at`."""
+    return at + (phase * interval - at) % interval
+
+
+def schedule_slots(next_free: float | None, interval: float, phase: float, burst: float, wanted: int,
                    now: float) -> tuple[int, float, float]:
     """`(granted, next free slot after them, seconds until the first granted slot)`.
 
@@ -76,7 +89,7 @@ def schedule_slots(next_free: float | None, interval: float, burst: float, wante
     ticks always has the next tick's sends scheduled. When nothing is granted, the last value
     is the seconds until a call could get a slot.
     """
-    first = max(next_free or 0.0, now + SLOT_LEAD)
+    first = max(next_free or 0.0, on_grid(now + SLOT_LEAD, interval, phase))
     ahead = first - (now + SLOT_LEAD)  # how far the schedule already runs past the lead
     # Slots before the horizon (with a tolerance for rounding: unix times carry ~0.2 µs of it).
     granted = max(0, min(int(wanted), math.ceil(burst - ahead / interval - 1e-6)))
@@ -137,7 +150,8 @@ class DatabaseCounters:
                 row = rows[key]
                 results[key] = (0, 0.05)
                 for _attempt in range(20):
-                    granted, next_free, wait = schedule_slots(row.next_free, slot_interval(rate), burst, wanted, now)
+                    granted, next_free, wait = schedule_slots(row.next_free, slot_interval(rate), slot_phase(key),
+                                                              burst, wanted, now)
                     if not granted:
                         results[key] = (0, wait)
                         break
@@ -153,7 +167,7 @@ class DatabaseCounters:
     def hold_tokens(self, key: str, rate: float, seconds: float, now: float | None = None) -> None:
         """Grant no new slot for `seconds` (the platform throttled us); slots granted stay valid."""
         now = time.time() if now is None else now
-        until = now + seconds
+        until = on_grid(now + seconds, slot_interval(rate), slot_phase(key))
         later = Case(None, [(PacingSlot.next_free < until, until)], PacingSlot.next_free)
         (PacingSlot.insert(key=key, next_free=until, version=0)
          .on_conflict(conflict_target=[PacingSlot.key],
@@ -210,10 +224,13 @@ class RedisCounters:
     local ttl = tonumber(ARGV[3])
     local out = {}
     for i, key in ipairs(KEYS) do
-      local interval = tonumber(ARGV[3 * i + 1])
-      local burst = tonumber(ARGV[3 * i + 2])
-      local wanted = tonumber(ARGV[3 * i + 3])
-      local first = math.max(tonumber(redis.call('GET', key)) or 0, now + lead)
+      local interval = tonumber(ARGV[4 * i])
+      local phase = tonumber(ARGV[4 * i + 1])
+      local burst = tonumber(ARGV[4 * i + 2])
+      local wanted = tonumber(ARGV[4 * i + 3])
+      local start = now + lead
+      start = start + math.fmod(math.fmod(phase * interval - start, interval) + interval, interval)
+      local first = math.max(tonumber(redis.call('GET', key)) or 0, start)
       local ahead = first - (now + lead)
       local granted = math.max(0, math.min(wanted, math.ceil(burst - ahead / interval - 1e-6)))
       if granted > 0 then
@@ -232,7 +249,10 @@ class RedisCounters:
       local t = redis.call('TIME')
       now = tonumber(t[1]) + tonumber(t[2]) / 1000000
     end
-    local until_ = math.max(tonumber(redis.call('GET', KEYS[1])) or 0, now + tonumber(ARGV[2]))
+    local interval = tonumber(ARGV[4])
+    local start = now + tonumber(ARGV[2])
+    start = start + math.fmod(math.fmod(tonumber(ARGV[5]) * interval - start, interval) + interval, interval)
+    local until_ = math.max(tonumber(redis.call('GET', KEYS[1])) or 0, start)
     redis.call('SET', KEYS[1], string.format('%.6f', until_), 'EX', tonumber(ARGV[3]))
     return 1
     """
@@ -251,13 +271,14 @@ class RedisCounters:
         args: list[float] = [-1.0 if now is None else now, SLOT_LEAD, PACING_TTL]
         for key in keys:
             rate, burst, wanted = requests[key]
-            args += [slot_interval(rate), burst, wanted]
+            args += [slot_interval(rate), slot_phase(key), burst, wanted]
         answer = self._script("_TAKE")(keys=[f"{self.prefix}:slot:{key}" for key in keys], args=args)
         return {key: (int(granted), float(wait)) for key, (granted, wait) in zip(keys, answer, strict=True)}
 
     def hold_tokens(self, key: str, rate: float, seconds: float, now: float | None = None) -> None:
         self._script("_HOLD")(keys=[f"{self.prefix}:slot:{key}"],
-                              args=[-1.0 if now is None else now, seconds, PACING_TTL])
+                              args=[-1.0 if now is None else now, seconds, PACING_TTL, slot_interval(rate),
+                                    slot_phase(key)])
 
     def beat(self, key: str, ttl_seconds: float, now: float | None = None) -> None:
         # Redis expires the key on its own clock; `now` only matters to the database store.
