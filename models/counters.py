@@ -28,7 +28,8 @@ class RateCounter(BaseModel):
 
 
 class PacingBucket(BaseModel):
-    """The token buckets pacing used before send slots (created by migration 0004, dropped by 0008)."""
+    """The token buckets pacing used before send slots: migration 0004 creates their table from
+    this model and 0008 drops it; nothing else uses it."""
 
     key = CharField(max_length=200, primary_key=True)
     tokens = FloatField()

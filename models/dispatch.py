@@ -6,26 +6,27 @@ The engine sits behind two small interfaces (the shape of listmonk's manager):
 - a `messenger` (`GraphMessenger`): how one message goes out (the Graph client and the payload
   builders of `messaging/`).
 
-and paces with the shared counter store (`models.db.counters()`: token buckets in the database
-or in Redis), so every consumer process and host spends from the same per-number budget.
+and paces with the shared counter store (`models.db.counters()`: each number's schedule of send
+slots, in the database or in Redis), so every consumer process and host takes from the same one.
 
 One engine runs per worker process, inside a queue task (jobs/campaigns.py). It works in ticks:
 
 1. Every second, `store.plan()` lists the numbers with active campaigns: held ones (number or
    wallet paused, daily limit reached) are marked `pending`, those whose number is gone are
    failed, and the rest report how many recipients are due.
-2. Every tick (0.2 s) it asks the pacer, in one call, for up to a tick's worth of tokens per
-   number (the number's `mps` is the bucket's rate), sharing the engine's send capacity first
+2. Every tick (0.2 s) it asks the pacer, in one call, for send slots per number (one every
+   1.05 / `mps` seconds, models/counters.py), sharing the engine's send capacity first
    between tenants, then between a tenant's numbers (water-filling, so a tenant with fifty
    numbers does not crowd out a tenant with one).
 3. It claims that many recipients per number in one transaction, split evenly between the
    number's campaigns (so one big campaign does not starve a small one): a conditional UPDATE
    pending -> queued with a claim token `<engine id>.<n>` and a timestamp.
-4. The tick's recipients are one batch: sent concurrently on the send pool (every HTTP call is
-   bounded by the client's timeout), then recorded in one transaction: accepted -> `sent` with
+4. The tick's recipients are one batch: each sent at its slot on the send pool (every HTTP call
+   is bounded by the client's timeout; one that missed its slot goes back to `pending` unsent),
+   then recorded in one transaction: accepted -> `sent` with
    the credit consumed and `message.sent`; permanent errors -> `failed` with the credit released
    and `message.failed`; throttling -> back to `pending` (not a failure) while the number's
-   bucket is put in debt; a lost answer -> left `queued` for the status webhooks to settle.
+   schedule is held; a lost answer -> left `queued` for the status webhooks to settle.
 5. Campaigns with nothing pending or queued complete (`campaign.completed`).
 
 A recipient is never sent twice: it is handed to the platform only by the engine that claimed
@@ -109,7 +110,7 @@ UNCONFIRMED = "send_unconfirmed"
 RECORD_ATTEMPTS = 4
 MAX_RETRIES = 5  # transient platform errors per recipient before it fails
 MAX_PAIR_THROTTLES = 5  # 131056 waits: 4, 16, 64, 256, 1024 s
-MAX_THROTTLE_HOLD = 16.0  # seconds a number's bucket is held after repeated 130429
+MAX_THROTTLE_HOLD = 16.0  # seconds a number's schedule is held after repeated 130429
 LONG_HOLD = 8.0  # a throttle hold this long marks the number's campaigns `pending`
 UNANSWERED_HOLD = 15.0  # seconds a number rests after a send got no answer (past the client's timeout)
 # A send whose turn comes this long after its pacing slot (the process stalled) is not sent: late,
