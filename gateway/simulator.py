@@ -21,7 +21,7 @@ Control endpoints (JSON):
     POST /_sim/payments                    {pref_id, outcome?, amount?, currency?, notify?} -> payment
     POST /_sim/payments/{id}/refund        {amount?}: whole or partial refund
     POST /_sim/payments/{id}/chargeback
-    POST /_sim/payments/{id}/notify        {times?, delay?, shuffle?}: send its notification again
+    POST /_sim/payments/{id}/notify        {times?, delay?, shuffle?}: notify it again, `times` times
     GET  /_sim/notifications               every delivery attempt: request id, payment, HTTP status
     GET|POST /_sim/config                  duplicates, max_delay, shuffle, notify
 
@@ -397,10 +397,13 @@ class GatewaySimulator:
             if verb == "chargeback":
                 return self.chargeback(payment_id)
             if verb == "notify":
+                # `times` notifications of their own (each with its request id), like a gateway
+                # that reports the same change again later.
                 self._payment(payment_id)
-                self._notify(payment_id, [str(args.get("action", "payment.updated"))], True, args.get("times", 1),
+                times = int(args.get("times", 1))
+                self._notify(payment_id, [str(args.get("action", "payment.updated"))] * times, True, 1,
                              args.get("delay"), args.get("shuffle"))
-                return {"scheduled": int(args.get("times", 1))}
+                return {"scheduled": times}
         raise SimError(404, f"no {method} /_sim/{'/'.join(segments)}", "not_found")
 
     def _page(self, method: str, path: str, query: dict[str, str], headers: dict[str, str],
