@@ -294,3 +294,27 @@ def test_notifications_of_one_payment_processed_at_once_record_it_once(client, a
     assert sorted(outcomes) == ["recorded"] + ["unchanged"] * 5
     assert Payment.select().count() == 1 and len(events(alice.id)) == 1
     assert Debt.get().saldo_pendiente == 20000 and [r["cursor"] for r in payments.export_rows(alice.id)] == [1]
+
+
+class TestCredentials:
+    def test_connect_reads_the_secrets_from_stdin_and_stores_them_encrypted(self, alice):
+        result = runner.invoke(svcctl, ["payments", "connect", "--tenant", alice.tenant.public_id, "--json"],
+                               input="APP_USR-token-1\nwebhook-secret-1\n")
+        assert result.exit_code == 0, result.output
+        assert f"/payments/webhook/{alice.tenant.public_id}" in result.stdout
+        assert "APP_USR-token-1" not in result.output and "webhook-secret-1" not in result.output
+        stored = payments.PaymentGateway.get()
+        assert "APP_USR-token-1" not in stored.access_token_ciphertext
+        assert payments.webhook_secret_of(alice.id) == "webhook-secret-1"
+        assert payments.client_for(alice.id)._token == "APP_USR-token-1"
+        refused = runner.invoke(svcctl, ["payments", "connect", "--tenant", alice.tenant.public_id], input="only\n")
+        assert refused.exit_code == 1 and "one a line" in refused.output
+
+    @pytest.mark.parametrize("name,value", [("SVC_PAYMENTS_GATEWAY_URL", "ftp://x"),
+                                            ("SVC_PAYMENTS_LINK_TTL_HOURS", "0"),
+                                            ("SVC_PAYMENTS_NOTIFICATION_TOLERANCE", "soon")])
+    def test_a_bad_setting_names_its_variable(self, name, value, tmp_path):
+        from config import ConfigError, load_settings
+
+        with pytest.raises(ConfigError, match=name):
+            load_settings({"SVC_DATA_DIR": str(tmp_path), name: value})
