@@ -531,6 +531,8 @@ def reconcile(tenant_id: int, since: dt.datetime | None = None) -> list[dict]:
     report = []
     try:
         for transaction in client.list_transactions(start):
+            if _fully_recorded(tenant_id, transaction):
+                continue
             status, outcome = apply_transaction(tenant_id, transaction)
             if status in ("recorded", "refused"):
                 report.append({"transaction_id": transaction.id, "status": status, "outcome": outcome})
@@ -539,6 +541,20 @@ def reconcile(tenant_id: int, since: dt.datetime | None = None) -> list[dict]:
     for item in report:
         log.warning("reconciliation %s: %s", item["status"], item["outcome"])
     return report
+
+
+def _fully_recorded(tenant_id: int, transaction: Transaction) -> bool:
+    """Already recorded with every reversal: skipped without taking the debt's lock."""
+    payment = Payment.get_or_none((Payment.tenant == tenant_id) & (Payment.transaction_id == transaction.id))
+    if payment is None:
+        return False
+    try:
+        target = min(to_minor(transaction.reversed_amount, payment.moneda), payment.monto)
+    except MoneyError:
+        return False
+    reversed_sum = PaymentReversal.select(fn.SUM(PaymentReversal.monto)).where(
+        PaymentReversal.payment == payment.id).scalar() or 0
+    return reversed_sum >= target
 
 
 def tenants_with_gateway() -> list[int]:
