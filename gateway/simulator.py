@@ -346,8 +346,7 @@ class GatewaySimulator:
         try:
             if path.startswith("/checkout/v1/"):
                 return self._page(method, path, query, headers, body)
-            data = json.loads(body, parse_float=Decimal) if body and "json" in headers.get("content-type", "json") \
-                else {}
+            data = json.loads(body, parse_float=Decimal) if body else {}
             return 200 if method == "GET" else 201, "application/json", self._json(self._api(
                 method, path, query, headers, data))
         except SimError as error:
