@@ -199,8 +199,8 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
     from models.payments import LINK_TEMPLATE, reminder_links
 
     links = reminder_links(tenant_id, account_public_id, balances)
-    for recipient, debt_id in zip(recipients, balances, strict=True):
-        if links:
+    if links:
+        for recipient, debt_id in zip(recipients, balances, strict=True):
             recipient["vars"].append(links[debt_id])
     local_day = now.date().isoformat()
     spec = {"account_id": account_public_id, "template_name": LINK_TEMPLATE if links else TEMPLATE_NAME,
