@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 from typer.testing import CliRunner
 
+from jobs.payments import reconcile_payments
 from models import cartera, payments
 from models.cartera import Debt, Payment
 from models.db import connection
@@ -224,8 +225,8 @@ class TestReconciliation:
     def test_a_payment_whose_notification_was_lost_is_recorded(self, client, alice, debt, gateway):
         link = link_for(client, alice).json["data"]
         paid = gateway.pay(link)
-        report = payments.reconcile(alice.id)
-        assert [(item["transaction_id"], item["status"]) for item in report] == [(str(paid["id"]), "recorded")]
+        assert reconcile_payments.call_local() == 1  # the periodic task, over every connected company
+        assert GatewayNotification.select().count() == 0 and Payment.get().transaction_id == str(paid["id"])
         assert deuda(client, alice)["saldo_pendiente"] == 200 and len(events(alice.id)) == 1
         assert payments.reconcile(alice.id) == []
         # The late notification finds it recorded.
@@ -318,3 +319,28 @@ class TestCredentials:
 
         with pytest.raises(ConfigError, match=name):
             load_settings({"SVC_DATA_DIR": str(tmp_path), name: value})
+
+
+@pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
+def test_payments_on_several_debts_at_once_get_export_numbers_without_gaps(client, alice, account, gateway):
+    for index in range(4):
+        body = debt_body(account.public_id, f"D-{index}", deudor={"nombre": "Ana", "documento": f"doc-{index}"})
+        assert post(client, alice, "/deudas", body).status_code == 201
+    barrier = threading.Barrier(8)
+    errors = []
+
+    def pay(index):
+        try:
+            with connection():
+                barrier.wait()
+                cartera.record_service_payment(alice.id, f"D-{index % 4}", "1", "cash")
+        except Exception as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=pay, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [row["cursor"] for row in payments.export_rows(alice.id)] == list(range(1, 9))
