@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from gateway import GatewayError
 from jobs.queue import crontab, periodic_task, task
 from models import payments
 from models.errors import DomainError
@@ -19,9 +20,15 @@ def process_gateway_notification(notification_id: int) -> str:
 
 
 # Every 30 minutes, over the last SVC_PAYMENTS_RECONCILE_HOURS: a notification lost while the
-# service was down (the gateway gives up on a receiver that does not answer) is found here.
+# service was down (the gateway gives up on a receiver that does not answer) is found here, and
+# stored notifications whose task was lost are processed.
 @periodic_task(crontab(minute="*/30"))
 def reconcile_payments() -> int:
+    for notification_id in payments.unprocessed_notifications():
+        try:
+            payments.process_notification(notification_id)
+        except GatewayError as error:
+            log.warning("gateway notification %s still not processed: %s", notification_id, error.message)
     recorded = 0
     for tenant_id in payments.tenants_with_gateway():
         try:

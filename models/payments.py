@@ -414,6 +414,15 @@ def _claims_mismatch(note: GatewayNotification, transaction: Transaction) -> str
     return None
 
 
+def unprocessed_notifications(older_than: dt.timedelta = dt.timedelta(minutes=5), limit: int = 500) -> list[int]:
+    """Notifications still `received` a while after they arrived: their task was lost (the queue
+    was down) or gave up (the gateway was)."""
+    return [row for (row,) in GatewayNotification.select(GatewayNotification.id)
+            .where((GatewayNotification.status == "received")
+                   & (GatewayNotification.received_at < utcnow() - older_than))
+            .order_by(GatewayNotification.id).limit(limit).tuples()]
+
+
 def _finish(note: GatewayNotification, status: str, outcome: str) -> str:
     if status == "refused":
         log.warning("gateway notification %s refused: %s", note.request_id, outcome)

@@ -233,6 +233,18 @@ class TestReconciliation:
         notify(client, gateway, paid["id"])
         assert GatewayNotification.get().status == "unchanged" and Payment.select().count() == 1
 
+    def test_a_notification_whose_task_was_lost_is_processed_by_the_periodic_run(self, client, alice, debt,
+                                                                                  gateway, immediate_queue):
+        paid = gateway.pay(link_for(client, alice).json["data"])
+        immediate_queue.immediate = False  # the queued task never runs: a queue lost with it
+        try:
+            assert notify(client, gateway, paid["id"]).json["data"]["status"] == "accepted"
+        finally:
+            immediate_queue.immediate = True
+        GatewayNotification.update(received_at=dt.datetime(2020, 1, 1)).execute()
+        assert reconcile_payments.call_local() == 0  # recorded by the notification, not by the search
+        assert GatewayNotification.get().status == "recorded" and Payment.select().count() == 1
+
     def test_the_cli_reports_what_it_recorded(self, alice, debt, gateway, client):
         gateway.pay(link_for(client, alice).json["data"])
         result = runner.invoke(svcctl, ["payments", "reconcile", "--tenant", alice.tenant.public_id, "--json"])
