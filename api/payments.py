@@ -19,10 +19,11 @@ from api.errors import ApiError, validation_error
 from api.operation import Reply, ok, operation, read_body
 from api.schemas import Output, Success, text
 from config import get_settings
-from gateway import InvalidNotification
+from gateway import GatewayError, InvalidNotification
 from gateway.mercadopago import parse_notification
 from models import payments
 from models.cartera_input import ExactInput, PositiveAmount
+from models.errors import DomainError
 from models.tenants import Tenant
 
 log = logging.getLogger(__name__)
@@ -185,9 +186,6 @@ class PayResource:
     """GET /pay/{plk_}: the link a debtor opens from a reminder; redirects to the checkout."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, link_id: str) -> None:
-        from gateway import GatewayError
-        from models.errors import DomainError
-
         try:
             target = payments.checkout_for(link_id[:64])
         except payments.LinkUnavailable as unavailable:
