@@ -14,7 +14,7 @@ BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
 # platform or a browser reaches, outside the versioned API and the OpenAPI document).
 AREAS = ("health", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
-         "cartera", "platform", "openapi")
+         "cartera", "payments", "platform", "openapi")
 
 
 class DatabaseConnection:

@@ -108,6 +108,11 @@ class Settings:
     worker_threads: int = 16
     quiet_hours_start: tuple[int, int] = (8, 0)
     quiet_hours_end: tuple[int, int] = (20, 0)
+    # The payment gateway (MercadoPago's API, or `svcctl payments sim`) and how links behave.
+    payments_gateway_url: str = "http://127.0.0.1:8091"
+    payments_link_ttl_hours: int = 72
+    payments_notification_tolerance: int = 300  # seconds a signed notification stays acceptable
+    payments_reconcile_hours: int = 72  # how far back reconciliation compares
 
     @property
     def sqlite_path(self) -> Path:
@@ -192,6 +197,15 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ("SVC_TENANT_RATE_LIMIT", "tenant_rate_limit", 1, 100_000_000),
         ("SVC_READ_RATE_LIMIT", "read_rate_limit", 1, 100_000_000),
         ("SVC_WRITE_RATE_LIMIT", "write_rate_limit", 1, 100_000_000),
+    ):
+        if name in env:
+            values[attr] = _int(name, env[name], minimum=low, maximum=high)
+    if payments_url := env.get("SVC_PAYMENTS_GATEWAY_URL", "").strip():
+        values["payments_gateway_url"] = _url("SVC_PAYMENTS_GATEWAY_URL", payments_url, ("http", "https"))
+    for name, attr, low, high in (
+        ("SVC_PAYMENTS_LINK_TTL_HOURS", "payments_link_ttl_hours", 1, 24 * 90),
+        ("SVC_PAYMENTS_NOTIFICATION_TOLERANCE", "payments_notification_tolerance", 10, 86400),
+        ("SVC_PAYMENTS_RECONCILE_HOURS", "payments_reconcile_hours", 1, 24 * 90),
     ):
         if name in env:
             values[attr] = _int(name, env[name], minimum=low, maximum=high)

@@ -22,7 +22,7 @@ Control endpoints (no version prefix), all JSON:
     GET    /_sim/numbers         every number, with its token
     POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?}
     POST   /_sim/templates       {name, language, status?, category?, body?, header?}
-    GET    /_sim/sent            every accepted send; DELETE clears the list
+    GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
     POST   /_sim/inbound         {from, to: phone_number_id, text, name?}
     POST   /_sim/echo            {from: phone_number_id, to: wa_id, text}
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
@@ -199,6 +199,14 @@ def builtin_templates() -> list[dict[str, Any]]:
             "APPROVED",
             "UTILITY",
             [body("Hola {{1}}, tu saldo pendiente es {{2}}.", "Ana", "$150.00")],
+        ),
+        (
+            "payment_reminder_link",
+            "es",
+            "APPROVED",
+            "UTILITY",
+            [body("Hola {{1}}, tu saldo pendiente es {{2}}. Paga aquí: {{3}}", "Ana", "$150.00",
+                  "https://pagos.example.com/pay/plk_1")],
         ),
         (
             "order_update",
@@ -775,6 +783,7 @@ class Simulator:
             "type": message["type"],
             "template": name,
             "language": language,
+            "components": (message.get("template") or {}).get("components"),
             "biz_opaque_callback_data": callback_data,
             "wamid": wamid,
             "phone_number_id": number.id,

@@ -897,6 +897,10 @@ def record_service_payment(tenant_id: int, debt_external_id: str, amount, method
         payment = _apply_payment(debt, amount=_minor(value, debt.moneda), currency=debt.moneda, method=method,
                                  paid_at=when, origin="service", transaction_id=transaction_id)
         emit(tenant_id, "debt.payment_received", payment_event_data(payment, debt))
+        # Numbered for the ERP's export in the same transaction (models.payments).
+        from models.payments import export_payment
+
+        export_payment(payment)
     if owns_transaction:
         notify_webhooks()
     return payment

@@ -187,15 +187,24 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
     for start in range(0, len(rows), 500):
         Reminder.insert_many(rows[start:start + 500]).on_conflict_ignore().as_rowcount().execute()
     ours = set(Reminder.select(Reminder.installment, Reminder.stage).where(Reminder.campaign_id == token).tuples())
-    recipients = []
-    for items in by_debt.values():
+    recipients, balances = [], {}
+    for debt_id, items in by_debt.items():
         claimed = [item for item in items if (item.installment_id, item.stage) in ours]
         if claimed:
             recipients.append(recipient_for(claimed))
+            balances[debt_id] = (claimed[0].saldo_pendiente, claimed[0].moneda)
     if not recipients:
         return None
+    # With a payment gateway, the reminder carries a link to pay (models.payments).
+    from models.payments import LINK_TEMPLATE, reminder_links
+
+    links = reminder_links(tenant_id, account_public_id, balances)
+    if links:
+        for recipient, debt_id in zip(recipients, balances, strict=True):
+            recipient["vars"].append(links[debt_id])
     local_day = now.date().isoformat()
-    spec = {"account_id": account_public_id, "template_name": TEMPLATE_NAME, "language": TEMPLATE_LANGUAGE,
+    spec = {"account_id": account_public_id, "template_name": LINK_TEMPLATE if links else TEMPLATE_NAME,
+            "language": TEMPLATE_LANGUAGE,
             "recipients": recipients, "external_reference": f"cobranza {local_day}"}
     campaign = create_campaign(tenant_id, spec, source="collection")
     Reminder.update(campaign_id=campaign.public_id).where(Reminder.campaign_id == token).execute()

@@ -80,9 +80,33 @@ def _ensure_demo_tenant() -> tuple[str, str | None]:
         return tenant.public_id, key_string
 
 
+def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
+    """Give the demo company a seller on the payment simulator (whose state lives only as long
+    as the process), so its reminders carry payment links."""
+    import requests
+
+    from models import payments
+    from models.tenants import get_tenant
+
+    deadline = time.time() + 15
+    while True:
+        try:
+            seller = requests.post(f"{gateway_url}/_sim/sellers", timeout=2).json()
+            break
+        except (requests.RequestException, ValueError):
+            if time.time() > deadline:
+                err.print("[yellow]payment simulator not answering; the demo company has no gateway[/yellow]")
+                return
+            time.sleep(0.2)
+    with connection():
+        payments.connect_gateway(get_tenant(tenant_public_id).id, seller["access_token"], seller["webhook_secret"])
+
+
 def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),
        sim: bool = typer.Option(False, "--sim", help="Also run the platform simulator, wired to the API."),
-       sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator.")):
+       sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator."),
+       payments_sim_bind: str = typer.Option("127.0.0.1:8091", "--payments-sim-bind",
+                                             help="HOST:PORT for the payment gateway simulator (with --sim).")):
     """Migrate, then run the API and the worker (and the simulator) in the foreground; Ctrl-C stops all."""
     from models.db import upgrade
 
@@ -91,6 +115,7 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     env.setdefault("SVC_PUBLIC_URL", f"http://{'127.0.0.1' if host in {'0.0.0.0', '::'} else host}:{port}")
     if sim:
         env["SVC_GRAPH_URL"] = f"http://{sim_bind}"
+        env["SVC_PAYMENTS_GATEWAY_URL"] = f"http://{payments_sim_bind}"
         env.setdefault("SVC_WEBHOOK_ALLOW_PRIVATE", "true")
     os.environ.update(env)
     try:
@@ -108,6 +133,7 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     if sim:
         commands["sim"] = svcctl + ["sim", "--bind", sim_bind, "--webhook-url",
                                     settings.public_url + PLATFORM_WEBHOOK_PATH]
+        commands["payments-sim"] = svcctl + ["payments", "sim", "--bind", payments_sim_bind]
     # The simulator signs the platform's webhooks with the app secret: it gets it through its
     # environment, never its command line, where `ps` would show it to any local user.
     child_env = {name: env for name in commands}
@@ -116,10 +142,13 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     children = {name: subprocess.Popen(command, env=child_env[name], cwd=ROOT)
                 for name, command in commands.items()}
 
+    if sim:
+        _connect_demo_gateway(tenant_id, settings.payments_gateway_url)
     base = f"{settings.public_url}/api/v1"
     err.print(f"[green]API[/green]     {base}")
     if sim:
         err.print(f"[green]sim[/green]     http://{sim_bind}")
+        err.print(f"[green]payments[/green] http://{payments_sim_bind} (gateway simulator)")
     err.print(f"[green]tenant[/green]  {tenant_id} ({DEMO_TENANT})")
     if key_string:
         err.print(f"[green]key[/green]     {key_string}")
