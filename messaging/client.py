@@ -162,7 +162,7 @@ class GraphClient:
         try:
             response = self.session.send(request, timeout=self.timeout, allow_redirects=False)
         except requests.RequestException as exc:
-            raise error_from_exception(exc) from exc
+            raise error_from_exception(exc) from None
         try:
             body = response.json()
         except ValueError:

@@ -20,7 +20,7 @@ import requests
 from peewee import CharField, DateTimeField, ForeignKeyField, TextField
 
 from config import get_settings
-from messaging.errors import PermanentPlatformError, PlatformError
+from messaging.errors import PermanentPlatformError, PlatformError, without_url_secrets
 from models import accounts
 from models.accounts import COEXISTENCE_MPS, MessagingAccount
 from models.base import BaseModel
@@ -193,9 +193,11 @@ def complete(public_id: str, code: str, waba_id: str, phone_number_id: str) -> O
         return fail(PLATFORM_UNAVAILABLE, str(error))
     except Exception as error:
         # A misconfiguration (no app id or secret, ...): end the attempt rather than leave it
-        # claimed, and leave the cause in the log.
-        log.exception("onboarding %s failed at the %s step", attempt.public_id, step)
-        return fail(PLATFORM_UNAVAILABLE, f"{type(error).__name__}: {error}"[:1000])
+        # claimed, and leave the cause in the log (its text only: a traceback would quote the
+        # code exchange's URL, app secret included, from wherever it was raised).
+        cause = without_url_secrets(f"{type(error).__name__}: {error}")[:1000]
+        log.error("onboarding %s failed at the %s step: %s", attempt.public_id, step, cause)
+        return fail(PLATFORM_UNAVAILABLE, cause)
 
     with atomic():
         # Locks the tenant's row on PostgreSQL (SQLite's BEGIN IMMEDIATE already serializes): two
@@ -262,6 +264,8 @@ def _text(value, length: int) -> str | None:
 
 
 def _finish(attempt_id: int, from_status: str, status: str, error: str | None, detail: str | None) -> bool:
+    # The detail is the platform's or the browser's text: stored without any URL's secret parts.
+    detail = None if detail is None else without_url_secrets(detail)
     return (OnboardingAttempt.update(status=status, error=error, error_detail=detail, finished_at=utcnow())
             .where((OnboardingAttempt.id == attempt_id) & (OnboardingAttempt.status == from_status))
             .execute()) == 1
