@@ -135,7 +135,7 @@ def _secret_key(env: Mapping[str, str], data_dir: Path) -> str:
     key_file = data_dir / "secret.key"
     if key_file.exists():
         return key_file.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = Fernet.generate_key().decode()
     # O_EXCL: two processes starting together must end up with the same key, not two.
     try:
@@ -145,6 +145,21 @@ def _secret_key(env: Mapping[str, str], data_dir: Path) -> str:
     with os.fdopen(fd, "w") as handle:
         handle.write(key)
     return key
+
+
+def private_data_file(path: Path) -> Path:
+    """`path` in the data dir, readable by the service's user only: the directory is created 0700
+    and the file 0600 (and an existing one closed up to 0600). SQLite gives its -wal and -shm
+    files the mode of the database file, so they follow."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except PermissionError:  # another user's file: leave its mode to its owner
+        pass
+    finally:
+        os.close(fd)
+    return path
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:

@@ -187,8 +187,13 @@ def complete(public_id: str, code: str, waba_id: str, phone_number_id: str) -> O
         token = client.exchange_code(code)
         step = "number"
         number = client.get_phone_number(phone_number_id, token)
+        # The browser reports the business account; only the token says which one it really is:
+        # the number must be one of that account's, as the token sees it.
+        step = "business"
+        in_business = phone_number_id in client.phone_number_ids(waba_id, token)
     except PermanentPlatformError as error:
-        return fail(CODE_EXCHANGE_FAILED if step == "exchange" else NUMBER_UNAVAILABLE, str(error))
+        code = {"exchange": CODE_EXCHANGE_FAILED, "number": NUMBER_UNAVAILABLE}.get(step, SIGNUP_FAILED)
+        return fail(code, str(error))
     except PlatformError as error:
         return fail(PLATFORM_UNAVAILABLE, str(error))
     except Exception as error:
@@ -198,6 +203,9 @@ def complete(public_id: str, code: str, waba_id: str, phone_number_id: str) -> O
         cause = without_url_secrets(f"{type(error).__name__}: {error}")[:1000]
         log.error("onboarding %s failed at the %s step: %s", attempt.public_id, step, cause)
         return fail(PLATFORM_UNAVAILABLE, cause)
+
+    if not in_business:
+        return fail(SIGNUP_FAILED, f"phone number {phone_number_id} is not in business account {waba_id}")
 
     with atomic():
         # Locks the tenant's row on PostgreSQL (SQLite's BEGIN IMMEDIATE already serializes): two

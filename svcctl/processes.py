@@ -82,7 +82,11 @@ def _ensure_demo_tenant() -> tuple[str, str | None]:
 
 def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),
        sim: bool = typer.Option(False, "--sim", help="Also run the platform simulator, wired to the API."),
-       sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator.")):
+       sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator."),
+       allow_private_webhooks: bool = typer.Option(
+           False, "--allow-private-webhooks",
+           help="Let companies' webhook endpoints point at private and loopback addresses (local receivers "
+                "only: it turns the SSRF guard off).")):
     """Migrate, then run the API and the worker (and the simulator) in the foreground; Ctrl-C stops all."""
     from models.db import upgrade
 
@@ -91,7 +95,10 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     env.setdefault("SVC_PUBLIC_URL", f"http://{'127.0.0.1' if host in {'0.0.0.0', '::'} else host}:{port}")
     if sim:
         env["SVC_GRAPH_URL"] = f"http://{sim_bind}"
-        env.setdefault("SVC_WEBHOOK_ALLOW_PRIVATE", "true")
+    # Only when asked: the simulator needs no private webhook targets, and a demo reachable from
+    # elsewhere must not let anyone point deliveries at the machine's own services.
+    if allow_private_webhooks:
+        env["SVC_WEBHOOK_ALLOW_PRIVATE"] = "true"
     os.environ.update(env)
     try:
         settings = get_settings()
