@@ -17,11 +17,10 @@ from models.tenants import ApiKey
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}
 
-# Failed authentications (401) per client address and minute, counted in the shared counter
-# store; past them every request from that address is 429 until the minute ends, so keys cannot
+# Failed authentications (401) per client address and minute (SVC_FAILED_AUTH_LIMIT), counted in
+# the shared counter store; past them every request from that address is 429 until the minute ends, so keys cannot
 # be guessed at speed. A process remembers the addresses it has seen go past the limit (per
 # counter store), so a blocked address costs no round trip to the store.
-FAILED_AUTH_LIMIT = 30
 FAILED_AUTH_WINDOW = 60
 _blocked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # store -> {address: when the block ends}
 _blocked_lock = threading.Lock()
@@ -84,7 +83,7 @@ def _count_failure(ip: str) -> None:
     key = f"authfail:{ip}"
     store = counters()
     failures = store.incr([key], FAILED_AUTH_WINDOW, now)[key]
-    if failures > FAILED_AUTH_LIMIT:
+    if failures > get_settings().failed_auth_limit:
         reset = FAILED_AUTH_WINDOW - int(now % FAILED_AUTH_WINDOW)
         blocked = _blocked_in(store)
         with _blocked_lock:
@@ -96,10 +95,11 @@ def _count_failure(ip: str) -> None:
 
 
 def _too_many_failures(retry_after: int) -> None:
+    limit = get_settings().failed_auth_limit
     raise ApiError(429, "rate_limited",
                    f"too many failed authentications from this address; retry in {retry_after} s",
-                   {"scope": "failed_authentications", "limit": FAILED_AUTH_LIMIT, "retry_after": retry_after},
-                   headers={"Retry-After": str(retry_after), "RateLimit-Limit": str(FAILED_AUTH_LIMIT),
+                   {"scope": "failed_authentications", "limit": limit, "retry_after": retry_after},
+                   headers={"Retry-After": str(retry_after), "RateLimit-Limit": str(limit),
                             "RateLimit-Remaining": "0", "RateLimit-Reset": str(retry_after)})
 
 

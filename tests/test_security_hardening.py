@@ -15,7 +15,6 @@ import time
 import pytest
 import requests
 
-from api.auth import FAILED_AUTH_LIMIT
 from models.accounts import MessagingAccount, open_window
 from models.clock import utcnow
 from tests.accounts_fixtures import *  # noqa: F403  (simulator, client)
@@ -26,14 +25,14 @@ from tests.live_fixtures import *  # noqa: F403  (live_service)
 from tests.test_security_master_key import demo_installation  # noqa: F401  (svcctl up --sim)
 
 
-def test_guessing_keys_gets_an_address_blocked(live_service, alice):
+def test_guessing_keys_gets_an_address_blocked(live_service, alice, storage):
     url = live_service.api_url + "/api/v1/credits/balance"
     statuses = []
     with requests.Session() as session:
-        for n in range(FAILED_AUTH_LIMIT + 10):
+        for n in range(storage.failed_auth_limit + 10):
             guess = f"svc_live_{alice.key.public_id}.guess{n}"
             statuses.append(session.get(url, headers={"Authorization": f"Bearer {guess}"}, timeout=10).status_code)
-        assert statuses == [401] * FAILED_AUTH_LIMIT + [429] * 10
+        assert statuses == [401] * storage.failed_auth_limit + [429] * 10
         # A right key from that address waits out the block too: guessing on cannot pay off.
         blocked = session.get(url, headers=alice.headers, timeout=10)
     assert blocked.status_code == 429
@@ -42,9 +41,9 @@ def test_guessing_keys_gets_an_address_blocked(live_service, alice):
     assert blocked.headers["RateLimit-Remaining"] == "0"
 
 
-def test_other_addresses_are_not_blocked_by_one_guessing(client, alice):
+def test_other_addresses_are_not_blocked_by_one_guessing(client, alice, storage):
     bad = {"Authorization": "Bearer svc_live_key_nope.nope"}
-    for _ in range(FAILED_AUTH_LIMIT + 1):
+    for _ in range(storage.failed_auth_limit + 1):
         client.simulate_get("/api/v1/credits/balance", headers=bad, remote_addr="198.51.100.20")
     assert client.simulate_get("/api/v1/credits/balance", headers=alice.headers,
                                remote_addr="198.51.100.20").status_code == 429
