@@ -108,6 +108,7 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     applied = upgrade()
     if applied:
         err.print(f"applied {len(applied)} migration(s)")
+    settings = get_settings()  # a migration may have replaced the generated master key
     tenant_id, key_string = _ensure_demo_tenant()
 
     svcctl = [sys.executable, "-m", "svcctl.main"]
