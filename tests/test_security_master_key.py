@@ -109,6 +109,10 @@ def test_nothing_shown_or_logged_reveals_the_master_key(demo_installation):
         if where not in {"verify token", "app secret"}:
             assert settings.app_secret not in text, f"the app secret is shown in the {where}"
     assert "app_secret" not in requests.get(sim + "/_sim/config", timeout=5).json()
+    # No control endpoint hands out a secret: the numbers come without their platform tokens.
+    requests.post(sim + "/_sim/signup", json={}, timeout=5).raise_for_status()
+    numbers = requests.get(sim + "/_sim/numbers", timeout=5).json()["data"]
+    assert numbers and all("token" not in number for number in numbers)
 
 
 def test_derived_secrets_are_independent_of_each_other_and_of_the_key():
