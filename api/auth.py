@@ -18,9 +18,9 @@ from models.tenants import ApiKey
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}
 
 # Failed authentications (401) per client address and minute (SVC_FAILED_AUTH_LIMIT), counted in
-# the shared counter store; past them every request from that address is 429 until the minute ends, so keys cannot
-# be guessed at speed. A process remembers the addresses it has seen go past the limit (per
-# counter store), so a blocked address costs no round trip to the store.
+# the shared counter store; past them every request from that address is 429 until the minute
+# ends, so keys cannot be guessed at speed. A process remembers the addresses it has seen go past
+# the limit (per counter store), so a blocked address costs no round trip to the store.
 FAILED_AUTH_WINDOW = 60
 _blocked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # store -> {address: when the block ends}
 _blocked_lock = threading.Lock()
