@@ -103,6 +103,8 @@ class Settings:
     tenant_rate_limit: int = 1000
     read_rate_limit: int = 600
     write_rate_limit: int = 120
+    # Failed authentications (401) per client address and minute before the address is blocked.
+    failed_auth_limit: int = 30
     web_concurrency: int = 4
     web_threads: int = 8
     worker_threads: int = 16
@@ -140,7 +142,7 @@ def _secret_key(env: Mapping[str, str], data_dir: Path) -> str:
     key_file = data_dir / "secret.key"
     if key_file.exists():
         return key_file.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = Fernet.generate_key().decode()
     # O_EXCL: two processes starting together must end up with the same key, not two.
     try:
@@ -150,6 +152,21 @@ def _secret_key(env: Mapping[str, str], data_dir: Path) -> str:
     with os.fdopen(fd, "w") as handle:
         handle.write(key)
     return key
+
+
+def private_data_file(path: Path) -> Path:
+    """`path` in the data dir, readable by the service's user only: the directory is created 0700
+    and the file 0600 (and an existing one closed up to 0600). SQLite gives its -wal and -shm
+    files the mode of the database file, so they follow."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except PermissionError:  # another user's file: leave its mode to its owner
+        pass
+    finally:
+        os.close(fd)
+    return path
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -197,6 +214,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ("SVC_TENANT_RATE_LIMIT", "tenant_rate_limit", 1, 100_000_000),
         ("SVC_READ_RATE_LIMIT", "read_rate_limit", 1, 100_000_000),
         ("SVC_WRITE_RATE_LIMIT", "write_rate_limit", 1, 100_000_000),
+        ("SVC_FAILED_AUTH_LIMIT", "failed_auth_limit", 1, 100_000_000),
     ):
         if name in env:
             values[attr] = _int(name, env[name], minimum=low, maximum=high)
@@ -217,12 +235,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     values["secret_key"] = _secret_key(env, data_dir)
     # Derived rather than random so every process of one installation agrees on them, and derived
     # through a KDF so that neither value, nor both together, tells anything about the key.
-    if not values.get("verify_token"):
-        values["verify_token"] = "vt_" + derive_secret(values["secret_key"], "platform webhook verify token")
-    if not values.get("app_secret"):
-        # Only the simulator shares this default; a real platform app always sets SVC_APP_SECRET.
-        values["app_secret"] = "as_" + derive_secret(values["secret_key"], "simulated platform app secret")
+    # Only the simulator shares the app secret's default; a real platform app always sets SVC_APP_SECRET.
+    for name in DERIVED:
+        if not values.get(name):
+            values[name] = derived_default(values["secret_key"], name)
     return Settings(**values)
+
+
+# The settings derived from the master key when they are not set: their prefix and HKDF label.
+DERIVED = {"verify_token": ("vt_", "platform webhook verify token"),
+           "app_secret": ("as_", "simulated platform app secret")}
+
+
+def derived_default(secret_key: str, name: str) -> str:
+    prefix, purpose = DERIVED[name]
+    return prefix + derive_secret(secret_key, purpose)
 
 
 def derive_secret(secret_key: str, purpose: str) -> str:

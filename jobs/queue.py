@@ -11,13 +11,14 @@ import functools
 from huey import RedisHuey, SqliteHuey, crontab  # noqa: F401  (crontab re-exported for tasks)
 
 from config import Settings, get_settings
+from config.settings import private_data_file
 from models.db import connection
 
 
 def build_huey(settings: Settings):
     if settings.redis_url:
         return RedisHuey(settings.queue_name, url=settings.redis_url, utc=True)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_data_file(settings.queue_path)
     # Its own file: SqliteHuey dequeues under BEGIN EXCLUSIVE, which must never block the app's writes.
     return SqliteHuey(settings.queue_name, filename=str(settings.queue_path), timeout=15, utc=True)
 

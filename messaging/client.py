@@ -116,6 +116,12 @@ class GraphClient:
             "GET", phone_number_id, token, params={"fields": PHONE_NUMBER_FIELDS}
         )
 
+    def phone_number_ids(self, waba_id: str, token: str) -> set[str]:
+        """The ids of the business account's numbers, as the token may see them (an error when the
+        token has no access to that business account)."""
+        body = self._request("GET", f"{waba_id}/phone_numbers", token, params={"fields": "id", "limit": 100})
+        return {str(item["id"]) for item in body.get("data") or [] if isinstance(item, dict) and "id" in item}
+
     def sync_contacts(self, phone_number_id: str, token: str) -> str | None:
         """Coexistence: ask for the business app's contacts (allowed once per number)."""
         return self._smb_app_data(phone_number_id, token, "smb_app_state_sync")
@@ -162,7 +168,7 @@ class GraphClient:
         try:
             response = self.session.send(request, timeout=self.timeout, allow_redirects=False)
         except requests.RequestException as exc:
-            raise error_from_exception(exc) from exc
+            raise error_from_exception(exc) from None
         try:
             body = response.json()
         except ValueError:

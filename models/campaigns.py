@@ -34,7 +34,7 @@ from peewee import (
     IntegerField,
     fn,
 )
-from pydantic import AliasChoices, Field, StringConstraints
+from pydantic import AliasChoices, Field, StringConstraints, field_validator
 
 from api.schemas import Input, text
 from models import credits
@@ -60,14 +60,35 @@ MEDIA_HEADERS = ("image", "video", "document")
 
 # Request schemas (also the OpenAPI document's CampaignInput).
 
+# What the contract leaves open is bounded here, so that what a campaign stores stays in
+# proportion to what it costs: a variable list longer than any template's, a free-form `payload`
+# as big as the request, or defaults copied to every recipient would otherwise store megabytes
+# for one credit (docs/api.md, "Limits").
+MAX_VARIABLES = 100
+MAX_PAYLOAD_BYTES = 4096  # a recipient's `payload`, as compact JSON
+MAX_CAMPAIGN_STORED_BYTES = 4 * 1024 * 1024  # every recipient's variables and payload, as stored
+
 Variable = Annotated[str, StringConstraints(max_length=1000)] | None
+Variables = Annotated[list[Variable], Field(max_length=MAX_VARIABLES)]
 
 
 class RecipientInput(Input):
     wa_id: text(32)
     external_contact_id: text(160) | None = None
-    vars: list[Variable] | None = None
+    vars: Variables | None = None
     payload: dict[str, Any] | None = None
+
+    @field_validator("payload")
+    @classmethod
+    def _bounded_payload(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                size = len(orjson.dumps(value))
+            except orjson.JSONEncodeError:
+                raise ValueError("integers must fit in 64 bits") from None
+            if size > MAX_PAYLOAD_BYTES:
+                raise ValueError(f"must be at most {MAX_PAYLOAD_BYTES} bytes as JSON, got {size}")
+        return value
 
 
 class CampaignInput(Input):
@@ -80,7 +101,7 @@ class CampaignInput(Input):
     header_type: Literal["none", "image", "video", "document"] | None = None
     header_url: Annotated[str, StringConstraints(max_length=1000, pattern=r"^https?://[^\s/?#]+[^\s]*$")] | None \
         = None
-    body_placeholders: list[Variable] | None = None
+    body_placeholders: Variables | None = None
     dedupe: bool = False
 
 
@@ -407,6 +428,7 @@ def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, 
     defaults = data.body_placeholders or []
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
+    stored = 0
     bad_numbers: dict[str, list[str]] = {}
     for index, item in enumerate(data.recipients):
         wa_id = digits(item.wa_id)
@@ -427,6 +449,14 @@ def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, 
                 code="variable_count_mismatch",
                 details={"recipient_index": index, "wa_id": wa_id, "expected": variable_count,
                          "given": sum(value is not None for value in values)})
+        # Counted as stored, defaults included: they are copied to every recipient that takes them.
+        stored += sum(len(value.encode()) for value in values)
+        if item.payload is not None:
+            stored += len(orjson.dumps(item.payload))
+        if stored > MAX_CAMPAIGN_STORED_BYTES:
+            raise Invalid("The given data was invalid.", details={"errors": {"recipients": [
+                f"the recipients' variables and payloads (defaults included) may store at most "
+                f"{MAX_CAMPAIGN_STORED_BYTES} bytes; recipient {index} goes past it"]}})
         rows.append({"wa_id": wa_id, "external_contact_id": item.external_contact_id, "vars": values,
                      "payload": item.payload})
     if bad_numbers:

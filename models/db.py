@@ -23,6 +23,7 @@ from playhouse.migrations import Runner
 from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from config import Settings
+from config.settings import private_data_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,7 +59,7 @@ def _postgres(url: str, pool_size: int) -> PooledPostgresqlDatabase:
 
 
 def _sqlite(path: Path, pool_size: int) -> PooledSqliteDatabase:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_data_file(path)
     # lock_type IMMEDIATE: every transaction takes the write lock at BEGIN, so a second writer
     # waits on busy_timeout instead of failing mid-transaction with "database is locked".
     return PooledSqliteDatabase(

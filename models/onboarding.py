@@ -20,7 +20,7 @@ import requests
 from peewee import CharField, DateTimeField, ForeignKeyField, TextField
 
 from config import get_settings
-from messaging.errors import PermanentPlatformError, PlatformError
+from messaging.errors import PermanentPlatformError, PlatformError, without_url_secrets
 from models import accounts
 from models.accounts import COEXISTENCE_MPS, MessagingAccount
 from models.base import BaseModel
@@ -187,15 +187,25 @@ def complete(public_id: str, code: str, waba_id: str, phone_number_id: str) -> O
         token = client.exchange_code(code)
         step = "number"
         number = client.get_phone_number(phone_number_id, token)
+        # The browser reports the business account; only the token says which one it really is:
+        # the number must be one of that account's, as the token sees it.
+        step = "business"
+        in_business = phone_number_id in client.phone_number_ids(waba_id, token)
     except PermanentPlatformError as error:
-        return fail(CODE_EXCHANGE_FAILED if step == "exchange" else NUMBER_UNAVAILABLE, str(error))
+        code = {"exchange": CODE_EXCHANGE_FAILED, "number": NUMBER_UNAVAILABLE}.get(step, SIGNUP_FAILED)
+        return fail(code, str(error))
     except PlatformError as error:
         return fail(PLATFORM_UNAVAILABLE, str(error))
     except Exception as error:
         # A misconfiguration (no app id or secret, ...): end the attempt rather than leave it
-        # claimed, and leave the cause in the log.
-        log.exception("onboarding %s failed at the %s step", attempt.public_id, step)
-        return fail(PLATFORM_UNAVAILABLE, f"{type(error).__name__}: {error}"[:1000])
+        # claimed, and leave the cause in the log (its text only: a traceback would quote the
+        # code exchange's URL, app secret included, from wherever it was raised).
+        cause = without_url_secrets(f"{type(error).__name__}: {error}")[:1000]
+        log.error("onboarding %s failed at the %s step: %s", attempt.public_id, step, cause)
+        return fail(PLATFORM_UNAVAILABLE, cause)
+
+    if not in_business:
+        return fail(SIGNUP_FAILED, f"phone number {phone_number_id} is not in business account {waba_id}")
 
     with atomic():
         # Locks the tenant's row on PostgreSQL (SQLite's BEGIN IMMEDIATE already serializes): two
@@ -262,6 +272,8 @@ def _text(value, length: int) -> str | None:
 
 
 def _finish(attempt_id: int, from_status: str, status: str, error: str | None, detail: str | None) -> bool:
+    # The detail is the platform's or the browser's text: stored without any URL's secret parts.
+    detail = None if detail is None else without_url_secrets(detail)
     return (OnboardingAttempt.update(status=status, error=error, error_detail=detail, finished_at=utcnow())
             .where((OnboardingAttempt.id == attempt_id) & (OnboardingAttempt.status == from_status))
             .execute()) == 1

@@ -164,21 +164,29 @@ def revoke_key(public_id: str) -> ApiKey:
     return key
 
 
+# Compared against when no key has the token's id, so that an unknown id costs the same work as
+# a known one with a wrong secret: the answer's timing does not tell which key ids exist.
+_NO_SUCH_KEY = _hash_secret("no such key")
+
+
 def authenticate(token: str) -> ApiKey | None:
-    """The live key this token names, or None. The secret is compared in constant time."""
+    """The live key this token names, or None. The look-up and the comparison take the same work
+    whether the key id exists or not: one row either way, and the secret compared in constant time."""
     if not token.startswith(KEY_PREFIX) or len(token) > 200:
         return None
     public_id, _, secret = token[len(KEY_PREFIX):].partition(".")
     if not public_id or not secret:
         return None
-    # Every request runs this: fixed SQL rather than a query rebuilt per call.
+    # Every request runs this: fixed SQL rather than a query rebuilt per call. The outer join
+    # answers one row (of nulls) for an unknown id too.
     row = execute(
-        'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit" '
-        'FROM "api_key" AS k JOIN "tenant" AS t ON t."id" = k."tenant_id" '
-        'WHERE k."public_id" = ? AND k."revoked_at" IS NULL AND t."status" = \'active\'', (public_id,)).fetchone()
-    if row is None or not hmac.compare_digest(row[2], _hash_secret(secret)):
+        'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit", t."status" '
+        'FROM (SELECT 1 AS "one") AS o LEFT JOIN "api_key" AS k ON k."public_id" = ? AND k."revoked_at" IS NULL '
+        'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,)).fetchone()
+    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = row
+    matches = hmac.compare_digest(secret_hash or _NO_SUCH_KEY, _hash_secret(secret))
+    if not matches or key_id is None or tenant_status != "active":
         return None
-    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit = row
     return ApiKey(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
                   scopes=orjson.loads(scopes), allowed_ips=orjson.loads(allowed_ips) if allowed_ips else None,
                   rate_limit=rate_limit)

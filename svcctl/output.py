@@ -4,6 +4,7 @@ line on stderr with a non-zero exit."""
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
@@ -12,6 +13,7 @@ import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from config import ConfigError, get_settings
 from models.db import connection, init_db
@@ -23,8 +25,20 @@ err = Console(stderr=True)
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
+# What must not reach a terminal as it is: control characters (C0 but tab and newline, DEL, C1),
+# which start escape sequences, and the bidirectional overrides that reorder what is shown.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(value: Any) -> Text:
+    """A value from outside (a company name, a reference, an error message) as text: never read as
+    markup, and every character that could drive the terminal shown as a visible escape (`\\x1b`)."""
+    raw = "" if value is None else str(value)
+    return Text(_UNPRINTABLE.sub(lambda match: match.group().encode("unicode_escape").decode(), raw))
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "red"), " ", plain(message)), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -33,11 +47,11 @@ def print_json(data: Any) -> None:
 
 
 def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
-    grid = Table(title=title, show_lines=False)
+    grid = Table(title=None if title is None else plain(title), show_lines=False)
     for column in columns:
         grid.add_column(column)
     for row in rows:
-        grid.add_row(*["" if value is None else str(value) for value in row])
+        grid.add_row(*[plain(value) for value in row])
     return grid
 
 

@@ -106,7 +106,11 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
        sim: bool = typer.Option(False, "--sim", help="Also run the platform simulator, wired to the API."),
        sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator."),
        payments_sim_bind: str = typer.Option("127.0.0.1:8091", "--payments-sim-bind",
-                                             help="HOST:PORT for the payment gateway simulator (with --sim).")):
+                                             help="HOST:PORT for the payment gateway simulator (with --sim)."),
+       allow_private_webhooks: bool = typer.Option(
+           False, "--allow-private-webhooks",
+           help="Let companies' webhook endpoints point at private and loopback addresses (local receivers "
+                "only: it turns the SSRF guard off).")):
     """Migrate, then run the API and the worker (and the simulator) in the foreground; Ctrl-C stops all."""
     from models.db import upgrade
 
@@ -116,7 +120,10 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     if sim:
         env["SVC_GRAPH_URL"] = f"http://{sim_bind}"
         env["SVC_PAYMENTS_GATEWAY_URL"] = f"http://{payments_sim_bind}"
-        env.setdefault("SVC_WEBHOOK_ALLOW_PRIVATE", "true")
+    # Only when asked: the simulator needs no private webhook targets, and a demo reachable from
+    # elsewhere must not let anyone point deliveries at the machine's own services.
+    if allow_private_webhooks:
+        env["SVC_WEBHOOK_ALLOW_PRIVATE"] = "true"
     os.environ.update(env)
     try:
         settings = get_settings()
@@ -126,6 +133,7 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     applied = upgrade()
     if applied:
         err.print(f"applied {len(applied)} migration(s)")
+    settings = get_settings()  # a migration may have replaced the generated master key
     tenant_id, key_string = _ensure_demo_tenant()
 
     svcctl = [sys.executable, "-m", "svcctl.main"]
