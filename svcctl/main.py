@@ -14,7 +14,7 @@ from svcctl import processes
 # Command group → the module whose `app` it is, in the order the help lists them.
 GROUPS = {"db": "db", "tenants": "tenants", "keys": "keys", "credits": "credits",
           "access-requests": "access_requests", "accounts": "accounts", "templates": "templates",
-          "campaigns": "campaigns", "cartera": "cartera", "webhooks": "webhooks", "sim": "sim"}
+          "campaigns": "campaigns", "cartera": "cartera", "webhooks": "webhooks", "portal": "portal", "sim": "sim"}
 
 
 class LazyGroups(TyperGroup):
