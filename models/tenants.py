@@ -186,21 +186,21 @@ def authenticate(token: str) -> ApiKey | None:
     if row is None or not hmac.compare_digest(row[2], _hash_secret(secret)):
         return None
     key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit = row
-    _mark_used(key_id)
+    _mark_used(public_id, key_id)
     return ApiKey(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
                   scopes=orjson.loads(scopes), allowed_ips=orjson.loads(allowed_ips) if allowed_ips else None,
                   rate_limit=rate_limit)
 
 
-# key id -> monotonic time this process last wrote its last_used_at.
-_marked: dict[int, float] = {}
+# key public id -> monotonic time this process last wrote its last_used_at.
+_marked: dict[str, float] = {}
 
 
-def _mark_used(key_id: int) -> None:
+def _mark_used(public_id: str, key_id: int) -> None:
     """Record when a key was used, at most once a minute per key and process: "last used" is
     read by people, and a write on every request would be paid by every request."""
     now = time.monotonic()
-    if now - _marked.get(key_id, -USED_EVERY) < USED_EVERY:
+    if now - _marked.get(public_id, -USED_EVERY) < USED_EVERY:
         return
-    _marked[key_id] = now
+    _marked[public_id] = now
     ApiKey.update(last_used_at=utcnow()).where(ApiKey.id == key_id).execute()
