@@ -23,4 +23,5 @@ def mount(app: falcon.App) -> None:
         for path, resource in importlib.import_module(f"portal.{name}").ROUTES:
             app.add_route(BASE + path, resource)
     app.add_static_route(f"{BASE}/static", STATIC)
-    app.add_sink(not_found, f"{BASE}/")
+    # A sink is matched before static routes: it leaves the static prefix to them.
+    app.add_sink(not_found, rf"{BASE}/(?!static/)")

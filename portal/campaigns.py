@@ -63,8 +63,8 @@ def sends_chart(campaign_id: int) -> Chart | None:
         return None
     times = [value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value) for value in times]
     first, last = min(times), max(times)
-    span = max(1.0, (last - first).total_seconds())
-    step = max(1, int(span // CHART_BARS) + 1)
+    span = (last - first).total_seconds()
+    step = int(span // CHART_BARS) + 1
     if step > 60:
         step = (step + 59) // 60 * 60
     counts = [0] * (int(span // step) + 1)

@@ -154,9 +154,11 @@ def render(req: falcon.Request, resp: falcon.Response, template: str, status: in
     ctx: Context | None = getattr(req.context, "portal", None)
     resp.status = falcon.code_to_http_status(status)
     resp.content_type = falcon.MEDIA_HTML
+    # Halfway through a two-factor sign-in the user is not shown as signed in.
+    signed_in = ctx is not None and ctx.session is not None and not ctx.session.pending_totp
     resp.text = templates.get_template(template).render(
-        user=ctx.user if ctx else None, csrf=ctx.csrf if ctx else "", path=req.path, notice=NOTICES.get(
-            req.get_param("ok") or ""), **values)
+        user=ctx.user if signed_in else None, csrf=ctx.csrf if ctx else "", path=req.path,
+        notice=NOTICES.get(req.get_param("ok") or ""), **values)
 
 
 def redirect(resp: falcon.Response, location: str, notice: str | None = None) -> None:
