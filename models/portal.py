@@ -314,6 +314,18 @@ def session_for(token: str | None) -> PortalSession | None:
     return found
 
 
+def prune(now: dt.datetime | None = None) -> tuple[int, int]:
+    """Delete sessions past their expiry or idle limit, and invitations expired a week ago."""
+    now = now or utcnow()
+    with atomic():
+        sessions = PortalSession.delete().where((PortalSession.expires_at <= now)
+                                                | (PortalSession.last_seen_at <= now - SESSION_IDLE)).execute()
+        invitations = PortalInvitation.delete().where(PortalInvitation.accepted_at.is_null()
+                                                      & (PortalInvitation.expires_at <= now - dt.timedelta(days=7))
+                                                      ).execute()
+    return sessions, invitations
+
+
 def end_session(session: PortalSession, ip: str | None = None) -> None:
     with atomic():
         PortalSession.delete().where(PortalSession.id == session.id).execute()

@@ -8,6 +8,7 @@ import time
 
 import pyotp
 
+from jobs.portal import prune_portal_sessions
 from models import portal
 from models.clock import utcnow
 from models.tenants import ApiKey
@@ -220,3 +221,18 @@ def test_sign_in_returns_only_to_portal_pages(client, owner):
                              ("/portal/credits", "/portal/credits")):
         result = browser.post("/portal/login", {"email": owner.email, "password": PASSWORD, "next": target})
         assert result.headers["location"] == expected
+
+
+def test_ended_sessions_and_old_invitations_are_pruned(client, owner, alice):
+    live, idle, expired = (signed_in(client, owner) for _ in range(3))
+    portal.PortalSession.update(last_seen_at=utcnow() - portal.SESSION_IDLE).where(
+        portal.PortalSession.token_hash == portal._digest(idle.cookies["svc_portal"])).execute()
+    portal.PortalSession.update(expires_at=utcnow()).where(
+        portal.PortalSession.token_hash == portal._digest(expired.cookies["svc_portal"])).execute()
+    old, _token = portal.invite(alice.id, "old@alice.example.com", "viewer")
+    recent, _token = portal.invite(alice.id, "recent@alice.example.com", "viewer")
+    portal.PortalInvitation.update(expires_at=utcnow() - dt.timedelta(days=8)).where(
+        portal.PortalInvitation.id == old.id).execute()
+    assert prune_portal_sessions.call_local() == (2, 1)
+    assert live.get("/portal").status_code == 200
+    assert [i.email for i in portal.PortalInvitation.select()] == ["recent@alice.example.com"]
