@@ -41,6 +41,7 @@ COOKIE = "svc_portal"
 # random value kept in this cookie and echoed by the form (double submit).
 PRE_COOKIE = "svc_portal_pre"
 MAX_FORM_BYTES = 64 * 1024
+MAX_FORM_FIELDS = 200
 PER_PAGE = 50
 HEADERS = {
     "Cache-Control": "no-store",
@@ -107,9 +108,14 @@ def read_form(req: falcon.Request) -> Form:
         text = raw.decode()
     except UnicodeDecodeError:
         raise Refused(400, "Unreadable form", "the form could not be read") from None
-    if "\x00" in text:
+    try:
+        fields = parse_qs(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:
+        raise Refused(400, "Unreadable form", f"a form has at most {MAX_FORM_FIELDS} fields") from None
+    # PostgreSQL text cannot hold NUL: refused for every field, on every engine.
+    if any("\x00" in value for values in fields.values() for value in values):
         raise Refused(400, "Unreadable form", "the form could not be read")
-    return Form(parse_qs(text, keep_blank_values=True, max_num_fields=200))
+    return Form(fields)
 
 
 @dataclass

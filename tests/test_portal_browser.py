@@ -170,6 +170,9 @@ def test_an_owner_runs_the_api_from_the_portal(service, alice, browser, make_rec
 
     arrived = wait_until(replayed, timeout=20, interval=0.2, message="the replayed event")
     assert verify(arrived, signing_secret)
+    page.goto(f"{base}/webhooks")
+    assert signing_secret not in page.content()
+    shoot(page, "webhooks")
 
     page.goto(f"{base}/campaigns/{campaign_id}")
     assert page.locator("svg.chart rect").count() >= 1

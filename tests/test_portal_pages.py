@@ -348,3 +348,9 @@ def test_unknown_pages_and_bad_filters_are_pages_not_errors(client, owner):
     huge = browser.client.simulate_post("/portal/keys", body=b"a=" + b"x" * 70000, cookies=browser.cookies,
                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert huge.status_code == 413
+    many = browser.client.simulate_post("/portal/keys", body="&".join(["scopes=all"] * 300), cookies=browser.cookies,
+                                        headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert many.status_code == 400
+    nul = browser.post("/portal/keys", {"scopes": "all\x00"})
+    assert nul.status_code == 400
+    assert client.simulate_get("/portal/static/portal.css").headers["content-type"] == "text/css"
