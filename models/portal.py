@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import hmac
 import secrets as random_secrets
@@ -51,8 +52,13 @@ LOGIN_ATTEMPTS_PER_EMAIL = 10
 LOGIN_ATTEMPTS_PER_IP = 50
 
 _hasher = argon2.PasswordHasher()  # argon2id with the library's current recommended parameters
-# Verified against when the email is unknown, so a miss costs what a wrong password costs.
-_DUMMY_HASH = _hasher.hash(random_secrets.token_urlsafe(16))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against when the email is unknown, so a miss costs what a wrong password costs.
+    Made on first use, not at import: every process that imports this module would pay for it."""
+    return _hasher.hash(random_secrets.token_urlsafe(16))
 
 
 class PortalUser(BaseModel):
@@ -264,13 +270,13 @@ def authenticate(email: str, password: str) -> PortalUser | None:
     except Invalid:
         email = ""
     user = PortalUser.get_or_none(PortalUser.email == email) if email else None
+    # No password is longer than MAX_PASSWORD: a longer one is wrong, checked for the same cost.
+    fits = len(password) <= MAX_PASSWORD
     try:
-        _hasher.verify(user.password_hash if user else _DUMMY_HASH, password[:MAX_PASSWORD])
-    except argon2.exceptions.VerificationError:
+        _hasher.verify(user.password_hash if user and fits else _dummy_hash(), password[:MAX_PASSWORD])
+    except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
         return None
-    except argon2.exceptions.InvalidHashError:
-        return None
-    if user is None:
+    if user is None or not fits:
         return None
     if _hasher.check_needs_rehash(user.password_hash):
         PortalUser.update(password_hash=_hasher.hash(password)).where(PortalUser.id == user.id).execute()
