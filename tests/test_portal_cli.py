@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 
+import requests
 from typer.testing import CliRunner
 
 from models import access_requests, portal
 from models.tenants import ApiKey
 from svcctl.main import app
 from svcctl.processes import DEMO_OWNER, _ensure_demo_tenant
+from tests.live import ROOT, free_port, wait_until
 from tests.portal_fixtures import PASSWORD, PortalClient
 
 runner = CliRunner()
@@ -80,3 +87,35 @@ def test_the_demo_company_gets_an_owner_whose_password_is_shown_once(client, sto
     assert key_string and password
     assert PortalClient(client).sign_in(DEMO_OWNER, password).status_code == 303
     assert _ensure_demo_tenant() == (tenant_id, None, None)
+
+
+def answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_svcctl_up_prints_the_portal_and_a_sign_in_that_works(tmp_path):
+    port, log_path = free_port(), tmp_path / "up.log"
+    env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "svcctl.main", "up", "--bind", f"127.0.0.1:{port}"],
+                                   cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        printed = wait_until(lambda: re.search(r"sign in\s+(\S+) / (\S+)", log_path.read_text()), timeout=60,
+                             message="the demo sign-in")
+        email, password = printed.groups()
+        assert f"portal  http://127.0.0.1:{port}/portal" in log_path.read_text()
+        base = f"http://127.0.0.1:{port}/portal"
+        wait_until(lambda: answers(f"{base}/login"), message="the portal")
+        browser = requests.Session()
+        form = browser.get(f"{base}/login", timeout=5).text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', form).group(1)
+        signed_in = browser.post(f"{base}/login", data={"email": email, "password": password, "csrf_token": csrf},
+                                 timeout=10)
+        assert signed_in.status_code == 200 and signed_in.url == base
+        assert "Demo Company" in signed_in.text and "owner@demo.example.com" in signed_in.text
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=40)

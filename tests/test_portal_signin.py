@@ -139,6 +139,13 @@ def test_an_unknown_email_and_a_wrong_password_read_the_same(client, owner):
     assert unknown.text.replace("nobody@alice.example.com", "") == wrong.text.replace(owner.email, "")
 
 
+def test_a_password_longer_than_allowed_is_wrong_not_cut(client, alice):
+    longest = "p" * portal.MAX_PASSWORD
+    user = portal.create_user(alice.id, "long@alice.example.com", "viewer", longest)
+    assert PortalClient(client).sign_in(user.email, longest + "anything").status_code == 401
+    assert PortalClient(client).sign_in(user.email, longest).status_code == 303
+
+
 def turn_on_two_factor(browser: PortalClient) -> pyotp.TOTP:
     started = browser.post("/portal/security/two-factor", {"action": "start"})
     totp = pyotp.TOTP(SECRET_IN_PAGE.search(started.text).group(1))
