@@ -95,8 +95,12 @@ class CampaignProgress:
     @page()
     def on_get(self, req, resp, campaign_id: str):
         data = campaigns.campaign_dict(campaigns.get_campaign(ctx(req).tenant_id, campaign_id))
+        progress = {name: data[name] for name in ("status", "total_recipients", *campaigns.COUNTERS)}
+        # What the progress bar and the overview's "sent" column show.
+        progress["done"] = sum(data[name] for name in ("sent", "delivered", "read", "failed", "cancelled"))
+        progress["handed_over"] = data["sent"] + data["delivered"] + data["read"]
         resp.content_type = falcon.MEDIA_JSON
-        resp.data = orjson.dumps({name: data[name] for name in ("status", "total_recipients", *campaigns.COUNTERS)})
+        resp.data = orjson.dumps(progress)
 
 
 class CampaignCancel:

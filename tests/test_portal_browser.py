@@ -147,6 +147,9 @@ def test_an_owner_runs_the_api_from_the_portal(service, alice, browser, make_rec
                                   "recipients": [{"wa_id": wa_id} for wa_id in RECIPIENTS]})
     assert created.status_code == 201, created.text
     campaign_id = created.json()["data"]["id"]
+    # Opened while it runs, the campaign's page follows it to the end by itself.
+    page.goto(f"{base}/campaigns/{campaign_id}")
+    page.wait_for_selector("[data-field=status] >> text=completed", timeout=30_000)
     receiver.wait_for(len(RECIPIENTS), timeout=30)
 
     wait_until(lambda: WebhookDelivery.select().where(WebhookDelivery.status == "failed").count() == len(RECIPIENTS),

@@ -245,7 +245,7 @@ def test_a_campaign_page_shows_counters_chart_and_recipients(client, alice, owne
     assert browser.get(f"/portal/campaigns/{campaign_id}", status="failed").text.count("5215577100") == 0
     assert browser.get(f"/portal/campaigns/{campaign_id}", status="bogus").status_code == 422
     progress = browser.get(f"/portal/campaigns/{campaign_id}/progress").json
-    assert progress["total_recipients"] == 3 and progress["sent"] == 3
+    assert progress["total_recipients"] == progress["done"] == progress["handed_over"] == 3
     assert campaign_id in browser.get("/portal/campaigns").text
     # Sent: no longer queued, so not cancellable.
     assert browser.post(f"/portal/campaigns/{campaign_id}/cancel").status_code == 409

@@ -16,23 +16,29 @@
     var button = event.submitter;
     if (button && button.dataset.confirm && !window.confirm(button.dataset.confirm)) { event.preventDefault(); }
   });
-  // A running campaign's counters refresh every 3 seconds until it ends.
-  var live = document.querySelector("[data-live]");
-  if (live && live.dataset.live) {
+  // A running campaign's counters (its page, or its row on the overview) refresh every 3 seconds;
+  // the page reloads once one has ended.
+  var live = Array.prototype.filter.call(document.querySelectorAll("[data-live]"), function (el) {
+    return el.dataset.live;
+  });
+  if (live.length) {
     var timer = setInterval(function () {
-      fetch(live.dataset.live, {credentials: "same-origin"}).then(function (response) {
-        return response.ok ? response.json() : null;
-      }).then(function (data) {
-        if (!data) { return; }
-        var done = 0;
-        ["sent", "delivered", "read", "failed", "cancelled"].forEach(function (name) { done += data[name]; });
-        Object.keys(data).forEach(function (name) {
-          var cell = live.querySelector('[data-count="' + name + '"]');
-          if (cell) { cell.textContent = data[name].toLocaleString("en"); }
+      live.forEach(function (element) {
+        fetch(element.dataset.live, {credentials: "same-origin"}).then(function (response) {
+          return response.ok ? response.json() : null;
+        }).then(function (data) {
+          if (!data) { return; }
+          Object.keys(data).forEach(function (name) {
+            var cell = element.querySelector('[data-count="' + name + '"]');
+            if (cell) { cell.textContent = data[name].toLocaleString("en"); }
+          });
+          var bar = element.querySelector("progress");
+          if (bar) { bar.value = data.done; }
+          if (["queued", "pending", "processing"].indexOf(data.status) < 0) {
+            clearInterval(timer);
+            window.location.reload();
+          }
         });
-        var bar = live.querySelector("progress");
-        if (bar) { bar.value = done; }
-        if (["queued", "pending", "processing"].indexOf(data.status) < 0) { clearInterval(timer); window.location.reload(); }
       });
     }, 3000);
   }
