@@ -230,6 +230,11 @@ def test_the_payment_endpoint_is_configured_in_the_portal(client, alice, owner, 
     payment = webhooks.get_payment_endpoint(alice.id)
     assert payment.url == receiver.url(path="/payments")
     assert "Payments endpoint" in browser.get("/portal/webhooks").text
+    tested = browser.post(f"/portal/webhooks/endpoints/{payment.public_id}/test")
+    assert "accepted with 200" in tested.text
+    [ping] = receiver.wait_for(1)
+    assert ping.path == "/payments" and ping.headers["X-Service-Event"] == "webhook.ping"
+    assert verify(ping, set_once.text.split('id="secret-value">')[1].split("<")[0])
 
 
 def test_a_campaign_page_shows_counters_chart_and_recipients(client, alice, owner, sim):
