@@ -59,6 +59,11 @@ class PortalClient:
         return self.post("/portal/login", {"email": email, "password": password, "next": "/portal"})
 
 
+def shown_secret(html: str) -> str:
+    """The secret a page shows once (a key, a signing secret, an invitation link)."""
+    return re.search(r'id="secret-value">([^<]+)<', html).group(1)
+
+
 def make_user(tenant_id: int, role: str = "owner", email: str | None = None) -> portal.PortalUser:
     return portal.create_user(tenant_id, email or f"user{next(_serial)}@example.com", role, PASSWORD)
 

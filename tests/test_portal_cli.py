@@ -17,7 +17,7 @@ from models.tenants import ApiKey
 from svcctl.main import app
 from svcctl.processes import DEMO_OWNER, _ensure_demo_tenant
 from tests.live import ROOT, free_port, wait_until
-from tests.portal_fixtures import PASSWORD, PortalClient
+from tests.portal_fixtures import PASSWORD, PortalClient, shown_secret
 
 runner = CliRunner()
 
@@ -77,7 +77,7 @@ def test_approval_can_invite_the_first_owner_instead_of_printing_a_key(client, s
     assert access_requests.get(request.public_id).status == "approved"
     browser = accept(client, approved["invitation_url"])
     created = browser.post("/portal/keys", {"scopes": "credits:read"})
-    key_string = created.text.split('id="secret-value">')[1].split("<")[0]
+    key_string = shown_secret(created.text)
     balance = client.simulate_get("/api/v1/credits/balance", headers={"Authorization": f"Bearer {key_string}"})
     assert balance.status_code == 200
 

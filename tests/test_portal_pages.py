@@ -22,7 +22,7 @@ from models.webhooks import WebhookDelivery, WebhookEndpoint
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)
 from tests.campaigns_fixtures import campaign_body, make_number
 from tests.portal_fixtures import *  # noqa: F403
-from tests.portal_fixtures import make_user, signed_in
+from tests.portal_fixtures import make_user, shown_secret, signed_in
 from tests.webhooks_fixtures import *  # noqa: F403
 from tests.webhooks_fixtures import Reply, configure, verify
 
@@ -129,18 +129,18 @@ def test_a_key_is_shown_once_then_only_its_id(client, alice, owner, caplog):
                                             ("allowed_ips", "203.0.113.0/24, 198.51.100.7"), ("rate_limit", "60")])
     assert created.status_code == 201
     assert created.headers["cache-control"] == "no-store"
-    [key_string] = [word for word in created.text.split(">") if word.startswith("svc_live_")]
-    key_string = key_string.split("<")[0]
+    key_string = shown_secret(created.text)
+    assert created.text.count(key_string) == 1
     key = authenticate(key_string)
     assert key.scopes == ["campaigns:read", "credits:read"] and key.rate_limit == 60
     assert key.allowed_ips == ["203.0.113.0/24", "198.51.100.7/32"]
     secret = key_string.split(".", 1)[1]
 
     rotated = browser.post(f"/portal/keys/{key.public_id}/rotate")
-    new_string = rotated.text.split('id="secret-value">')[1].split("<")[0]
+    new_string = shown_secret(rotated.text)
     assert authenticate(key_string) is None and authenticate(new_string).public_id == key.public_id
     endpoint = browser.post("/portal/webhooks", {"url": "https://127.0.0.1:9/hooks", "events": "message.sent"})
-    signing_secret = endpoint.text.split('id="secret-value">')[1].split("<")[0]
+    signing_secret = shown_secret(endpoint.text)
     assert signing_secret.startswith("whsec_")
 
     shown_once = [secret, new_string.split(".", 1)[1], signing_secret]
@@ -180,7 +180,7 @@ def test_a_failed_delivery_is_replayed_and_arrives_signed(client, alice, owner, 
     receiver = receivers(respond=lambda request: next(answers, Reply(200, b"thanks")))
     browser = signed_in(client, owner)
     created = browser.post("/portal/webhooks", {"url": receiver.url(), "events": "account.connected"})
-    secret = created.text.split('id="secret-value">')[1].split("<")[0]
+    secret = shown_secret(created.text)
     endpoint = WebhookEndpoint.get(WebhookEndpoint.tenant == alice.id)
     with atomic():
         event = emit(alice.id, "account.connected", {"account": {"id": "wacc_x"}})
@@ -234,7 +234,7 @@ def test_the_payment_endpoint_is_configured_in_the_portal(client, alice, owner, 
     assert "accepted with 200" in tested.text
     [ping] = receiver.wait_for(1)
     assert ping.path == "/payments" and ping.headers["X-Service-Event"] == "webhook.ping"
-    assert verify(ping, set_once.text.split('id="secret-value">')[1].split("<")[0])
+    assert verify(ping, shown_secret(set_once.text))
 
 
 def test_a_campaign_page_shows_counters_chart_and_recipients(client, alice, owner, sim):
