@@ -243,6 +243,19 @@ def reset_password(email: str, password: str) -> PortalUser:
     return user
 
 
+def change_password(user: PortalUser, current: str, new: str, keep_session: PortalSession,
+                    ip: str | None = None) -> bool:
+    """The user's own change: False when `current` is wrong. Every other session of the user ends."""
+    if authenticate(user.email, current) is None:
+        return False
+    password_hash = _hasher.hash(check_password(new))
+    with atomic():
+        PortalUser.update(password_hash=password_hash).where(PortalUser.id == user.id).execute()
+        PortalSession.delete().where((PortalSession.user == user.id) & (PortalSession.id != keep_session.id)).execute()
+        audit(user.tenant_id, user, "user.password_changed", user.email, None, ip)
+    return True
+
+
 def generated_password() -> str:
     return random_secrets.token_urlsafe(15)
 

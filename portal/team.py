@@ -4,6 +4,8 @@ security: two-factor, signing out everywhere, and the company's two-factor polic
 from __future__ import annotations
 
 from models import portal
+from models.errors import Invalid
+from portal.signin import THROTTLED
 from portal.web import BASE, ctx, form, page, paginate, redirect, render, require
 
 
@@ -49,7 +51,7 @@ class Audit:
 def _security(req, resp, status: int = 200, **values) -> None:
     user = portal.PortalUser.get_by_id(ctx(req).user.id)
     render(req, resp, "security.html", status=status, me=user, policy=portal.policy_of(user.tenant_id),
-           setup=values.get("setup"), error=values.get("error"))
+           setup=values.get("setup"), error=values.get("error"), password_error=values.get("password_error"))
 
 
 class Security:
@@ -83,6 +85,27 @@ class TwoFactorDisable:
         redirect(resp, f"{BASE}/security", "two_factor_off")
 
 
+class PasswordChange:
+    @page(setup=True)
+    def on_post(self, req, resp):
+        fields, context = form(req), ctx(req)
+        if fields.raw("new_password") != fields.raw("new_password_again"):
+            _security(req, resp, status=422, password_error="The two new passwords differ.")
+            return
+        if not portal.login_allowed(context.user.email, context.ip):
+            raise THROTTLED
+        try:
+            changed = portal.change_password(context.user, fields.raw("current_password"), fields.raw("new_password"),
+                                             context.session, context.ip)
+        except Invalid as error:
+            _security(req, resp, status=422, password_error=error.message)
+            return
+        if not changed:
+            _security(req, resp, status=401, password_error="The current password is wrong.")
+            return
+        redirect(resp, f"{BASE}/security", "password_changed")
+
+
 class Policy:
     @page(write="security")
     def on_post(self, req, resp):
@@ -98,5 +121,6 @@ ROUTES = [
     ("/security", Security()),
     ("/security/two-factor", TwoFactorSetup()),
     ("/security/two-factor/disable", TwoFactorDisable()),
+    ("/security/password", PasswordChange()),
     ("/security/policy", Policy()),
 ]

@@ -300,6 +300,7 @@ NOTICES = {
     "two_factor_off": "Two-factor sign-in is off for your user.",
     "policy_saved": "Company sign-in policy saved.",
     "two_factor_required": "Your company requires two-factor sign-in: set it up to continue.",
+    "password_changed": "Password changed; your other sessions have ended.",
     "signed_out": "Signed out.",
     "signed_out_everywhere": "Every session of your user has ended; sign in again.",
 }

@@ -243,3 +243,23 @@ def test_ended_sessions_and_old_invitations_are_pruned(client, owner, alice):
     assert prune_portal_sessions.call_local() == (2, 1)
     assert live.get("/portal").status_code == 200
     assert [i.email for i in portal.PortalInvitation.select()] == ["recent@alice.example.com"]
+
+
+def test_a_user_changes_their_password_and_other_sessions_end(client, owner):
+    here, elsewhere = signed_in(client, owner), signed_in(client, owner)
+    new = "a much better passphrase"
+    wrong = here.post("/portal/security/password", {"current_password": "nope nope nope", "new_password": new,
+                                                    "new_password_again": new})
+    assert wrong.status_code == 401 and "current password is wrong" in wrong.text
+    differ = here.post("/portal/security/password", {"current_password": PASSWORD, "new_password": new,
+                                                     "new_password_again": new + "!"})
+    assert differ.status_code == 422
+    short = here.post("/portal/security/password", {"current_password": PASSWORD, "new_password": "short",
+                                                    "new_password_again": "short"})
+    assert short.status_code == 422
+    changed = here.post("/portal/security/password", {"current_password": PASSWORD, "new_password": new,
+                                                      "new_password_again": new})
+    assert changed.status_code == 303
+    assert here.get("/portal").status_code == 200 and elsewhere.get("/portal").status_code == 303
+    assert PortalClient(client).sign_in(owner.email).status_code == 401
+    assert PortalClient(client).sign_in(owner.email, new).status_code == 303
