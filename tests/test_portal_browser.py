@@ -156,7 +156,7 @@ def test_an_owner_runs_the_api_from_the_portal(service, alice, browser, make_rec
                timeout=20, interval=0.2, message="every delivery failed once")
     page.goto(f"{base}/webhooks/deliveries?status=failed")
     assert page.locator("tr.delivery").count() == web.PER_PAGE and f"{len(RECIPIENTS)} in all" in page.content()
-    shoot(page, "deliveries")
+    shoot(page, "deliveries", full_page=False)
     event_id = page.locator("tr.delivery").first.get_attribute("data-event")
     page.click(f"tr.delivery[data-event='{event_id}'] a")
     assert "receiver down" in page.content()
