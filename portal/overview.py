@@ -22,7 +22,9 @@ def sends_today(tenant_id: int, now: dt.datetime | None = None) -> dict[str, int
     totals = dict.fromkeys(OUTCOMES, 0)
     recipients = (CampaignRecipient.select(CampaignRecipient.status, fn.COUNT(CampaignRecipient.id))
                   .join(Campaign, on=(CampaignRecipient.campaign == Campaign.id))
+                  # A campaign that finished before today sent nothing today: only the others' rows are read.
                   .where((Campaign.tenant == tenant_id)
+                         & (Campaign.finished_at.is_null() | (Campaign.finished_at >= midnight))
                          & ((CampaignRecipient.sent_at >= midnight) | (CampaignRecipient.failed_at >= midnight)))
                   .group_by(CampaignRecipient.status).tuples())
     messages = (Message.select(Message.status, fn.COUNT(Message.id))

@@ -11,22 +11,16 @@ from models.clock import utcnow
 from models.db import atomic
 from models.errors import Invalid, NotFound
 from models.events import ALL_EVENTS, CORE_EVENTS
-from models.webhooks import DELIVERY_STATUSES, KIND_API, WebhookEndpoint
+from models.webhooks import DELIVERY_STATUSES, WebhookEndpoint
 from portal.web import BASE, audit, ctx, form, page, paginate, redirect, render
 
 REPLAY_WINDOWS = {"1": "the last hour", "6": "the last 6 hours", "24": "the last day", "72": "the last 3 days",
                   "168": "the last 7 days"}
 
 
-def _endpoints(tenant_id: int) -> list[WebhookEndpoint]:
-    return list(WebhookEndpoint.select().where((WebhookEndpoint.tenant == tenant_id)
-                                               & (WebhookEndpoint.kind == KIND_API))
-                .order_by(WebhookEndpoint.status, WebhookEndpoint.id.desc()))
-
-
 def _show(req, resp, status: int = 200, **shown) -> None:
     tenant_id = ctx(req).tenant_id
-    render(req, resp, "webhooks.html", status=status, endpoints=_endpoints(tenant_id),
+    render(req, resp, "webhooks.html", status=status, endpoints=list(webhooks.endpoints_of(tenant_id)),
            payment=webhooks.get_payment_endpoint(tenant_id), events=CORE_EVENTS,
            created=shown.get("created"), test=shown.get("test"))
 

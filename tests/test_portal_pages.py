@@ -252,6 +252,7 @@ def test_a_campaign_page_shows_counters_chart_and_recipients(client, alice, owne
     progress = browser.get(f"/portal/campaigns/{campaign_id}/progress").json
     assert progress["total_recipients"] == progress["done"] == progress["handed_over"] == 3
     assert campaign_id in browser.get("/portal/campaigns").text
+    assert "<dt>sent</dt><dd>3</dd>" in browser.get("/portal").text  # today's sends on the overview
     # Sent: no longer queued, so not cancellable.
     assert browser.post(f"/portal/campaigns/{campaign_id}/cancel").status_code == 409
 
