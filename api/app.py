@@ -1,4 +1,4 @@
-"""The Falcon application: every area's routes under /api/v1, plus the few pages outside it."""
+"""The Falcon application: every area's routes under /api/v1, the few pages outside it, and the portal."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import importlib
 
 import falcon
 
+import portal
 from api.errors import handle_unexpected, serialize_falcon_error
 from config import Settings, get_settings, use_settings
 from models.db import db, init_db
@@ -45,4 +46,5 @@ def create_app(settings: Settings | None = None) -> falcon.App:
             app.add_route(BASE_PATH + path, resource)
         for path, resource in getattr(module, "ROOT_ROUTES", []):
             app.add_route(path, resource)
+    portal.mount(app)
     return app

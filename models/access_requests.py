@@ -93,14 +93,15 @@ def _mark_reviewed(request: AccessRequest, status: str, **changes) -> None:
                        code="access_request_reviewed")
 
 
-def approve(public_id: str, scopes: list[str]) -> tuple[AccessRequest, Tenant, str]:
-    """Create the tenant and its first key; returns the key string, shown only now."""
+def approve(public_id: str, scopes: list[str], with_key: bool = True) -> tuple[AccessRequest, Tenant, str | None]:
+    """Create the tenant and (unless `with_key` is False: the company's first owner creates keys
+    in the portal) its first key; returns the key string, shown only now."""
     with atomic():
         request = get(public_id)
         if request.status != "pending":
             raise Conflict(f"access request {public_id} is {request.status}", code="access_request_reviewed")
         tenant = create_tenant(request.company_name)
-        _key, key_string = create_key(tenant, scopes)
+        key_string = create_key(tenant, scopes)[1] if with_key else None
         _mark_reviewed(request, "approved", tenant=tenant)
     return get(public_id), tenant, key_string
 

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import time
 
 import orjson
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
@@ -22,6 +23,7 @@ from models.ids import new_id
 
 KEY_PREFIX = "svc_live_"
 DEFAULT_KEY_RATE_LIMIT = 120
+USED_EVERY = 60.0
 
 SCOPES = (
     "accounts:read",
@@ -57,6 +59,7 @@ class ApiKey(BaseModel):
     created_at = DateTimeField(default=utcnow)
     rotated_at = DateTimeField(null=True)
     revoked_at = DateTimeField(null=True)
+    last_used_at = DateTimeField(null=True)
 
     def allows_ip(self, address: str | None) -> bool:
         if not self.allowed_ips:
@@ -137,16 +140,20 @@ def create_key(tenant: Tenant, scopes: list[str], allowed_ips: list[str] | None 
     return key, f"{KEY_PREFIX}{key.public_id}.{secret}"
 
 
-def get_key(public_id: str) -> ApiKey:
-    key = ApiKey.get_or_none(ApiKey.public_id == public_id)
+def get_key(public_id: str, tenant_id: int | None = None) -> ApiKey:
+    """A key by id; with `tenant_id`, only that tenant's (another's is not found)."""
+    condition = ApiKey.public_id == public_id
+    if tenant_id is not None:
+        condition &= ApiKey.tenant == tenant_id
+    key = ApiKey.get_or_none(condition)
     if key is None:
         raise NotFound(f"no key {public_id}", code="key_not_found")
     return key
 
 
-def rotate_key(public_id: str) -> tuple[ApiKey, str]:
+def rotate_key(public_id: str, tenant_id: int | None = None) -> tuple[ApiKey, str]:
     """Replace the secret of a live key, keeping its id, scopes and limits."""
-    key = get_key(public_id)
+    key = get_key(public_id, tenant_id)
     if key.revoked_at is not None:
         raise Invalid(f"key {public_id} is revoked", code="key_revoked")
     secret = _new_secret()
@@ -156,8 +163,8 @@ def rotate_key(public_id: str) -> tuple[ApiKey, str]:
     return key, f"{KEY_PREFIX}{key.public_id}.{secret}"
 
 
-def revoke_key(public_id: str) -> ApiKey:
-    key = get_key(public_id)
+def revoke_key(public_id: str, tenant_id: int | None = None) -> ApiKey:
+    key = get_key(public_id, tenant_id)
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         key.save()
@@ -187,6 +194,21 @@ def authenticate(token: str) -> ApiKey | None:
     matches = hmac.compare_digest(secret_hash or _NO_SUCH_KEY, _hash_secret(secret))
     if not matches or key_id is None or tenant_status != "active":
         return None
+    _mark_used(public_id, key_id)
     return ApiKey(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
                   scopes=orjson.loads(scopes), allowed_ips=orjson.loads(allowed_ips) if allowed_ips else None,
                   rate_limit=rate_limit)
+
+
+# key public id -> monotonic time this process last wrote its last_used_at.
+_marked: dict[str, float] = {}
+
+
+def _mark_used(public_id: str, key_id: int) -> None:
+    """Record when a key was used, at most once a minute per key and process: "last used" is
+    read by people, and a write on every request would be paid by every request."""
+    now = time.monotonic()
+    if now - _marked.get(public_id, -USED_EVERY) < USED_EVERY:
+        return
+    _marked[public_id] = now
+    ApiKey.update(last_used_at=utcnow()).where(ApiKey.id == key_id).execute()

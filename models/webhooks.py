@@ -712,6 +712,27 @@ def replay_since(since: dt.datetime, tenant_id: int | None = None, batch: int = 
         last_id = events[-1].id
 
 
+def replay_failed_since(tenant_id: int, since: dt.datetime, batch: int = 500) -> tuple[int, set[int]]:
+    """Replay the tenant's events with a delivery created at or after `since` that has not
+    succeeded and will not by itself soon: `exhausted`, or `failed` and waiting for a retry."""
+    total = 0
+    touched: set[int] = set()
+    last_id = 0
+    while True:
+        failed = (WebhookDelivery.select(WebhookDelivery.event).distinct()
+                  .where((WebhookDelivery.tenant == tenant_id) & (WebhookDelivery.created_at >= since)
+                         & WebhookDelivery.status.in_(("failed", "exhausted")) & (WebhookDelivery.event > last_id))
+                  .order_by(WebhookDelivery.event).limit(batch))
+        events = list(Event.select().where(Event.id.in_([row.event_id for row in failed])).order_by(Event.id))
+        if not events:
+            return total, touched
+        with atomic():
+            created, endpoints = _replay_to_current_endpoints(events, utcnow())
+        total += created
+        touched |= endpoints
+        last_id = events[-1].id
+
+
 def deliveries(tenant_id: int, endpoint_public_id: str | None = None, event_name: str | None = None,
                status: str | None = None):
     """A tenant's deliveries, newest first, with their endpoint and event joined."""

@@ -15,7 +15,7 @@ from svcctl import processes
 GROUPS = {"db": "db", "tenants": "tenants", "keys": "keys", "credits": "credits",
           "access-requests": "access_requests", "accounts": "accounts", "templates": "templates",
           "campaigns": "campaigns", "cartera": "cartera", "payments": "payments", "webhooks": "webhooks",
-          "sim": "sim"}
+          "portal": "portal", "sim": "sim"}
 
 
 class LazyGroups(TyperGroup):

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GUNICORN_CONFIG = ROOT / "config" / "gunicorn.py"
 DEMO_TENANT = "Demo Company"
 DEMO_CREDITS = 1000
+DEMO_OWNER = "owner@demo.example.com"
 PLATFORM_WEBHOOK_PATH = "/platform/webhook"
 
 
@@ -65,19 +66,24 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
     consumer.run()
 
 
-def _ensure_demo_tenant() -> tuple[str, str | None]:
-    """The demo tenant's id, and its key the first time only (a key is never shown twice)."""
-    from models import credits
+def _ensure_demo_tenant() -> tuple[str, str | None, str | None]:
+    """The demo tenant's id, its key and its portal owner's password, the latter two the first
+    time only (a secret is never shown twice)."""
+    from models import credits, portal
     from models.tenants import Tenant, create_key, create_tenant
 
     with connection():
         tenant = Tenant.get_or_none(Tenant.name == DEMO_TENANT)
-        if tenant is not None:
-            return tenant.public_id, None
-        tenant = create_tenant(DEMO_TENANT)
-        credits.grant(tenant.id, DEMO_CREDITS, reason="demo credits")
-        _key, key_string = create_key(tenant, ["all"])
-        return tenant.public_id, key_string
+        key_string = password = None
+        if tenant is None:
+            tenant = create_tenant(DEMO_TENANT)
+            credits.grant(tenant.id, DEMO_CREDITS, reason="demo credits")
+            _key, key_string = create_key(tenant, ["all"])
+        # Also on a data dir from before the portal: its demo company gets its owner now.
+        if not portal.PortalUser.select().where(portal.PortalUser.email == DEMO_OWNER).exists():
+            password = portal.generated_password()
+            portal.create_user(tenant.id, DEMO_OWNER, "owner", password)
+        return tenant.public_id, key_string, password
 
 
 def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
@@ -134,7 +140,7 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     if applied:
         err.print(f"applied {len(applied)} migration(s)")
     settings = get_settings()  # a migration may have replaced the generated master key
-    tenant_id, key_string = _ensure_demo_tenant()
+    tenant_id, key_string, password = _ensure_demo_tenant()
 
     svcctl = [sys.executable, "-m", "svcctl.main"]
     commands = {"api": svcctl + ["serve", "--bind", bind], "worker": svcctl + ["worker"]}
@@ -164,6 +170,12 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     else:
         err.print("key     shown at first start only; create another with "
                   f"`svcctl keys create --tenant {tenant_id} --scope all`")
+    err.print(f"[green]portal[/green]  {settings.public_url}/portal")
+    if password:
+        err.print(f"[green]sign in[/green] {DEMO_OWNER} / {password}")
+    else:
+        err.print(f"sign in {DEMO_OWNER} (password shown at first start only; "
+                  f"`svcctl portal reset-password --email {DEMO_OWNER}` sets a new one)")
 
     stopping = False
 
