@@ -1,0 +1,185 @@
+"""What the queue side tells an operator: task outcomes and durations (huey's signals), webhook
+deliveries, the consumer's heartbeat and metrics port, and the scrape-time state collector.
+
+Labels are bounded by construction: task names, outcomes, status classes, endpoint-free error
+classes. No recipient, event id, URL or secret is ever a label value.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from huey import signals
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from jobs.queue import huey
+from models import operations
+from models.db import connection, storage_unavailable
+
+log = logging.getLogger("operations")
+
+TASK_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+TASKS = Counter("svc_tasks_total", "Queue tasks finished, by task and outcome", ["task", "outcome"])
+TASK_SECONDS = Histogram("svc_task_duration_seconds", "Time a queue task ran", ["task"], buckets=TASK_BUCKETS)
+WEBHOOK_DELIVERIES = Counter("svc_webhook_deliveries_total",
+                             "Webhook delivery attempts, by outcome and attempt number (1, 2, 3, 4+)",
+                             ["outcome", "attempt"])
+WEBHOOK_SECONDS = Histogram("svc_webhook_delivery_duration_seconds", "Time a webhook delivery attempt took",
+                            ["outcome"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+# Huey's signals name what became of a run; "executing" starts the clock.
+_OUTCOMES = {signals.SIGNAL_COMPLETE: "ok", signals.SIGNAL_ERROR: "error", signals.SIGNAL_RETRYING: "retrying",
+             signals.SIGNAL_CANCELED: "canceled", signals.SIGNAL_REVOKED: "revoked",
+             signals.SIGNAL_EXPIRED: "expired", signals.SIGNAL_LOCKED: "locked",
+             signals.SIGNAL_TIMEOUT: "timeout", signals.SIGNAL_INTERRUPTED: "interrupted",
+             signals.SIGNAL_RATE_LIMITED: "rate_limited"}
+_started: dict[str, float] = {}
+
+
+@huey.signal(signals.SIGNAL_EXECUTING)
+def _task_started(signal, task, *args, **kwargs) -> None:
+    _started[task.id] = time.perf_counter()
+
+
+@huey.signal(*_OUTCOMES)
+def _task_finished(signal, task, *args, **kwargs) -> None:
+    started = _started.pop(task.id, None)
+    TASKS.labels(task.name, _OUTCOMES[signal]).inc()
+    if started is not None and signal != signals.SIGNAL_RETRYING:
+        TASK_SECONDS.labels(task.name).observe(time.perf_counter() - started)
+
+
+def observe_webhook_delivery(ok: bool, status_code: int | None, unreachable: bool, latency_ms: int | None,
+                             attempt: int) -> None:
+    if ok:
+        outcome = "delivered"
+    elif unreachable or status_code is None:
+        outcome = "unreachable"
+    else:
+        outcome = f"http_{status_code // 100}xx"
+    WEBHOOK_DELIVERIES.labels(outcome, str(attempt) if attempt < 4 else "4+").inc()
+    if latency_ms is not None:
+        WEBHOOK_SECONDS.labels(outcome).observe(latency_ms / 1000)
+
+
+# --- the state collector: counted when scraped ----------------------------------------------
+
+
+def _gauge(name: str, documentation: str, value: float | None = None, labels: list[str] | None = None,
+           samples: dict | None = None) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, value=value, labels=labels)
+    for key, sample in (samples or {}).items():
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], sample)
+    return family
+
+
+class StateCollector:
+    """Gauges read from the database and the queue at scrape time (prometheus_client custom
+    collector). A store that cannot be read makes `svc_state_up` 0 and the rest absent."""
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        try:
+            with connection():
+                families = list(self._families())
+        except Exception as error:
+            if not storage_unavailable(error):
+                log.exception("reading the service's state for metrics failed")
+            yield _gauge("svc_state_up", "1 when the state gauges could be read", 0)
+            return
+        yield _gauge("svc_state_up", "1 when the state gauges could be read", 1)
+        yield from families
+
+    @staticmethod
+    def _families():
+        yield _gauge("svc_queue_depth", "Tasks waiting in the queue", huey.pending_count())
+        yield _gauge("svc_queue_scheduled", "Tasks scheduled for later (retries, delays)", huey.scheduled_count())
+        states = {"alive": 0, "dead": 0, "stopped": 0}
+        for consumer in operations.consumers():
+            states[consumer.state] += 1
+        yield _gauge("svc_consumers", "Queue consumers by state (dead: no heartbeat for 15 s)", labels=["state"],
+                     samples=states)
+        yield _gauge("svc_campaigns", "Campaigns by status", labels=["status"],
+                     samples=operations.campaigns_by_status())
+        yield _gauge("svc_campaign_recipients", "Recipients of running campaigns, by status", labels=["status"],
+                     samples=operations.active_recipients_by_status())
+        yield _gauge("svc_messages", "Single messages of the last 24 hours, by status", labels=["status"],
+                     samples=operations.recent_messages_by_status())
+        reserved = operations.credits_reserved_by_tenant()
+        yield _gauge("svc_credits_reserved", "Credits reserved by campaigns and messages in flight",
+                     sum(reserved.values()))
+        outbox = operations.outbox()
+        yield _gauge("svc_outbox_events_pending", "Events not fanned out to webhook endpoints yet",
+                     outbox["events_pending"])
+        yield _gauge("svc_outbox_oldest_event_age_seconds", "Age of the oldest event not fanned out",
+                     outbox["oldest_event_age_seconds"])
+        yield _gauge("svc_webhook_deliveries_pending", "Webhook deliveries not delivered yet (pending or retrying)",
+                     outbox["deliveries_pending"])
+        yield _gauge("svc_webhook_oldest_undelivered_age_seconds", "Age of the oldest undelivered webhook delivery",
+                     outbox["oldest_delivery_age_seconds"])
+        pace = operations.number_pace()
+        yield _gauge("svc_number_send_rate", "Messages per second a number sent over the last 10 s",
+                     labels=["number"], samples={item["number"]: item["rate"] for item in pace})
+        yield _gauge("svc_number_send_cap", "A number's send cap, messages per second", labels=["number"],
+                     samples={item["number"]: item["cap"] for item in pace})
+        platform = operations.platform_webhooks()
+        yield _gauge("svc_platform_batches_pending", "Platform webhook batches received and not processed yet",
+                     platform["batches_pending"])
+        yield _gauge("svc_platform_oldest_batch_age_seconds", "Age of the oldest unprocessed platform batch",
+                     platform["oldest_batch_age_seconds"])
+        receivables = operations.receivables()
+        yield _gauge("svc_debts", "Receivable debts by status", labels=["status"], samples=receivables["debts"])
+        yield _gauge("svc_debt_payments", "Debt payments recorded, by origin (erp, service)", labels=["origin"],
+                     samples=receivables["payments"])
+
+
+# --- the consumer: heartbeat and metrics port -----------------------------------------------
+
+
+class Heartbeat:
+    """Writes this consumer's heartbeat every HEARTBEAT_SECONDS from its own thread, so a dead or
+    wedged consumer shows in `svcctl status`, `/readyz` and `svc_consumers{state="dead"}`."""
+
+    def __init__(self, threads: int, periodic: bool):
+        self.name = operations.consumer_name()
+        self.threads = threads
+        self.periodic = periodic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        with connection():
+            operations.consumer_started(self.name, self.threads, self.periodic)
+            operations.forget_old_consumers()
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(operations.HEARTBEAT_SECONDS):
+            try:
+                with connection():
+                    operations.consumer_beat(self.name)
+            except Exception as error:  # a storage restart: the next beat tries again
+                log.warning("heartbeat not written: %s", str(error).strip()[:200])
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            with connection():
+                operations.consumer_stopped(self.name)
+        except Exception as error:
+            log.warning("clean stop not recorded: %s", str(error).strip()[:200])
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """This consumer's own metrics (its tasks, sends and deliveries) and the state gauges."""
+    from prometheus_client import REGISTRY, start_http_server
+
+    REGISTRY.register(StateCollector())
+    start_http_server(port, addr=host)
+    log.info("metrics on http://%s:%s/metrics", host, port)

@@ -1,0 +1,261 @@
+"""What an operator watches, read from the database at the moment it is asked for: consumer
+heartbeats, work in flight, backlogs and their age, per-number pace, credits held.
+
+Nothing here is counted on the hot path: the metrics that describe state (as opposed to events
+such as a request or a send) are these queries, run at scrape time or by `svcctl status`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from peewee import Case, CharField, DoubleField, IntegerField, fn
+
+from models.base import BaseModel
+from models.clock import isoformat, to_utc_naive, utcnow
+from models.db import MIGRATIONS_DIR, db
+
+HEARTBEAT_SECONDS = 5.0
+# A consumer that has not beaten for this long is dead (three beats missed).
+DEAD_AFTER_SECONDS = 3 * HEARTBEAT_SECONDS
+# Rows of consumers stopped or dead for this long are forgotten.
+FORGET_AFTER_SECONDS = 24 * 3600
+PACE_WINDOW_SECONDS = 10
+
+
+class ConsumerHeartbeat(BaseModel):
+    """One queue consumer: written at start, every HEARTBEAT_SECONDS, and at a clean stop.
+
+    (The counters' `beat` / `alive` answer "is this key alive" but cannot list who beats, nor
+    tell when a dead one last did, which is what an operator asks.)
+    """
+
+    name = CharField(max_length=200, primary_key=True)  # host:pid
+    host = CharField(max_length=200)
+    pid = IntegerField()
+    threads = IntegerField()
+    periodic = IntegerField(default=0)  # 1 when it schedules the periodic tasks
+    started = DoubleField()  # unix seconds
+    last_beat = DoubleField()
+    stopped = DoubleField(null=True)  # a clean stop; a dead consumer never writes it
+
+
+TABLES = [ConsumerHeartbeat]
+
+
+def consumer_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def consumer_started(name: str, threads: int, periodic: bool) -> None:
+    now = time.time()
+    host, _, pid = name.rpartition(":")
+    (ConsumerHeartbeat.insert(name=name, host=host, pid=int(pid), threads=threads, periodic=int(periodic),
+                              started=now, last_beat=now, stopped=None)
+     .on_conflict(conflict_target=[ConsumerHeartbeat.name],
+                  update={ConsumerHeartbeat.started: now, ConsumerHeartbeat.last_beat: now,
+                          ConsumerHeartbeat.stopped: None, ConsumerHeartbeat.threads: threads,
+                          ConsumerHeartbeat.periodic: int(periodic)})
+     .execute())
+
+
+def consumer_beat(name: str) -> None:
+    ConsumerHeartbeat.update(last_beat=time.time()).where(ConsumerHeartbeat.name == name).execute()
+
+
+def consumer_stopped(name: str) -> None:
+    ConsumerHeartbeat.update(stopped=time.time()).where(ConsumerHeartbeat.name == name).execute()
+
+
+def forget_old_consumers() -> int:
+    return ConsumerHeartbeat.delete().where(ConsumerHeartbeat.last_beat < time.time() - FORGET_AFTER_SECONDS).execute()
+
+
+@dataclass
+class Consumer:
+    name: str
+    state: str  # alive, dead, stopped
+    threads: int
+    periodic: bool
+    started: float
+    last_beat: float
+
+    def as_dict(self, now: float) -> dict:
+        return {"name": self.name, "state": self.state, "threads": self.threads, "periodic": self.periodic,
+                "started_at": _iso(self.started), "last_beat_at": _iso(self.last_beat),
+                "seconds_since_beat": round(now - self.last_beat, 1)}
+
+
+def _iso(unix: float) -> str:
+    return isoformat(dt.datetime.fromtimestamp(unix, dt.UTC))
+
+
+def consumers(now: float | None = None) -> list[Consumer]:
+    now = time.time() if now is None else now
+    found = []
+    for row in ConsumerHeartbeat.select().order_by(ConsumerHeartbeat.started):
+        if row.stopped is not None:
+            state = "stopped"
+        elif now - row.last_beat > DEAD_AFTER_SECONDS:
+            state = "dead"
+        else:
+            state = "alive"
+        found.append(Consumer(row.name, state, row.threads, bool(row.periodic), row.started, row.last_beat))
+    return found
+
+
+def migrations_pending() -> list[str]:
+    """Migration files not applied to the database yet."""
+    from playhouse.migrations import Runner
+
+    return [migration.name for migration in Runner(db.obj, directory=str(MIGRATIONS_DIR)).status()
+            if migration.applied is None]
+
+
+# --- state, counted at the moment it is asked for ------------------------------------------
+
+
+def _age_seconds(oldest: dt.datetime | str | None, now: dt.datetime) -> float:
+    """Seconds since `oldest`: an aggregate (MIN) of a timestamp, which SQLite returns as text."""
+    if oldest is None:
+        return 0.0
+    if isinstance(oldest, str):
+        oldest = dt.datetime.fromisoformat(oldest)
+    return max(0.0, (to_utc_naive(now) - to_utc_naive(oldest)).total_seconds())
+
+
+def campaigns_by_status() -> dict[str, int]:
+    from models.campaigns import Campaign
+
+    rows = Campaign.select(Campaign.status, fn.COUNT(Campaign.id)).group_by(Campaign.status).tuples()
+    return dict(rows)
+
+
+def active_recipients_by_status() -> dict[str, int]:
+    """Recipients of campaigns still running, by status (finished campaigns no longer move)."""
+    from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
+
+    active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
+    rows = (CampaignRecipient.select(CampaignRecipient.status, fn.COUNT(CampaignRecipient.id))
+            .where(CampaignRecipient.campaign.in_(active)).group_by(CampaignRecipient.status).tuples())
+    return dict(rows)
+
+
+def recent_messages_by_status(hours: int = 24) -> dict[str, int]:
+    from models.messages import Message
+
+    since = utcnow() - dt.timedelta(hours=hours)
+    rows = (Message.select(Message.status, fn.COUNT(Message.id)).where(Message.created_at >= since)
+            .group_by(Message.status).tuples())
+    return dict(rows)
+
+
+def credits_reserved_by_tenant() -> dict[str, int]:
+    from models.credits import Wallet
+    from models.tenants import Tenant
+
+    rows = (Wallet.select(Tenant.public_id, Wallet.reserved).join(Tenant)
+            .where(Wallet.reserved > 0).order_by(Wallet.reserved.desc()).tuples())
+    return dict(rows)
+
+
+def outbox() -> dict[str, float]:
+    """Events not fanned out yet, and deliveries not delivered yet, with the age of the oldest."""
+    from models.events import Event
+    from models.webhooks import OPEN_STATUSES, WebhookDelivery
+
+    now = utcnow()
+    events, oldest_event = (Event.select(fn.COUNT(Event.id), fn.MIN(Event.created_at))
+                            .where(Event.fanned_out_at.is_null()).tuples().get())
+    deliveries, oldest_delivery = (WebhookDelivery.select(fn.COUNT(WebhookDelivery.id),
+                                                          fn.MIN(WebhookDelivery.created_at))
+                                   .where(WebhookDelivery.status.in_(OPEN_STATUSES)).tuples().get())
+    return {"events_pending": events or 0, "oldest_event_age_seconds": _age_seconds(oldest_event, now),
+            "deliveries_pending": deliveries or 0,
+            "oldest_delivery_age_seconds": _age_seconds(oldest_delivery, now)}
+
+
+def webhook_backlog_by_endpoint() -> list[dict]:
+    """Each endpoint with open deliveries: how many, how many failed at least once, the oldest."""
+    from models.tenants import Tenant
+    from models.webhooks import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
+
+    now = utcnow()
+    failing = fn.SUM(Case(None, [(WebhookDelivery.status == "failed", 1)], 0))
+    rows = (WebhookDelivery
+            .select(WebhookEndpoint.public_id, Tenant.public_id, WebhookEndpoint.url,
+                    fn.COUNT(WebhookDelivery.id), failing, fn.MIN(WebhookDelivery.created_at),
+                    WebhookEndpoint.last_failure_at)
+            .join(WebhookEndpoint).switch(WebhookDelivery).join(Tenant)
+            .where(WebhookDelivery.status.in_(OPEN_STATUSES))
+            .group_by(WebhookEndpoint.public_id, Tenant.public_id, WebhookEndpoint.url,
+                      WebhookEndpoint.last_failure_at)
+            .order_by(fn.COUNT(WebhookDelivery.id).desc()).tuples())
+    return [{"endpoint": endpoint, "tenant": tenant, "url": url, "pending": pending, "failing": int(failed or 0),
+             "oldest_age_seconds": round(_age_seconds(oldest, now), 1),
+             "last_failure_at": isoformat(last_failure) if last_failure else None}
+            for endpoint, tenant, url, pending, failed, oldest, last_failure in rows]
+
+
+def number_pace(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
+    """Each number that sent in the last window: messages per second against its cap."""
+    from models.accounts import MessagingAccount
+    from models.campaigns import Campaign, CampaignRecipient
+    from models.messages import Message
+
+    since = utcnow() - dt.timedelta(seconds=window_seconds)
+    sent: dict[int, int] = {}
+    campaign_rows = (CampaignRecipient.select(Campaign.account, fn.COUNT(CampaignRecipient.id))
+                     .join(Campaign, on=(CampaignRecipient.campaign == Campaign.id))
+                     .where(CampaignRecipient.sent_at >= since).group_by(Campaign.account).tuples())
+    message_rows = (Message.select(Message.account, fn.COUNT(Message.id)).where(Message.sent_at >= since)
+                    .group_by(Message.account).tuples())
+    for account_id, count in [*campaign_rows, *message_rows]:
+        sent[account_id] = sent.get(account_id, 0) + count
+    if not sent:
+        return []
+    accounts = MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id, MessagingAccount.mps)
+    return sorted(({"number": account.public_id, "rate": round(sent[account.id] / window_seconds, 2),
+                    "cap": account.mps}
+                   for account in accounts.where(MessagingAccount.id.in_(list(sent)))),
+                  key=lambda item: item["number"])
+
+
+def running_campaigns(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
+    from models.campaigns import Campaign, CampaignRecipient
+    from models.tenants import Tenant
+
+    since = utcnow() - dt.timedelta(seconds=window_seconds)
+    recent = (CampaignRecipient.select(fn.COUNT(CampaignRecipient.id))
+              .where((CampaignRecipient.campaign == Campaign.id) & (CampaignRecipient.sent_at >= since)))
+    done = (CampaignRecipient.select(fn.COUNT(CampaignRecipient.id))
+            .where((CampaignRecipient.campaign == Campaign.id)
+                   & CampaignRecipient.status.not_in(("pending", "queued"))))
+    rows = (Campaign.select(Campaign.public_id, Tenant.public_id, Campaign.status, Campaign.total_recipients,
+                            done.alias("done"), recent.alias("recent"))
+            .join(Tenant).where(Campaign.status == "processing").order_by(Campaign.id).tuples())
+    return [{"campaign": campaign, "tenant": tenant, "status": status, "total": total, "done": done_count,
+             "rate": round(recent_count / window_seconds, 2)}
+            for campaign, tenant, status, total, done_count, recent_count in rows]
+
+
+def platform_webhooks() -> dict[str, float]:
+    from models.platform import PlatformWebhookBatch
+
+    now = utcnow()
+    pending, oldest = (PlatformWebhookBatch.select(fn.COUNT(PlatformWebhookBatch.id),
+                                                   fn.MIN(PlatformWebhookBatch.received_at))
+                       .where(PlatformWebhookBatch.processed_at.is_null()).tuples().get())
+    return {"batches_pending": pending or 0, "oldest_batch_age_seconds": _age_seconds(oldest, now)}
+
+
+def receivables() -> dict[str, dict[str, int]]:
+    from models.cartera import Debt, Payment
+
+    debts = dict(Debt.select(Debt.status, fn.COUNT(Debt.id)).group_by(Debt.status).tuples())
+    payments = dict(Payment.select(Payment.origin, fn.COUNT(Payment.id)).group_by(Payment.origin).tuples())
+    return {"debts": debts, "payments": payments}
