@@ -37,7 +37,8 @@ def scrape(url: str, **kwargs) -> dict[tuple[str, frozenset], float]:
 
 def total(samples: dict, name: str, **labels) -> float:
     wanted = set(labels.items())
-    return sum(value for (sample, sample_labels), value in samples.items() if sample == name and wanted <= sample_labels)
+    return sum(value for (sample, sample_labels), value in samples.items()
+               if sample == name and wanted <= sample_labels)
 
 
 @pytest.fixture

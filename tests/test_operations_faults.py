@@ -1,0 +1,69 @@
+"""Faults an operator must see: a consumer killed without a goodbye shows dead in `svcctl status`
+and in the metrics; a stopped PostgreSQL makes `/readyz` answer 503 naming the database while
+`/healthz` still answers, and `/readyz` recovers when the database is back.
+
+On the session's private PostgreSQL and Redis (tests/faults_fixtures.py), which may be stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.faults_fixtures import *  # noqa: F403  (fixtures)
+from tests.live import ROOT, LiveService, env_for, wait_until
+
+
+def status(service: LiveService) -> dict:
+    result = subprocess.run([sys.executable, "-m", "svcctl.main", "status", "--json"], cwd=ROOT, env=service.env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def gauge(service: LiveService, name: str, **labels) -> float | None:
+    text = requests.get(f"{service.api_url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+def readyz(service: LiveService) -> requests.Response:
+    return requests.get(f"{service.api_url}/readyz", timeout=15)
+
+
+def test_a_dead_consumer_and_a_stopped_database_show(private_storage, private_servers, tmp_path):
+    service = LiveService(env_for(private_storage), tmp_path).start()
+    try:
+        wait_until(lambda: [c["state"] for c in status(service)["consumers"]] == ["alive"], timeout=20,
+                   message="the consumer's first heartbeat")
+        assert readyz(service).json() == {"status": "ready", "checks": {
+            "database": "ok", "migrations": "ok", "queue": "ok", "redis": "ok"}}
+
+        service.kill("worker")  # SIGKILL: it never records a clean stop
+        wait_until(lambda: [c["state"] for c in status(service)["consumers"]] == ["dead"], timeout=40, interval=1,
+                   message="the killed consumer to show dead")
+        assert gauge(service, "svc_consumers", state="dead") == 1
+        assert gauge(service, "svc_consumers", state="alive") == 0
+
+        private_servers.postgres.stop()
+        try:
+            answer = readyz(service)
+            assert answer.status_code == 503
+            assert answer.json()["status"] == "not_ready"
+            assert answer.json()["checks"]["database"].startswith("unreachable")
+            assert answer.json()["checks"]["queue"] == "ok"  # Redis is up: only the database is named
+            assert requests.get(f"{service.api_url}/healthz", timeout=5).status_code == 200
+            assert gauge(service, "svc_state_up") == 0
+        finally:
+            private_servers.postgres.start()
+        wait_until(lambda: readyz(service).status_code == 200, timeout=30, interval=0.5,
+                   message="/readyz to recover with the database")
+    finally:
+        service.stop()
