@@ -3,7 +3,9 @@ both under gunicorn with the same settings, in one run.
 
     python -m bench.api [--seconds 10] [--connections 32] [--workers 3] [--postgres URL --redis URL]
 
-Prints both throughputs, p50/p99 latencies and the ratio (target: 0.5 or more).
+Prints the throughputs, p50/p99 latencies and the ratio (target: 0.5 or more), metrics on (as
+always): ours carries the request id and HTTP metrics, and a third run prices those alone on the
+bare endpoint.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def main() -> None:
     key = prepare(env)
 
     bare = measure("bench.bare_app:app", env, args.workers, args.seconds, args.connections, None)
+    telemetry = measure("bench.bare_app:instrumented_app", env, args.workers, args.seconds, args.connections, None)
     real = measure("api.wsgi:app", env, args.workers, args.seconds, args.connections,
                    {"Authorization": f"Bearer {key}"})
 
@@ -71,9 +74,11 @@ def main() -> None:
     print(f"gunicorn sync workers={args.workers}, wrk {args.connections} connections, {args.seconds}s each, "
           f"{storage}{' + Redis' if args.redis else ''}")
     print(f"{'endpoint':<42}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
-    for label, result in (("bare Falcon", bare), ("GET /credits/balance (key + rate limits)", real)):
+    for label, result in (("bare Falcon", bare), ("bare + request id and metrics", telemetry),
+                          ("GET /credits/balance (key + rate limits)", real)):
         print(f"{label:<42}{result['rps']:>10.0f}{result['p50_ms']:>10.2f}{result['p99_ms']:>10.2f}"
               f"{result['non_2xx']:>10}")
+    print(f"metrics cost: bare with them / bare: {telemetry['rps'] / bare['rps']:.2f}")
     print(f"ratio authenticated/bare: {real['rps'] / bare['rps']:.2f} (target >= 0.50)")
 
 

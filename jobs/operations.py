@@ -108,8 +108,8 @@ class StateCollector:
                      samples=operations.campaigns_by_status())
         yield _gauge("svc_campaign_recipients", "Recipients of running campaigns, by status", labels=["status"],
                      samples=operations.active_recipients_by_status())
-        yield _gauge("svc_messages", "Single messages of the last 24 hours, by status", labels=["status"],
-                     samples=operations.recent_messages_by_status())
+        yield _gauge("svc_messages_in_flight", "Single messages not handed to the platform yet (waiting, sending)",
+                     labels=["state"], samples=operations.messages_in_flight())
         reserved = operations.credits_reserved_by_tenant()
         yield _gauge("svc_credits_reserved", "Credits reserved by campaigns and messages in flight",
                      sum(reserved.values()))
@@ -122,11 +122,9 @@ class StateCollector:
                      outbox["deliveries_pending"])
         yield _gauge("svc_webhook_oldest_undelivered_age_seconds", "Age of the oldest undelivered webhook delivery",
                      outbox["oldest_delivery_age_seconds"])
-        pace = operations.number_pace()
-        yield _gauge("svc_number_send_rate", "Messages per second a number sent over the last 10 s",
-                     labels=["number"], samples={item["number"]: item["rate"] for item in pace})
-        yield _gauge("svc_number_send_cap", "A number's send cap, messages per second", labels=["number"],
-                     samples={item["number"]: item["cap"] for item in pace})
+        yield _gauge("svc_number_send_cap", "A connected number's send cap, messages per second, by its phone "
+                     "number id (compare with rate(svc_number_sends_total))", labels=["number"],
+                     samples=operations.number_caps())
         platform = operations.platform_webhooks()
         yield _gauge("svc_platform_batches_pending", "Platform webhook batches received and not processed yet",
                      platform["batches_pending"])
@@ -149,22 +147,29 @@ class Heartbeat:
         self.name = operations.consumer_name()
         self.threads = threads
         self.periodic = periodic
+        self.started = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
 
     def start(self) -> None:
-        with connection():
-            operations.consumer_started(self.name, self.threads, self.periodic)
-            operations.forget_old_consumers()
+        self._beat()
+        try:
+            with connection():
+                operations.forget_old_consumers()
+        except Exception as error:
+            log.warning("old heartbeats not pruned: %s", str(error).strip()[:200])
         self._thread.start()
+
+    def _beat(self) -> None:
+        try:
+            with connection():
+                operations.consumer_beat(self.name, self.threads, self.periodic, self.started)
+        except Exception as error:  # a storage restart: the next beat tries again
+            log.warning("heartbeat not written: %s", str(error).strip()[:200])
 
     def _run(self) -> None:
         while not self._stop.wait(operations.HEARTBEAT_SECONDS):
-            try:
-                with connection():
-                    operations.consumer_beat(self.name)
-            except Exception as error:  # a storage restart: the next beat tries again
-                log.warning("heartbeat not written: %s", str(error).strip()[:200])
+            self._beat()
 
     def stop(self) -> None:
         self._stop.set()

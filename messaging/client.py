@@ -40,6 +40,8 @@ _PLACEHOLDER = re.compile(r"\{\{\s*(\d+)\s*\}\}")
 _OPERATIONS = frozenset({"messages", "message_templates", "access_token", "subscribed_apps", "smb_app_data"})
 GRAPH_REQUESTS = Counter("svc_graph_requests_total", "Graph API calls by operation, outcome, error class and code",
                          ["operation", "outcome", "error_class", "code"])
+NUMBER_SENDS = Counter("svc_number_sends_total", "Messages the platform accepted, by sending phone number id",
+                       ["number"])
 GRAPH_SECONDS = Histogram("svc_graph_request_duration_seconds", "Time a Graph API call took", ["operation"],
                           buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 
@@ -91,13 +93,15 @@ class GraphClient:
         """Send one message; return its wamid once the platform accepted it."""
         body = self._request("POST", f"{phone_number_id}/messages", token, payload=payload)
         try:
-            return str(body["messages"][0]["id"])
+            wamid = str(body["messages"][0]["id"])
         except (KeyError, IndexError, TypeError):
             # Accepted (HTTP 200) yet no id: retrying could send it twice.
             raise PermanentPlatformError(
                 "platform accepted the message but returned no message id",
                 details={"body": body},
             ) from None
+        NUMBER_SENDS.labels(phone_number_id).inc()
+        return wamid
 
     def list_templates(self, waba_id: str, token: str, limit: int = 100) -> Iterator[dict[str, Any]]:
         """Yield every template of the business account, following the cursor pages."""

@@ -51,20 +51,18 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def consumer_started(name: str, threads: int, periodic: bool) -> None:
+def consumer_beat(name: str, threads: int, periodic: bool, started: float) -> None:
+    """The consumer is alive now (the row is written whole, so a first beat that failed, during a
+    storage restart say, costs nothing)."""
     now = time.time()
     host, _, pid = name.rpartition(":")
     (ConsumerHeartbeat.insert(name=name, host=host, pid=int(pid), threads=threads, periodic=int(periodic),
-                              started=now, last_beat=now, stopped=None)
+                              started=started, last_beat=now, stopped=None)
      .on_conflict(conflict_target=[ConsumerHeartbeat.name],
-                  update={ConsumerHeartbeat.started: now, ConsumerHeartbeat.last_beat: now,
+                  update={ConsumerHeartbeat.started: started, ConsumerHeartbeat.last_beat: now,
                           ConsumerHeartbeat.stopped: None, ConsumerHeartbeat.threads: threads,
                           ConsumerHeartbeat.periodic: int(periodic)})
      .execute())
-
-
-def consumer_beat(name: str) -> None:
-    ConsumerHeartbeat.update(last_beat=time.time()).where(ConsumerHeartbeat.name == name).execute()
 
 
 def consumer_stopped(name: str) -> None:
@@ -145,13 +143,16 @@ def active_recipients_by_status() -> dict[str, int]:
     return dict(rows)
 
 
-def recent_messages_by_status(hours: int = 24) -> dict[str, int]:
+def messages_in_flight() -> dict[str, int]:
+    """Single messages not handed to the platform yet: waiting, or claimed by a sender."""
     from models.messages import Message
 
-    since = utcnow() - dt.timedelta(hours=hours)
-    rows = (Message.select(Message.status, fn.COUNT(Message.id)).where(Message.created_at >= since)
-            .group_by(Message.status).tuples())
-    return dict(rows)
+    rows = (Message.select(Message.claim_token.is_null(), fn.COUNT(Message.id)).where(Message.status == "queued")
+            .group_by(Message.claim_token.is_null()).tuples())
+    counts = {"waiting": 0, "sending": 0}
+    for unclaimed, count in rows:
+        counts["waiting" if unclaimed else "sending"] += count
+    return counts
 
 
 def credits_reserved_by_tenant() -> dict[str, int]:
@@ -201,28 +202,32 @@ def webhook_backlog_by_endpoint() -> list[dict]:
             for endpoint, tenant, url, pending, failed, oldest, last_failure in rows]
 
 
-def number_pace(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
-    """Each number that sent in the last window: messages per second against its cap."""
+def number_caps() -> dict[str, int]:
+    """Each connected number's send cap (messages per second), by its platform phone number id."""
     from models.accounts import MessagingAccount
-    from models.campaigns import Campaign, CampaignRecipient
-    from models.messages import Message
+
+    return dict(MessagingAccount.select(MessagingAccount.phone_id, MessagingAccount.mps)
+                .where(MessagingAccount.phone_id.is_null(False) & (MessagingAccount.status == "active")).tuples())
+
+
+def number_pace(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
+    """Each number sending a running campaign: messages per second over the last window against
+    its cap. (Running campaigns only, so the read stays on the recipients' campaign index.)"""
+    from models.accounts import MessagingAccount
+    from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
 
     since = utcnow() - dt.timedelta(seconds=window_seconds)
-    sent: dict[int, int] = {}
-    campaign_rows = (CampaignRecipient.select(Campaign.account, fn.COUNT(CampaignRecipient.id))
-                     .join(Campaign, on=(CampaignRecipient.campaign == Campaign.id))
-                     .where(CampaignRecipient.sent_at >= since).group_by(Campaign.account).tuples())
-    message_rows = (Message.select(Message.account, fn.COUNT(Message.id)).where(Message.sent_at >= since)
-                    .group_by(Message.account).tuples())
-    for account_id, count in [*campaign_rows, *message_rows]:
-        sent[account_id] = sent.get(account_id, 0) + count
-    if not sent:
-        return []
-    accounts = MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id, MessagingAccount.mps)
-    return sorted(({"number": account.public_id, "rate": round(sent[account.id] / window_seconds, 2),
-                    "cap": account.mps}
-                   for account in accounts.where(MessagingAccount.id.in_(list(sent)))),
-                  key=lambda item: item["number"])
+    active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
+    rows = (CampaignRecipient
+            .select(MessagingAccount.public_id, MessagingAccount.phone_id, MessagingAccount.mps,
+                    fn.COUNT(CampaignRecipient.id))
+            .join(Campaign, on=(CampaignRecipient.campaign == Campaign.id))
+            .join(MessagingAccount, on=(Campaign.account == MessagingAccount.id))
+            .where(CampaignRecipient.campaign.in_(active) & (CampaignRecipient.sent_at >= since))
+            .group_by(MessagingAccount.public_id, MessagingAccount.phone_id, MessagingAccount.mps)
+            .order_by(MessagingAccount.public_id).tuples())
+    return [{"number": number, "phone_id": phone_id, "rate": round(sent / window_seconds, 2), "cap": cap}
+            for number, phone_id, cap, sent in rows]
 
 
 def running_campaigns(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:

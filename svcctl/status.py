@@ -55,8 +55,8 @@ def render(data: dict) -> Group:
     campaigns = table("campaigns running", ("campaign", "tenant", "done", "total", "msg/s"),
                       [(item["campaign"], item["tenant"], item["done"], item["total"], item["rate"])
                        for item in data["campaigns"]])
-    numbers = table("per-number pace (last 10 s)", ("number", "msg/s", "cap"),
-                    [(item["number"], item["rate"], item["cap"]) for item in data["numbers"]])
+    numbers = table("per-number pace (last 10 s)", ("number", "phone id", "msg/s", "cap"),
+                    [(item["number"], item["phone_id"], item["rate"], item["cap"]) for item in data["numbers"]])
     webhooks = table("webhook backlog by endpoint", ("endpoint", "tenant", "open", "failing", "oldest",
                                                      "last failure", "url"),
                      [(item["endpoint"], item["tenant"], item["pending"], item["failing"],

@@ -112,6 +112,7 @@ def test_metrics_count_a_campaign_across_workers_and_the_consumer(service, stora
     assert moved(consumer_before, consumer_after, "svc_graph_requests_total", operation="messages",
                  outcome="ok") == RECIPIENTS
     assert moved(consumer_before, consumer_after, "svc_graph_requests_total", outcome="error") == 0
+    assert moved(consumer_before, consumer_after, "svc_number_sends_total", number=phone_id) == RECIPIENTS
     assert moved(consumer_before, consumer_after, "svc_webhook_deliveries_total", outcome="delivered",
                  attempt="1") == RECIPIENTS
     assert moved(consumer_before, consumer_after, "svc_webhook_delivery_duration_seconds_count",
@@ -124,6 +125,7 @@ def test_metrics_count_a_campaign_across_workers_and_the_consumer(service, stora
     assert total(api_after, "svc_credits_reserved") == 0
     assert total(api_after, "svc_consumers", state="alive") == 1
     assert total(api_after, "svc_webhook_deliveries_pending") == 0
+    assert total(api_after, "svc_number_send_cap", number=phone_id) == 1000
     # No label carries a recipient, an event id or a secret.
     labels = {value for samples in (api_after, consumer_after) for _name, pairs in samples for _, value in pairs}
     assert not any("5215577" in value or value.startswith("evt_") or "scrape-token" in value for value in labels)
