@@ -69,6 +69,8 @@ class RequestTelemetry:
         children[1].observe(time.perf_counter() - started)
         if children[2] is not None:
             children[2].inc()
+        # For the access log line, written by gunicorn once the response is sent.
+        req.env[logs.TENANT_ENVIRON_KEY] = getattr(context, "tenant_id", None)
         request_token, tenant_token = context.log_tokens
         logs.tenant_id.reset(tenant_token)
         logs.request_id.reset(request_token)

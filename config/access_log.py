@@ -7,7 +7,7 @@ import logging
 
 from gunicorn import glogging
 
-from config.logs import ContextFilter, JsonFormatter
+from config.logs import TENANT_ENVIRON_KEY, ContextFilter, JsonFormatter
 from config.settings import get_settings
 
 # Apache's combined format and the request id, which is what matches a company's complaint to a line.
@@ -43,4 +43,5 @@ class ServiceLogger(glogging.Logger):
                 "bytes": getattr(resp, "sent", None), "duration_ms": round(request_time.total_seconds() * 1000, 2),
                 "remote": environ.get("REMOTE_ADDR"), "user_agent": environ.get("HTTP_USER_AGENT")}
         self.access_log.log(logging.INFO, "%s %s %s", req.method, req.path, status,
-                            extra={"request_id": _header(resp, "x-request-id"), "http": http})
+                            extra={"request_id": _header(resp, "x-request-id"), "http": http,
+                                   "tenant_id": environ.get(TENANT_ENVIRON_KEY)})

@@ -27,6 +27,8 @@ task_name: contextvars.ContextVar[str | None] = contextvars.ContextVar("task_nam
 # A client's own id is kept when it is short and plain enough to sit safely in a log line and a
 # label-free header; anything else is replaced (and never echoed).
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
+# Where the API leaves the request's tenant in the WSGI environ for gunicorn's access log line.
+TENANT_ENVIRON_KEY = "svc.tenant_id"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(context)s: %(message)s"
 
 

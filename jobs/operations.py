@@ -130,10 +130,8 @@ class StateCollector:
                      platform["batches_pending"])
         yield _gauge("svc_platform_oldest_batch_age_seconds", "Age of the oldest unprocessed platform batch",
                      platform["oldest_batch_age_seconds"])
-        receivables = operations.receivables()
-        yield _gauge("svc_debts", "Receivable debts by status", labels=["status"], samples=receivables["debts"])
-        yield _gauge("svc_debt_payments", "Debt payments recorded, by origin (erp, service)", labels=["origin"],
-                     samples=receivables["payments"])
+        yield _gauge("svc_debts", "Receivable debts by status", labels=["status"],
+                     samples=operations.debts_by_status())
 
 
 # --- the consumer: heartbeat and metrics port -----------------------------------------------
@@ -182,9 +180,9 @@ class Heartbeat:
 
 
 def serve_metrics(host: str, port: int) -> None:
-    """This consumer's own metrics (its tasks, sends and deliveries) and the state gauges."""
-    from prometheus_client import REGISTRY, start_http_server
+    """This consumer's own metrics: its tasks, sends and deliveries. (The state gauges come from
+    the API's /metrics: read once per API node rather than once per process.)"""
+    from prometheus_client import start_http_server
 
-    REGISTRY.register(StateCollector())
     start_http_server(port, addr=host)
     log.info("metrics on http://%s:%s/metrics", host, port)

@@ -258,9 +258,7 @@ def platform_webhooks() -> dict[str, float]:
     return {"batches_pending": pending or 0, "oldest_batch_age_seconds": _age_seconds(oldest, now)}
 
 
-def receivables() -> dict[str, dict[str, int]]:
-    from models.cartera import Debt, Payment
+def debts_by_status() -> dict[str, int]:
+    from models.cartera import Debt
 
-    debts = dict(Debt.select(Debt.status, fn.COUNT(Debt.id)).group_by(Debt.status).tuples())
-    payments = dict(Payment.select(Payment.origin, fn.COUNT(Payment.id)).group_by(Payment.origin).tuples())
-    return {"debts": debts, "payments": payments}
+    return dict(Debt.select(Debt.status, fn.COUNT(Debt.id)).group_by(Debt.status).tuples())

@@ -134,7 +134,7 @@ def test_metrics_count_a_campaign_across_workers_and_the_consumer(service, stora
     api_lines = json_lines(service.log("api"))
     access = [line for line in api_lines if line["logger"] == "gunicorn.access"
               and line["message"].startswith("POST /api/v1/campaigns")]
-    assert [line["request_id"] for line in access] == ["complaint-4711"]
+    assert [(line["request_id"], line["tenant_id"]) for line in access] == [("complaint-4711", alice.id)]
     worker_lines = json_lines(service.log("worker"))
     carried = [line for line in worker_lines if line["request_id"] == "complaint-4711"]
     assert carried and all(line["task"] for line in carried)
