@@ -39,10 +39,10 @@ class RequestTelemetry:
 
     def __init__(self):
         # Children are looked up once per label set: labels() costs more than the increment.
-        self._children: dict[tuple[str, str, str], tuple] = {}
+        self._children: dict[tuple, tuple] = {}
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        request_id = logs.sane_request_id(req.get_header(REQUEST_ID_HEADER))
+        request_id = logs.sane_request_id(req.env.get("HTTP_X_REQUEST_ID"))
         context = req.context
         context.request_id = request_id
         context.started = time.perf_counter()
@@ -56,12 +56,11 @@ class RequestTelemetry:
         started = getattr(context, "started", None)
         if started is None:
             return
-        route = req.uri_template or "unmatched"
         method = req.method if req.method in METHODS else "OTHER"
-        status = str(resp.status_code)
-        key = (route, method, status)
+        key = (req.uri_template, method, resp.status)
         children = self._children.get(key)
         if children is None:
+            route, status = req.uri_template or "unmatched", str(resp.status_code)
             children = (HTTP_REQUESTS.labels(route, method, status), HTTP_SECONDS.labels(route, method),
                         RATE_LIMITED.labels(route) if status == "429" else None)
             self._children[key] = children
