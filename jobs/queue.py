@@ -1,7 +1,8 @@
 """The task queue: SqliteHuey under the data dir by default, Redis when configured.
 
 This module is the only place that knows which queue backend is in use. Tasks are declared with
-`task` / `periodic_task`, which give each run its own database connection.
+`task` / `periodic_task`, which give each run its own database connection. A task enqueued while
+a request runs carries the request's id into its log lines (config/logs.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ from peewee import Model, TextField
 
 from config import get_settings
 
-ROTATE_BATCH = 500
+# Rows re-encrypted per transaction: short transactions, so the rows a batch holds locked are
+# never in a sender's way for long.
+ROTATE_BATCH = 100
 
 
 class EncryptedText(TextField):
