@@ -10,7 +10,6 @@ import logging
 
 import pytest
 from cryptography.fernet import Fernet
-from prometheus_client.parser import text_string_to_metric_families
 
 from config import ConfigError, load_settings, logs
 from models import secrets
@@ -19,13 +18,12 @@ from models.db import db
 from models.idempotency import IdempotencyRecord
 from models.webhooks import WebhookEndpoint
 from tests.campaigns_fixtures import campaign_body, make_number
+from tests.operations_fixtures import parse, total
 from tests.webhooks_fixtures import configure
 
 
 def metric(client, name: str, **labels) -> float:
-    text = client.simulate_get("/metrics").text
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == name and labels.items() <= sample.labels.items())
+    return total(parse(client.simulate_get("/metrics").text), name, **labels)
 
 
 def test_every_response_carries_a_request_id(client, alice):

@@ -12,10 +12,10 @@ import subprocess
 import sys
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.live import ROOT, LiveService, env_for, wait_until
+from tests.operations_fixtures import parse, total
 
 
 def status(service: LiveService) -> dict:
@@ -25,13 +25,8 @@ def status(service: LiveService) -> dict:
     return json.loads(result.stdout)
 
 
-def gauge(service: LiveService, name: str, **labels) -> float | None:
-    text = requests.get(f"{service.api_url}/metrics", timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return sample.value
-    return None
+def gauge(service: LiveService, name: str, **labels) -> float:
+    return total(parse(requests.get(f"{service.api_url}/metrics", timeout=10).text), name, **labels)
 
 
 def readyz(service: LiveService) -> requests.Response:

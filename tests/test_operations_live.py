@@ -15,30 +15,23 @@ import sys
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from models.webhooks import WebhookDelivery
 from tests.campaigns_fixtures import make_number, sim_signup
 from tests.conftest import Persona
 from tests.live import ROOT, LiveService, env_for, free_port, wait_until
+from tests.operations_fixtures import Samples, parse, total
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 
 RECIPIENTS = 25
 READS = 30
 
 
-def scrape(url: str, **kwargs) -> dict[tuple[str, frozenset], float]:
+def scrape(url: str, **kwargs) -> Samples:
     response = requests.get(url, timeout=10, **kwargs)
     assert response.status_code == 200, response.text
     assert response.headers["Content-Type"].startswith("text/plain")
-    return {(sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(response.text) for sample in family.samples}
-
-
-def total(samples: dict, name: str, **labels) -> float:
-    wanted = set(labels.items())
-    return sum(value for (sample, sample_labels), value in samples.items()
-               if sample == name and wanted <= sample_labels)
+    return parse(response.text)
 
 
 @pytest.fixture
