@@ -15,7 +15,7 @@ from huey import signals
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from jobs.queue import huey
+from jobs.queue import huey, task_name
 from models import operations
 from models.db import connection, storage_unavailable
 
@@ -47,9 +47,10 @@ def _task_started(signal, task, *args, **kwargs) -> None:
 @huey.signal(*_OUTCOMES)
 def _task_finished(signal, task, *args, **kwargs) -> None:
     started = _started.pop(task.id, None)
-    TASKS.labels(task.name, _OUTCOMES[signal]).inc()
+    name = task_name(task)
+    TASKS.labels(name, _OUTCOMES[signal]).inc()
     if started is not None and signal != signals.SIGNAL_RETRYING:
-        TASK_SECONDS.labels(task.name).observe(time.perf_counter() - started)
+        TASK_SECONDS.labels(name).observe(time.perf_counter() - started)
 
 
 def observe_webhook_delivery(ok: bool, status_code: int | None, unreachable: bool, latency_ms: int | None,

@@ -31,8 +31,13 @@ class _CarriesRequestIds:
         return super().enqueue(task)
 
     def execute(self, task, timestamp=None):
-        with logs.bound(request=(task.kwargs or {}).get(REQUEST_ID_KWARG), task=task.name):
+        with logs.bound(request=(task.kwargs or {}).get(REQUEST_ID_KWARG), task=task_name(task)):
             return super().execute(task, timestamp)
+
+
+def task_name(task: Task) -> str:
+    """The task's full name, as the consumer lists it: jobs.campaigns.dispatch."""
+    return f"{type(task).__module__}.{task.name}"
 
 
 class ServiceSqliteHuey(_CarriesRequestIds, SqliteHuey):

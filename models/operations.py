@@ -22,8 +22,9 @@ from models.db import MIGRATIONS_DIR, db
 HEARTBEAT_SECONDS = 5.0
 # A consumer that has not beaten for this long is dead (three beats missed).
 DEAD_AFTER_SECONDS = 3 * HEARTBEAT_SECONDS
-# Rows of consumers stopped or dead for this long are forgotten.
-FORGET_AFTER_SECONDS = 24 * 3600
+# A consumer stopped or dead for this long is forgotten: long enough to be noticed (and alerted
+# on), short enough that one crash does not read as a lasting fault.
+FORGET_AFTER_SECONDS = 3600
 PACE_WINDOW_SECONDS = 10
 
 
@@ -95,7 +96,8 @@ def _iso(unix: float) -> str:
 def consumers(now: float | None = None) -> list[Consumer]:
     now = time.time() if now is None else now
     found = []
-    for row in ConsumerHeartbeat.select().order_by(ConsumerHeartbeat.started):
+    recent = ConsumerHeartbeat.last_beat > now - FORGET_AFTER_SECONDS
+    for row in ConsumerHeartbeat.select().where(recent).order_by(ConsumerHeartbeat.started):
         if row.stopped is not None:
             state = "stopped"
         elif now - row.last_beat > DEAD_AFTER_SECONDS:
