@@ -109,3 +109,5 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # Python's warnings too, so that no line of the process escapes the format.
+    logging.captureWarnings(True)
