@@ -1,5 +1,5 @@
 """What the queue side tells an operator: task outcomes and durations (huey's signals), webhook
-deliveries, the consumer's heartbeat and metrics port, and the scrape-time state collector.
+deliveries, the consumer's metrics port, and the scrape-time state collector.
 
 Labels are bounded by construction: task names, outcomes, status classes, endpoint-free error
 classes. No recipient, event id, URL or secret is ever a label value.
@@ -8,7 +8,6 @@ classes. No recipient, event id, URL or secret is ever a label value.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from huey import signals
@@ -100,11 +99,12 @@ class StateCollector:
     def _families():
         yield _gauge("svc_queue_depth", "Tasks waiting in the queue", huey.pending_count())
         yield _gauge("svc_queue_scheduled", "Tasks scheduled for later (retries, delays)", huey.scheduled_count())
-        states = {"alive": 0, "dead": 0, "stopped": 0}
-        for consumer in operations.consumers():
-            states[consumer.state] += 1
-        yield _gauge("svc_consumers", "Queue consumers by state (dead: no heartbeat for 15 s)", labels=["state"],
-                     samples=states)
+        states = {(kind, state): 0 for kind in (operations.API, operations.WORKER)
+                  for state in ("alive", "dead", "stopped")}
+        for process in operations.processes():
+            states[(process.kind, process.state)] += 1
+        yield _gauge("svc_processes", "API workers and queue consumers (worker) by heartbeat state "
+                     "(dead: none for 15 s)", labels=["kind", "state"], samples=states)
         yield _gauge("svc_campaigns", "Campaigns by status", labels=["status"],
                      samples=operations.campaigns_by_status())
         yield _gauge("svc_campaign_recipients", "Recipients of running campaigns, by status", labels=["status"],
@@ -135,49 +135,7 @@ class StateCollector:
                      samples=operations.debts_by_status())
 
 
-# --- the consumer: heartbeat and metrics port -----------------------------------------------
-
-
-class Heartbeat:
-    """Writes this consumer's heartbeat every HEARTBEAT_SECONDS from its own thread, so a dead or
-    wedged consumer shows in `svcctl status`, `/readyz` and `svc_consumers{state="dead"}`."""
-
-    def __init__(self, threads: int, periodic: bool):
-        self.name = operations.consumer_name()
-        self.threads = threads
-        self.periodic = periodic
-        self.started = time.time()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._beat()
-        try:
-            with connection():
-                operations.forget_old_consumers()
-        except Exception as error:
-            log.warning("old heartbeats not pruned: %s", str(error).strip()[:200])
-        self._thread.start()
-
-    def _beat(self) -> None:
-        try:
-            with connection():
-                operations.consumer_beat(self.name, self.threads, self.periodic, self.started)
-        except Exception as error:  # a storage restart: the next beat tries again
-            log.warning("heartbeat not written: %s", str(error).strip()[:200])
-
-    def _run(self) -> None:
-        while not self._stop.wait(operations.HEARTBEAT_SECONDS):
-            self._beat()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        try:
-            with connection():
-                operations.consumer_stopped(self.name)
-        except Exception as error:
-            log.warning("clean stop not recorded: %s", str(error).strip()[:200])
+# --- the consumer's metrics port ----------------------------------------------------------
 
 
 def serve_metrics(host: str, port: int) -> None:

@@ -1,4 +1,4 @@
-"""What an operator watches, read from the database at the moment it is asked for: consumer
+"""What an operator watches, read from the database at the moment it is asked for: process
 heartbeats, work in flight, backlogs and their age, per-number pace, credits held.
 
 Nothing here is counted on the hot path: the metrics that describe state (as opposed to events
@@ -8,8 +8,10 @@ such as a request or a send) are these queries, run at scrape time or by `svcctl
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -17,66 +19,71 @@ from peewee import Case, CharField, DoubleField, IntegerField, fn
 
 from models.base import BaseModel
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import MIGRATIONS_DIR, db
+from models.db import MIGRATIONS_DIR, connection, db
+
+log = logging.getLogger("operations")
 
 HEARTBEAT_SECONDS = 5.0
-# A consumer that has not beaten for this long is dead (three beats missed).
+# A process that has not beaten for this long is dead (three beats missed).
 DEAD_AFTER_SECONDS = 3 * HEARTBEAT_SECONDS
-# A consumer stopped or dead for this long is forgotten: long enough to be noticed (and alerted
+# A process stopped or dead for this long is forgotten: long enough to be noticed (and alerted
 # on), short enough that one crash does not read as a lasting fault.
 FORGET_AFTER_SECONDS = 3600
 PACE_WINDOW_SECONDS = 10
+API, WORKER = "api", "worker"
 
 
-class ConsumerHeartbeat(BaseModel):
-    """One queue consumer: written at start, every HEARTBEAT_SECONDS, and at a clean stop.
+class ProcessHeartbeat(BaseModel):
+    """One API worker or queue consumer: written every HEARTBEAT_SECONDS, and at a clean stop.
 
     (The counters' `beat` / `alive` answer "is this key alive" but cannot list who beats, nor
     tell when a dead one last did, which is what an operator asks.)
     """
 
     name = CharField(max_length=200, primary_key=True)  # host:pid
+    kind = CharField(max_length=16)  # api or worker
     host = CharField(max_length=200)
     pid = IntegerField()
     threads = IntegerField()
-    periodic = IntegerField(default=0)  # 1 when it schedules the periodic tasks
+    periodic = IntegerField(default=0)  # 1 for the consumer that schedules the periodic tasks
     started = DoubleField()  # unix seconds
     last_beat = DoubleField()
-    stopped = DoubleField(null=True)  # a clean stop; a dead consumer never writes it
+    stopped = DoubleField(null=True)  # a clean stop; a dead process never writes it
 
 
-TABLES = [ConsumerHeartbeat]
+TABLES = [ProcessHeartbeat]
 
 
-def consumer_name() -> str:
+def process_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def consumer_beat(name: str, threads: int, periodic: bool, started: float) -> None:
-    """The consumer is alive now (the row is written whole, so a first beat that failed, during a
+def beat(name: str, kind: str, threads: int, periodic: bool, started: float) -> None:
+    """The process is alive now (the row is written whole, so a first beat that failed, during a
     storage restart say, costs nothing)."""
     now = time.time()
     host, _, pid = name.rpartition(":")
-    (ConsumerHeartbeat.insert(name=name, host=host, pid=int(pid), threads=threads, periodic=int(periodic),
-                              started=started, last_beat=now, stopped=None)
-     .on_conflict(conflict_target=[ConsumerHeartbeat.name],
-                  update={ConsumerHeartbeat.started: started, ConsumerHeartbeat.last_beat: now,
-                          ConsumerHeartbeat.stopped: None, ConsumerHeartbeat.threads: threads,
-                          ConsumerHeartbeat.periodic: int(periodic)})
+    (ProcessHeartbeat.insert(name=name, kind=kind, host=host, pid=int(pid), threads=threads,
+                             periodic=int(periodic), started=started, last_beat=now, stopped=None)
+     .on_conflict(conflict_target=[ProcessHeartbeat.name],
+                  update={ProcessHeartbeat.kind: kind, ProcessHeartbeat.started: started,
+                          ProcessHeartbeat.last_beat: now, ProcessHeartbeat.stopped: None,
+                          ProcessHeartbeat.threads: threads, ProcessHeartbeat.periodic: int(periodic)})
      .execute())
 
 
-def consumer_stopped(name: str) -> None:
-    ConsumerHeartbeat.update(stopped=time.time()).where(ConsumerHeartbeat.name == name).execute()
+def stopped(name: str) -> None:
+    ProcessHeartbeat.update(stopped=time.time()).where(ProcessHeartbeat.name == name).execute()
 
 
-def forget_old_consumers() -> int:
-    return ConsumerHeartbeat.delete().where(ConsumerHeartbeat.last_beat < time.time() - FORGET_AFTER_SECONDS).execute()
+def forget_old_processes() -> int:
+    return ProcessHeartbeat.delete().where(ProcessHeartbeat.last_beat < time.time() - FORGET_AFTER_SECONDS).execute()
 
 
 @dataclass
-class Consumer:
+class Process:
     name: str
+    kind: str
     state: str  # alive, dead, stopped
     threads: int
     periodic: bool
@@ -84,8 +91,8 @@ class Consumer:
     last_beat: float
 
     def as_dict(self, now: float) -> dict:
-        return {"name": self.name, "state": self.state, "threads": self.threads, "periodic": self.periodic,
-                "started_at": _iso(self.started), "last_beat_at": _iso(self.last_beat),
+        return {"name": self.name, "kind": self.kind, "state": self.state, "threads": self.threads,
+                "periodic": self.periodic, "started_at": _iso(self.started), "last_beat_at": _iso(self.last_beat),
                 "seconds_since_beat": round(now - self.last_beat, 1)}
 
 
@@ -93,19 +100,65 @@ def _iso(unix: float) -> str:
     return isoformat(dt.datetime.fromtimestamp(unix, dt.UTC))
 
 
-def consumers(now: float | None = None) -> list[Consumer]:
+def processes(now: float | None = None) -> list[Process]:
+    """The processes heard from in the last FORGET_AFTER_SECONDS: consumers first, then API workers."""
     now = time.time() if now is None else now
     found = []
-    recent = ConsumerHeartbeat.last_beat > now - FORGET_AFTER_SECONDS
-    for row in ConsumerHeartbeat.select().where(recent).order_by(ConsumerHeartbeat.started):
+    recent = ProcessHeartbeat.last_beat > now - FORGET_AFTER_SECONDS
+    rows = ProcessHeartbeat.select().where(recent).order_by(ProcessHeartbeat.kind.desc(), ProcessHeartbeat.started)
+    for row in rows:
         if row.stopped is not None:
             state = "stopped"
         elif now - row.last_beat > DEAD_AFTER_SECONDS:
             state = "dead"
         else:
             state = "alive"
-        found.append(Consumer(row.name, state, row.threads, bool(row.periodic), row.started, row.last_beat))
+        found.append(Process(row.name, row.kind, state, row.threads, bool(row.periodic), row.started, row.last_beat))
     return found
+
+
+class Heartbeat:
+    """Writes this process's heartbeat every HEARTBEAT_SECONDS from a thread of its own, so a dead
+    or wedged API worker or consumer shows in `svcctl status` and `svc_processes{state="dead"}`."""
+
+    def __init__(self, kind: str, threads: int, periodic: bool = False):
+        self.name = process_name()
+        self.kind = kind
+        self.threads = threads
+        self.periodic = periodic
+        self.started = time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._beat()
+        try:
+            with connection():
+                forget_old_processes()
+        except Exception as error:
+            log.warning("old heartbeats not pruned: %s", str(error).strip()[:200])
+        self._thread.start()
+        return self
+
+    def _beat(self) -> None:
+        try:
+            with connection():
+                beat(self.name, self.kind, self.threads, self.periodic, self.started)
+        except Exception as error:  # a storage restart: the next beat tries again
+            log.warning("heartbeat not written: %s", str(error).strip()[:200])
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            self._beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            with connection():
+                stopped(self.name)
+        except Exception as error:
+            log.warning("clean stop not recorded: %s", str(error).strip()[:200])
 
 
 def migrations_pending() -> list[str]:

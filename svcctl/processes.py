@@ -59,8 +59,9 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
     except ConfigError as error:
         fail(str(error))
     configure_logging(settings.log_format)
-    from jobs.operations import Heartbeat, serve_metrics
+    from jobs.operations import serve_metrics
     from jobs.queue import huey, load_tasks
+    from models.operations import WORKER, Heartbeat
 
     init_db(settings)
     load_tasks()
@@ -70,8 +71,7 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
                                     max_delay=0.5, initial_delay=0.05)
     if metrics_bind:
         serve_metrics(*metrics_bind)
-    heartbeat = Heartbeat(workers, periodic=not no_periodic)
-    heartbeat.start()
+    heartbeat = Heartbeat(WORKER, workers, periodic=not no_periodic).start()
     try:
         consumer.run()
     finally:

@@ -18,7 +18,7 @@ def snapshot() -> dict:
 
     now = time.time()
     return {
-        "consumers": [consumer.as_dict(now) for consumer in operations.consumers(now)],
+        "processes": [process.as_dict(now) for process in operations.processes(now)],
         "queue": {"pending": huey.pending_count(), "scheduled": huey.scheduled_count()},
         "campaigns": operations.running_campaigns(),
         "numbers": operations.number_pace(),
@@ -41,11 +41,11 @@ def _seconds(value: float) -> str:
 
 def render(data: dict) -> Group:
     state_style = {"alive": "green", "dead": "bold red", "stopped": "dim"}
-    consumers = table("consumers", ("name", "state", "last beat", "threads", "periodic"),
-                      [(item["name"], f"[{state_style[item['state']]}]{item['state']}[/]",
+    processes = table("processes", ("name", "kind", "state", "last beat", "threads", "periodic"),
+                      [(item["name"], item["kind"], f"[{state_style[item['state']]}]{item['state']}[/]",
                         f"{_seconds(item['seconds_since_beat'])} ago", item["threads"],
                         "yes" if item["periodic"] else "")
-                       for item in data["consumers"]])
+                       for item in data["processes"]])
     outbox, platform = data["outbox"], data["platform"]
     queue = table("queue", ("pending", "scheduled"), [(data["queue"]["pending"], data["queue"]["scheduled"])])
     backlog = table("outbox and platform webhooks", ("events", "oldest", "deliveries", "oldest", "batches"),
@@ -64,14 +64,14 @@ def render(data: dict) -> Group:
                       for item in data["webhooks"]])
     credits = table("credits reserved by company", ("tenant", "reserved"),
                     [(item["tenant"], item["reserved"]) for item in data["credits_reserved"]])
-    return Group(consumers, queue, backlog, campaigns, numbers, webhooks, credits)
+    return Group(processes, queue, backlog, campaigns, numbers, webhooks, credits)
 
 
 @with_database
 def status(as_json: bool = JSON_OPTION,
            interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between reads."),
            once: bool = typer.Option(False, "--once", help="Print one view and exit.")):
-    """The service at a glance: consumers and their heartbeats, queue depth, running campaigns,
+    """The service at a glance: API workers and consumers with their heartbeats, queue depth, running campaigns,
     per-number pace, webhook backlog, credits reserved. Live until Ctrl-C; --json prints once."""
     if as_json:
         print_json(snapshot())

@@ -25,6 +25,13 @@ def status(service: LiveService) -> dict:
     return json.loads(result.stdout)
 
 
+def states(service: LiveService) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {"api": [], "worker": []}
+    for process in status(service)["processes"]:
+        found[process["kind"]].append(process["state"])
+    return found
+
+
 def gauge(service: LiveService, name: str, **labels) -> float:
     return total(parse(requests.get(f"{service.api_url}/metrics", timeout=10).text), name, **labels)
 
@@ -36,16 +43,17 @@ def readyz(service: LiveService) -> requests.Response:
 def test_a_dead_consumer_and_a_stopped_database_show(private_storage, private_servers, tmp_path):
     service = LiveService(env_for(private_storage), tmp_path).start()
     try:
-        wait_until(lambda: [c["state"] for c in status(service)["consumers"]] == ["alive"], timeout=20,
-                   message="the consumer's first heartbeat")
+        wait_until(lambda: states(service) == {"worker": ["alive"], "api": ["alive", "alive"]}, timeout=20,
+                   message="the first heartbeats of the consumer and the two API workers")
         assert readyz(service).json() == {"status": "ready", "checks": {
             "database": "ok", "migrations": "ok", "queue": "ok", "redis": "ok"}}
 
         service.kill("worker")  # SIGKILL: it never records a clean stop
-        wait_until(lambda: [c["state"] for c in status(service)["consumers"]] == ["dead"], timeout=40, interval=1,
+        wait_until(lambda: states(service)["worker"] == ["dead"], timeout=40, interval=1,
                    message="the killed consumer to show dead")
-        assert gauge(service, "svc_consumers", state="dead") == 1
-        assert gauge(service, "svc_consumers", state="alive") == 0
+        assert gauge(service, "svc_processes", kind="worker", state="dead") == 1
+        assert gauge(service, "svc_processes", kind="worker", state="alive") == 0
+        assert gauge(service, "svc_processes", kind="api", state="alive") == 2
 
         private_servers.postgres.stop()
         try:

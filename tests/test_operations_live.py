@@ -116,7 +116,8 @@ def test_metrics_count_a_campaign_across_workers_and_the_consumer(service, stora
     assert total(api_after, "svc_state_up") == 1
     assert total(api_after, "svc_campaigns", status="completed") == 1
     assert total(api_after, "svc_credits_reserved") == 0
-    assert total(api_after, "svc_consumers", state="alive") == 1
+    assert total(api_after, "svc_processes", kind="worker", state="alive") == 1
+    assert total(api_after, "svc_processes", kind="api", state="alive") == 3  # every gunicorn worker beats
     assert total(api_after, "svc_webhook_deliveries_pending") == 0
     assert total(api_after, "svc_number_send_cap", number=phone_id) == 1000
     # No label carries a recipient, an event id or a secret.
@@ -135,18 +136,27 @@ def test_metrics_count_a_campaign_across_workers_and_the_consumer(service, stora
     assert {"time", "level", "logger", "message", "request_id", "tenant_id", "task"} <= set(worker_lines[0])
 
 
-def test_status_shows_the_consumers_and_the_work(service, storage):
+def status_json(service: LiveService) -> dict:
     result = subprocess.run([sys.executable, "-m", "svcctl.main", "status", "--json"], cwd=ROOT, env=service.env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    assert [consumer["state"] for consumer in data["consumers"]] == ["alive"]
+    return json.loads(result.stdout)
+
+
+def test_status_shows_the_processes_and_the_work(service, storage):
+    every_one = [("worker", "alive")] + [("api", "alive")] * 3
+
+    def processes():
+        data = status_json(service)
+        return data if [(item["kind"], item["state"]) for item in data["processes"]] == every_one else None
+
+    data = wait_until(processes, timeout=30, interval=0.5, message="every process's first heartbeat")
     assert data["queue"]["pending"] >= 0 and data["outbox"]["deliveries_pending"] == 0
     # The live view, once, in a pipe: every table is there.
     shown = subprocess.run([sys.executable, "-m", "svcctl.main", "status", "--once"], cwd=ROOT, env=service.env,
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    for title in ("consumers", "queue", "outbox and platform webhooks", "campaigns running", "per-number pace",
+    for title in ("processes", "queue", "outbox and platform webhooks", "campaigns running", "per-number pace",
                   "webhook backlog by endpoint", "credits reserved by company"):
         assert title in shown.stdout
-    assert data["consumers"][0]["name"] in shown.stdout
+    assert all(item["name"] in shown.stdout for item in data["processes"])

@@ -1,10 +1,11 @@
-"""Operations: the queue consumers' heartbeats."""
+"""Operations: the heartbeats of the API workers and queue consumers."""
 
 from peewee import CharField, DoubleField, IntegerField, Model
 
 
-class ConsumerHeartbeat(Model):
+class ProcessHeartbeat(Model):
     name = CharField(max_length=200, primary_key=True)
+    kind = CharField(max_length=16)
     host = CharField(max_length=200)
     pid = IntegerField()
     threads = IntegerField()
@@ -14,9 +15,9 @@ class ConsumerHeartbeat(Model):
     stopped = DoubleField(null=True)
 
     class Meta:
-        table_name = "consumer_heartbeat"
+        table_name = "process_heartbeat"
 
 
 def up(migrator, db):
-    with db.bind_ctx([ConsumerHeartbeat]):
-        db.create_tables([ConsumerHeartbeat])
+    with db.bind_ctx([ProcessHeartbeat]):
+        db.create_tables([ProcessHeartbeat])
