@@ -1,5 +1,6 @@
-"""What an operator watches, read from the database at the moment it is asked for: process
-heartbeats, work in flight, backlogs and their age, per-number pace, credits held.
+"""What an operator watches: each process's heartbeat (written by every API worker and
+consumer), and the service's state read from the database at the moment it is asked for: work
+in flight, backlogs and their age, per-number pace, credits held.
 
 Nothing here is counted on the hot path: the metrics that describe state (as opposed to events
 such as a request or a send) are these queries, run at scrape time or by `svcctl status`.
