@@ -30,7 +30,7 @@ def restart_with_keys(service: LiveService, keys: list[str]) -> None:
     service.env["SVC_SECRET_KEY"] = ",".join(keys)
     for name in ("api", "worker"):
         service.kill(name, sig=15)
-    service._spawn("api", ["serve", "--bind", f"127.0.0.1:{service.api_port}"])
+    service.start_api()
     service.start_worker()
     wait_until(lambda: LiveService._answers(f"{service.api_url}/healthz"), message="the API")
 
