@@ -8,6 +8,7 @@ import falcon
 
 import portal
 from api.errors import handle_unexpected, serialize_falcon_error
+from api.operations import NO_DATABASE_PATHS, RequestTelemetry
 from config import Settings, get_settings, use_settings
 from models.db import db, init_db
 
@@ -15,13 +16,15 @@ BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
 # platform or a browser reaches, outside the versioned API and the OpenAPI document).
 AREAS = ("health", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
-         "cartera", "payments", "platform", "openapi")
+         "cartera", "payments", "platform", "openapi", "operations")
 
 
 class DatabaseConnection:
     """One pooled connection per request, returned to the pool when the response is done."""
 
     def process_request(self, req, resp):
+        if req.path in NO_DATABASE_PATHS:
+            return
         req.context.opened_db = db.connect(reuse_if_open=True)
 
     def process_response(self, req, resp, resource, req_succeeded):
@@ -36,7 +39,7 @@ def area_modules():
 def create_app(settings: Settings | None = None) -> falcon.App:
     settings = use_settings(settings) if settings is not None else get_settings()
     init_db(settings)
-    app = falcon.App(middleware=[DatabaseConnection()])
+    app = falcon.App(middleware=[RequestTelemetry(), DatabaseConnection()])
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_qs_csv = False
     app.set_error_serializer(serialize_falcon_error)

@@ -90,6 +90,8 @@ class Settings:
     graph_version: str = "v21.0"
     public_url: str = "http://127.0.0.1:8080"
     secret_key: str = ""
+    # Every key that may decrypt a secret at rest; the first (`secret_key`) encrypts.
+    secret_keys: tuple[str, ...] = ()
     app_id: str = "sim-app"
     app_secret: str = ""
     verify_token: str = ""
@@ -115,6 +117,10 @@ class Settings:
     payments_link_ttl_hours: int = 72
     payments_notification_tolerance: int = 300  # seconds a signed notification stays acceptable
     payments_reconcile_hours: int = 72  # how far back reconciliation compares
+    log_format: str = "text"
+    access_log: bool = True
+    metrics_token: str = ""
+    metrics_bind: tuple[str, int] | None = None
 
     @property
     def sqlite_path(self) -> Path:
@@ -130,28 +136,40 @@ class Settings:
         return host in {"127.0.0.1", "localhost", "::1"}
 
 
-def _secret_key(env: Mapping[str, str], data_dir: Path) -> str:
-    """The Fernet key for secrets at rest: SVC_SECRET_KEY, else one generated once into the data dir."""
+def _secret_keys(env: Mapping[str, str], data_dir: Path) -> tuple[str, ...]:
+    """The Fernet keys for secrets at rest: SVC_SECRET_KEY (comma-separated, newest first while a
+    rotation runs), else one key generated once into the data dir."""
     raw = env.get("SVC_SECRET_KEY", "").strip()
     if raw:
-        try:
-            Fernet(raw.encode())
-        except ValueError:
-            raise ConfigError("SVC_SECRET_KEY: expected a urlsafe base64 32-byte key (Fernet)") from None
-        return raw
+        keys = tuple(key.strip() for key in raw.split(",") if key.strip())
+        for position, key in enumerate(keys, start=1):
+            try:
+                Fernet(key.encode())
+            except ValueError:
+                raise ConfigError(
+                    f"SVC_SECRET_KEY: key {position} is not a urlsafe base64 32-byte key (Fernet)") from None
+        if len(set(keys)) != len(keys):
+            raise ConfigError("SVC_SECRET_KEY: a key is listed twice")
+        return keys
     key_file = data_dir / "secret.key"
     if key_file.exists():
-        return key_file.read_text().strip()
+        return (key_file.read_text().strip(),)
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = Fernet.generate_key().decode()
     # O_EXCL: two processes starting together must end up with the same key, not two.
     try:
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return key_file.read_text().strip()
+        return (key_file.read_text().strip(),)
     with os.fdopen(fd, "w") as handle:
         handle.write(key)
-    return key
+    return (key,)
+
+
+def parse_bind(name: str, raw: str) -> tuple[str, int]:
+    """`PORT` (on loopback) or `HOST:PORT`."""
+    host, _, port = raw.strip().rpartition(":")
+    return host or "127.0.0.1", _int(name, port, minimum=1, maximum=65535)
 
 
 def private_data_file(path: Path) -> Path:
@@ -232,7 +250,20 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if "SVC_QUIET_HOURS_END" in env:
         values["quiet_hours_end"] = _hhmm("SVC_QUIET_HOURS_END", env["SVC_QUIET_HOURS_END"])
 
-    values["secret_key"] = _secret_key(env, data_dir)
+    if "SVC_LOG_FORMAT" in env:
+        log_format = env["SVC_LOG_FORMAT"].strip().lower()
+        if log_format not in {"text", "json"}:
+            raise ConfigError(f"SVC_LOG_FORMAT: expected text or json, got {env['SVC_LOG_FORMAT']!r}")
+        values["log_format"] = log_format
+    if "SVC_ACCESS_LOG" in env:
+        values["access_log"] = _bool("SVC_ACCESS_LOG", env["SVC_ACCESS_LOG"])
+    if "SVC_METRICS_TOKEN" in env:
+        values["metrics_token"] = env["SVC_METRICS_TOKEN"].strip()
+    if metrics_port := env.get("SVC_METRICS_PORT", "").strip():
+        values["metrics_bind"] = parse_bind("SVC_METRICS_PORT", metrics_port)
+
+    values["secret_keys"] = _secret_keys(env, data_dir)
+    values["secret_key"] = values["secret_keys"][0]
     # Derived rather than random so every process of one installation agrees on them, and derived
     # through a KDF so that neither value, nor both together, tells anything about the key.
     # Only the simulator shares the app secret's default; a real platform app always sets SVC_APP_SECRET.

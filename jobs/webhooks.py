@@ -38,6 +38,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.ssl_ import create_urllib3_context
 
 from config import get_settings
+from jobs import operations
 from jobs.queue import crontab, huey, periodic_task, task
 from models import ssrf, webhooks
 from models.clock import utcnow
@@ -291,6 +292,8 @@ class DrainStats:
 
 
 def _outcome(work: Work, attempted_at: dt.datetime, response: Response) -> Outcome:
+    operations.observe_webhook_delivery(response.ok, response.status_code, response.unreachable,
+                                        response.latency_ms, work.attempt)
     return Outcome(work.delivery_id, work.attempt, work.max_attempts, attempted_at, response.ok,
                    response.status_code, response.latency_ms, response.excerpt, response.error,
                    response.retry_after, response.unreachable)

@@ -9,6 +9,7 @@ from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, Inte
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
 from models.errors import Invalid, NotFound
+from models.secrets import EncryptedText
 from models.tenants import Tenant
 
 COEXISTENCE_MPS = 20
@@ -29,7 +30,7 @@ class MessagingAccount(BaseModel):
     connection_mode = CharField(max_length=16, default="coexistence")
     business_account_id = CharField(max_length=64, null=True, index=True)
     phone_id = CharField(max_length=64, null=True, index=True)
-    access_token = TextField(null=True)  # encrypted with models.secrets
+    access_token = EncryptedText(null=True)
     subscribed_to_webhooks = BooleanField(default=False)
     quality_rating = CharField(max_length=16, null=True)
     daily_limit = IntegerField(null=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 from peewee import CharField, DateTimeField, IntegerField, TextField
+from prometheus_client import Counter
 
 from config import get_settings
 from messaging.client import GraphClient
@@ -42,6 +43,8 @@ from models.events import emit
 from models.secrets import decrypt
 
 log = logging.getLogger(__name__)
+REDELIVERIES = Counter("svc_platform_redeliveries_total",
+                       "Inbound messages and echoes the platform delivered again, recognised and skipped", ["kind"])
 
 # A claim older than this belongs to a worker that died while processing; another takes it over.
 # Short on purpose: processing is idempotent, so a slow run overtaken by a second one only costs
@@ -228,6 +231,8 @@ def _first_time(wamid: str, kind: str) -> bool:
     """Record the wamid; False when it was recorded before (a redelivery)."""
     inserted = (ProcessedMessage.insert(wamid=wamid[:255], kind=kind)
                 .on_conflict_ignore().as_rowcount().execute())
+    if inserted != 1:
+        REDELIVERIES.labels(kind).inc()
     return inserted == 1
 
 

@@ -78,7 +78,7 @@ class WebhookEndpoint(BaseModel):
     url = CharField(max_length=1000)
     events = JSONField()
     status = CharField(max_length=16, default="active")
-    secret_ciphertext = TextField()
+    secret_ciphertext = secrets.EncryptedText()
     secret_preview = CharField(max_length=32)
     # SHA-256 of the URL while active, NULL once inactive: the unique index below then allows
     # one active endpoint per URL and tenant, and any number of inactive ones (NULLs differ).

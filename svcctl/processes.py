@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import functools
 import os
 import signal
 import subprocess
@@ -13,6 +13,8 @@ from pathlib import Path
 import typer
 
 from config import ConfigError, get_settings
+from config.logs import configure_logging
+from config.settings import parse_bind
 from models.db import connection, init_db
 from svcctl.output import err, fail
 
@@ -48,22 +50,33 @@ def serve(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT t
 
 def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (default SVC_WORKER_THREADS)."),
            no_periodic: bool = typer.Option(False, "--no-periodic",
-                                            help="Do not schedule periodic tasks (all consumers but one).")):
+                                            help="Do not schedule periodic tasks (all consumers but one)."),
+           metrics_port: str = typer.Option(None, "--metrics-port",
+                                            help="[HOST:]PORT of its /metrics (default SVC_METRICS_PORT).")):
     """Run the queue consumer (thread workers) in the foreground."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = get_settings()
+        metrics_bind = parse_bind("--metrics-port", metrics_port) if metrics_port else settings.metrics_bind
     except ConfigError as error:
         fail(str(error))
+    configure_logging(settings.log_format)
+    from jobs.operations import serve_metrics
     from jobs.queue import huey, load_tasks
+    from models.operations import WORKER, Heartbeat
 
     init_db(settings)
     load_tasks()
-    consumer = huey.create_consumer(workers=threads or settings.worker_threads, worker_type="thread",
+    workers = threads or settings.worker_threads
+    consumer = huey.create_consumer(workers=workers, worker_type="thread",
                                     periodic=not no_periodic, check_worker_health=True, backoff=1.15,
                                     max_delay=0.5, initial_delay=0.05)
-    consumer.run()
+    if metrics_bind:
+        serve_metrics(*metrics_bind)
+    heartbeat = Heartbeat(WORKER, workers, periodic=not no_periodic).start()
+    try:
+        consumer.run()
+    finally:
+        heartbeat.stop()
 
 
 def _ensure_demo_tenant() -> tuple[str, str | None, str | None]:
@@ -159,23 +172,25 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     if sim:
         _connect_demo_gateway(tenant_id, settings.payments_gateway_url)
     base = f"{settings.public_url}/api/v1"
-    err.print(f"[green]API[/green]     {base}")
+    # soft_wrap: a line longer than the terminal is never broken by us, so a key or URL pastes whole.
+    say = functools.partial(err.print, soft_wrap=True, highlight=False)
+    say(f"[green]API[/green]     {base}")
     if sim:
-        err.print(f"[green]sim[/green]     http://{sim_bind}")
-        err.print(f"[green]payments[/green] http://{payments_sim_bind} (gateway simulator)")
-    err.print(f"[green]tenant[/green]  {tenant_id} ({DEMO_TENANT})")
+        say(f"[green]sim[/green]     http://{sim_bind}")
+        say(f"[green]payments[/green] http://{payments_sim_bind} (gateway simulator)")
+    say(f"[green]tenant[/green]  {tenant_id} ({DEMO_TENANT})")
     if key_string:
-        err.print(f"[green]key[/green]     {key_string}")
-        err.print(f"try: curl -H 'Authorization: Bearer {key_string}' {base}/health")
+        say(f"[green]key[/green]     {key_string}")
+        say(f"try: curl -H 'Authorization: Bearer {key_string}' {base}/health")
     else:
-        err.print("key     shown at first start only; create another with "
-                  f"`svcctl keys create --tenant {tenant_id} --scope all`")
-    err.print(f"[green]portal[/green]  {settings.public_url}/portal")
+        say("key     shown at first start only; create another with "
+            f"`svcctl keys create --tenant {tenant_id} --scope all`")
+    say(f"[green]portal[/green]  {settings.public_url}/portal")
     if password:
-        err.print(f"[green]sign in[/green] {DEMO_OWNER} / {password}")
+        say(f"[green]sign in[/green] {DEMO_OWNER} / {password}")
     else:
-        err.print(f"sign in {DEMO_OWNER} (password shown at first start only; "
-                  f"`svcctl portal reset-password --email {DEMO_OWNER}` sets a new one)")
+        say(f"sign in {DEMO_OWNER} (password shown at first start only; "
+            f"`svcctl portal reset-password --email {DEMO_OWNER}` sets a new one)")
 
     stopping = False
 
