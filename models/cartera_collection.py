@@ -33,6 +33,7 @@ from models.cartera_money import format_amount
 from models.clock import utcnow
 from models.db import atomic
 from models.errors import DomainError
+from models.sending import work_arrived
 from models.tenants import Tenant
 
 log = logging.getLogger("cartera.collection")
@@ -149,10 +150,9 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     Per (tenant, number), in one transaction: claim the reminders (insert their rows; the unique
     key drops any another run already took), create the campaign for the debts claimed, and
     stamp the rows with it. A refusal (no credits, number paused) undoes the claim, so those
-    reminders are tried again on the next run. Dispatch is enqueued after commit.
+    reminders are tried again on the next run. Creating a campaign wakes the sending engine
+    once its transaction commits (`models.sending.work_arrived`).
     """
-    # Imported here: the domain layer reaches the queue only at this edge.
-    from jobs.campaigns import enqueue_dispatch
     from models.campaigns import MAX_RECIPIENTS, create_campaign
 
     due = due_reminders(now)
@@ -173,7 +173,7 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
                             error.message)
                 break
             if campaign is not None:
-                enqueue_dispatch(campaign.id)
+                work_arrived()
                 created.append(campaign.public_id)
     return created
 
