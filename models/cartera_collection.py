@@ -218,7 +218,7 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
     The recipient moves `pending → cancelled` with a conditional UPDATE: the dispatcher claims
     with `pending → queued` the same way, so a message is either withdrawn or sent, never both.
     The withdrawn messages' reserved credits are released, and a campaign left with nothing to
-    send completes.
+    send completes once the transaction commits (campaign rows come first in the lock order).
     """
     if not debt_ids:
         return 0
@@ -226,7 +226,7 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
                   .where(Reminder.debt.in_(debt_ids) & (Reminder.status == "queued")).distinct().tuples())
     if not queued:
         return 0
-    from models.campaigns import Campaign, CampaignRecipient, finish_if_done, move_credits
+    from models.campaigns import Campaign, CampaignRecipient, finish_after_commit, move_credits
 
     by_campaign: dict[str, list[str]] = {}
     for campaign_public_id, debt_external_id in queued:
@@ -250,5 +250,5 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
                 & Reminder.debt.in_(Debt.select(Debt.id).where(
                     Debt.id.in_(debt_ids) & Debt.external_id.in_([row[0] for row in cancelled]))))
          .execute())
-        finish_if_done([campaign.id])
+        finish_after_commit([campaign.id])
     return withdrawn

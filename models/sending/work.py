@@ -97,6 +97,6 @@ class Store(Protocol):
     def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime]]:
         """Claims taken before `when` and still unanswered: (id, claim token, claimed at)."""
 
-    def fail_unconfirmed(self, ids: list[int], now: dt.datetime) -> int:
-        """Fail these claims as `send_unconfirmed` (credit released, never resent); returns how
-        many were still unanswered."""
+    def fail_unconfirmed(self, claims: list[tuple[int, str | None]], now: dt.datetime) -> int:
+        """Fail these claims, (id, claim token), as `send_unconfirmed` (credit released, never
+        resent); returns how many were still unanswered under that token."""
