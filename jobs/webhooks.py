@@ -1,8 +1,9 @@
 """Delivering outbox events to webhook endpoints.
 
 Flow:
-1. `notify_new_events()` (run after every commit that wrote events, `models.events.on_new_events`)
-   enqueues `fan_out_task`, coalesced to at most two tasks a second; `sweep` does the same every minute as a safety net.
+1. `notify_new_events()` (run after every commit that wrote events: `models.events.on_new_events`)
+   enqueues `fan_out_task`, coalesced to at most two tasks a second; `sweep` does the same every
+   minute as a safety net.
 2. The fan-out turns events into deliveries (models.webhooks.fan_out) and enqueues a drain for
    each endpoint that got some.
 3. A drain owns one endpoint for a while (a lease in the database): it claims due deliveries,

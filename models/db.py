@@ -242,7 +242,7 @@ def storage_unavailable(error: BaseException) -> bool:
 
     if isinstance(error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | MaxConnectionsExceeded):
         return True
-    if not isinstance(error, peewee.OperationalError | peewee.InterfaceError) or lock_conflict(error):
+    if not isinstance(error, peewee.OperationalError | peewee.InterfaceError):
         return False
     original = error.args[0] if error.args else None  # peewee wraps the driver's error
     if isinstance(original, sqlite3.Error):
@@ -252,21 +252,32 @@ def storage_unavailable(error: BaseException) -> bool:
 
 def outlast_outage(action: Callable[[], T], seconds: float = 60.0, what: str = "a write") -> T:
     """Run `action`; while the database or Redis cannot be reached, reconnect and run it again,
-    for up to `seconds` (then the error is raised).
+    for up to `seconds` (then the error is raised). A transaction the database rolled back to
+    break a lock conflict (a deadlock: some writer broke the lock order of docs/reliability.md)
+    runs again too, after a jittered pause so that two victims do not meet again; it is logged
+    with the database's words, since it should not happen.
 
     For the record of work already done outside (a webhook POSTed, a message handed to the
-    platform, a lease to give back): a restart of the storage must not make that work look
-    undone. `action` runs whole again after a failure, so it must be one transaction of its own:
-    calling this inside a transaction only runs it once.
+    platform, a lease to give back, a platform's status batch): neither a restart of the storage
+    nor a conflict must make that work look undone, or drop it. `action` runs whole again after a
+    failure, so it must be one transaction of its own: calling this inside a transaction only
+    runs it once.
     """
     deadline = time.monotonic() + seconds
     delay = 0.2
+    conflict_delay = 0.05
     while True:
         try:
             return action()
         except Exception as error:
             if not storage_unavailable(error) or db.in_transaction() or time.monotonic() + delay > deadline:
                 raise
+            if lock_conflict(error):
+                log.warning("%s was rolled back by a lock conflict, trying again: %s", what,
+                            str(error).strip()[:300])
+                time.sleep(random.uniform(conflict_delay / 2, conflict_delay))
+                conflict_delay = min(conflict_delay * 2, 2.0)
+                continue
             log.warning("%s waits for the storage to come back: %s", what, str(error).strip()[:200])
         time.sleep(delay)
         delay = min(delay * 2, 2.0)
@@ -286,26 +297,6 @@ _CONFLICT_CODES = frozenset({"40P01", "40001", "55P03"})
 def lock_conflict(error: BaseException) -> bool:
     original = error.args[0] if error.args else None  # peewee wraps the driver's error
     return isinstance(error, peewee.OperationalError) and getattr(original, "pgcode", None) in _CONFLICT_CODES
-
-
-def retry_conflicts(action: Callable[[], T], what: str, attempts: int = 10) -> T:
-    """Run `action`, one transaction of its own; when the database rolls it back to break a
-    conflict (a deadlock: a writer that broke the lock order of docs/reliability.md), run it
-    again after a jittered pause, so two victims do not meet again. Storage outages are outlasted
-    as `outlast_outage` does. Never dropped quietly: after `attempts` the error is raised.
-    """
-    delay = 0.05
-    for attempt in range(1, attempts + 1):
-        try:
-            return outlast_outage(action, what=what)
-        except peewee.OperationalError as error:
-            if not lock_conflict(error) or attempt == attempts or db.in_transaction():
-                raise
-            # The text names the conflict (a deadlock is logged as one): it should not happen.
-            log.warning("%s was rolled back by a lock conflict, trying again: %s", what, str(error).strip()[:300])
-        time.sleep(random.uniform(delay / 2, delay))
-        delay = min(delay * 2, 2.0)
-    raise AssertionError("unreachable")
 
 
 def upgrade() -> list[str]:

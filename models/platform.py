@@ -34,7 +34,7 @@ from models import accounts
 from models.accounts import MessagingAccount
 from models.base import BaseModel
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import atomic, retry_conflicts
+from models.db import atomic, outlast_outage
 from models.events import emit
 from models.statuses import apply_status_updates
 
@@ -166,7 +166,7 @@ def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:
 
     # The status transaction keeps the lock order; should the database still roll it back to
     # break a conflict, it is applied again at once rather than left for the sweep.
-    retry_conflicts(apply, f"applying the statuses of platform batch {batch_id}")
+    outlast_outage(apply, what=f"applying the statuses of platform batch {batch_id}")
     return True
 
 

@@ -21,7 +21,7 @@ One engine runs per worker process, inside a queue task (jobs/sending.py), over 
 
 Nobody is sent twice: a message is handed to the platform only by the engine that claimed it,
 and a claim is only given up by recovery (recovery.py), which fails it rather than resending.
-A record the database rolled back to break a lock conflict is written again (`retry_conflicts`).
+A record the database rolled back to break a lock conflict is written again (`outlast_outage`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from peewee import DatabaseError, InterfaceError
 from redis.exceptions import RedisError
 
 from messaging.errors import PlatformError, PlatformUnavailableError
-from models.db import connection, counters, retry_conflicts
+from models.db import connection, counters, outlast_outage
 from models.sending.campaign_store import CampaignStore
 from models.sending.fairness import fair_shares
 from models.sending.message_store import MessageStore
@@ -318,8 +318,8 @@ class Engine:
         for store in self.stores:
             mine = [job for job in jobs if job.store == store.name]
             if mine:
-                result.add(retry_conflicts(lambda store=store, mine=mine: store.record(mine),
-                                           f"recording a batch of {len(mine)}"))
+                result.add(outlast_outage(lambda store=store, mine=mine: store.record(mine),
+                                          what=f"recording a batch of {len(mine)}"))
         return result
 
     def _send_one(self, job: Job) -> None:
