@@ -312,3 +312,27 @@ def test_only_a_failed_platform_call_counts_against_the_retry_limit(client, alic
     claim_and_answer("t2", RetryablePlatformError("hiccup", code=131000))
     stored = Message.get_by_id(message.id)
     assert stored.attempts == start + 1 and stored.claim_token is None and stored.status == "queued"
+
+
+def test_a_message_whose_window_closed_while_it_waited_fails_unsent(client, alice, number, sim):
+    import datetime as dt
+
+    from jobs.sending import dispatch
+    from models import messages
+    from models.accounts import ContactWindow
+    from models.clock import utcnow
+
+    to = wa()
+    let_write(number, to)
+    # Stored while the window was open; the engine reaches it after the window closed.
+    message = messages.create_message(alice.id, messages.MessageInput.model_validate(text_body(number, to)))
+    ContactWindow.update(last_inbound_at=utcnow() - dt.timedelta(hours=25)).where(
+        (ContactWindow.account == number.id) & (ContactWindow.wa_id == to)).execute()
+    dispatch()
+    stored = Message.get_by_id(message.id)
+    assert (stored.status, stored.error_code, stored.wam_id) == ("failed", "outside_24h_window", None)
+    assert [item for item in sim.sent() if item["to"] == to] == []
+    assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (1000, 0)
+    assert replay_ledger(alice.id) == (1000, 0)
+    failed = Event.get((Event.tenant == alice.id) & (Event.name == "message.failed")).payload
+    assert failed["error"]["code"] == "outside_24h_window" and failed["message_id"] == message.public_id
