@@ -19,6 +19,7 @@ from models.db import after_commit
 
 # The error code of a send nobody can confirm reached the platform: failed, never sent again.
 UNCONFIRMED = "send_unconfirmed"
+UNCONFIRMED_TEXT = "the platform never confirmed this send; it was not retried, to avoid a duplicate"
 
 _wakers: list[Callable[[], None]] = []
 

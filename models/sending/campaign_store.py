@@ -40,13 +40,12 @@ from models.campaigns import (
 from models.clock import utcnow
 from models.credits import Wallet
 from models.db import atomic, db, lock_in_order, lock_rows, skip_locked
-from models.sending import UNCONFIRMED
+from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
 from models.sending.fairness import split_evenly
 from models.sending.messenger import Verdict, account_token, error_code, error_text, template_payload, verdict
 from models.sending.work import BatchResult, Job, NumberPlan
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
-UNCONFIRMED_TEXT = "the platform never confirmed this send; it was not retried, to avoid a duplicate"
 _PICK_SQL: dict[type, str] = {}
 
 

@@ -20,14 +20,12 @@ from peewee import fn
 from models import credits
 from models.accounts import CUSTOMER_WINDOW, ContactWindow, MessagingAccount, record_business_sends_many
 from models.campaigns import emit_rows
-from models.clock import isoformat, utcnow
+from models.clock import utcnow
 from models.db import atomic, lock_rows, skip_locked
 from models.messages import Message, event_fields
-from models.sending import UNCONFIRMED
+from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
 from models.sending.messenger import Verdict, account_token, error_text, message_payload, verdict
 from models.sending.work import BatchResult, Job, NumberPlan
-
-UNCONFIRMED_TEXT = "the platform never confirmed this send; it was not retried, to avoid a duplicate"
 
 
 class MessageStore:
@@ -118,16 +116,16 @@ class MessageStore:
         verdicts = {job.id: verdict(job) for job in jobs}
         with atomic():
             lock_rows(Message, [job.id for job in jobs if verdicts[job.id] is not Verdict.UNANSWERED])
-            sent: list[Job] = []
+            sent: list[tuple[Job, Message]] = []
             failed: list[tuple[Job, str]] = []
             for job in jobs:
                 kind = verdicts[job.id]
                 mine = (Message.id == job.id) & (Message.status == "queued") & (Message.claim_token == job.claim_token)
                 if kind is Verdict.ACCEPTED:
                     result.accepted_numbers.add(job.account_id)
-                    if Message.update(status="sent", wam_id=job.wam_id, sent_at=now, claim_token=None).where(
-                            mine).execute():
-                        sent.append(job)
+                    sent += [(job, row) for row in Message.update(
+                        status="sent", wam_id=job.wam_id, sent_at=now, claim_token=None).where(mine)
+                        .returning(Message).execute()]
                 elif kind is Verdict.UNANSWERED:
                     # It may have been accepted: the status webhook (callback data) or recovery
                     # settles it; sending again could deliver it twice.
@@ -142,11 +140,12 @@ class MessageStore:
                         job.error.code or "rejected")
                     failed.append((job, code))
             result.accepted = len(sent)
-            record_business_sends_many({(job.account_id, job.wa_id) for job in sent}, now)
+            record_business_sends_many({(job.account_id, job.wa_id) for job, _ in sent}, now)
             moves = [credits.Move(job.tenant_id, "consume", 1,
                                   {"messaging_account_id": job.account_id, "reference": job.public_id})
-                     for job in sent]
-            emit_rows("message.sent", [(job.tenant_id, _fields(job, "sent", now)) for job in sent], now)
+                     for job, _ in sent]
+            emit_rows("message.sent", [(job.tenant_id, event_fields(row, job.account_public_id, "sent", now))
+                                       for job, row in sent], now)
             result.failed = self._fail([(job.id, job.claim_token) for job, _ in failed], None, None, now,
                                        {job.id: (code, error_text(job.error)) for job, code in failed}, moves)
         return result
@@ -228,8 +227,3 @@ def _give_back(job: Job, kind: Verdict, mine, now: dt.datetime) -> int:
             changes[Message.not_before] = now + dt.timedelta(seconds=4 ** (job.throttled + 1))
     return Message.update(changes).where(mine).execute()
 
-
-def _fields(job: Job, status: str, at: dt.datetime) -> dict[str, Any]:
-    return {"account_id": job.account_public_id, "campaign_id": None, "recipient": job.wa_id,
-            "external_contact_id": None, "wam_id": job.wam_id, "status": status,
-            "timestamp": isoformat(at), "message_id": job.public_id}
