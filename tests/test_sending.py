@@ -1,4 +1,4 @@
-"""The dispatch engine against the simulator over HTTP: pacing, throttling, failures, holds,
+"""The sending engine against the simulator over HTTP: pacing, throttling, failures, holds,
 fairness, and recovery of sends whose worker died."""
 
 from __future__ import annotations
