@@ -136,9 +136,7 @@ class MessageStore:
                     if kind is not Verdict.PAIR_THROTTLED:
                         result.throttled_numbers.add(job.account_id)
                 else:
-                    code = "account_disconnected" if kind is Verdict.DISCONNECTED else str(
-                        job.error.code or "rejected")
-                    failed.append((job, code))
+                    failed.append((job, _failure_code(job.error, kind)))
             result.accepted = len(sent)
             record_business_sends_many({(job.account_id, job.wa_id) for job, _ in sent}, now)
             moves = [credits.Move(job.tenant_id, "consume", 1,
@@ -193,6 +191,14 @@ class MessageStore:
                 for m, row_code, row_text in failed], now)
             credits.apply_moves(moves)
         return len(failed)
+
+
+def _failure_code(error, kind: Verdict) -> str:
+    if kind is Verdict.DISCONNECTED:
+        return "account_disconnected"
+    if error.code is not None:
+        return str(error.code)
+    return "platform_unavailable" if error.retryable else "rejected"
 
 
 def _due(now: dt.datetime):
