@@ -1,14 +1,15 @@
 """The sending core: one engine for campaign recipients and single messages.
 
 The shape of listmonk's manager: an engine loop (`engine.py`) pulls work from stores
-(`stores.py`: campaign recipients and single messages), paces every number through the shared
-token buckets, hands each message to the messenger (`messenger.py`: the Graph client and the
-error policy) and records the outcomes back through the store; `recovery.py` settles claims
-nobody will answer, and `fairness.py` shares an engine's capacity between companies and numbers.
+(`work.py`'s `Store`: `campaign_store.py` for campaign recipients, `message_store.py` for single
+messages), paces every number through the shared token buckets, hands each message to the
+messenger (`messenger.py`: the Graph client and the error policy) and records the outcomes back
+through the store; `recovery.py` settles claims nobody will answer, and `fairness.py` shares an
+engine's capacity between companies and numbers.
 
-The queue only triggers it: `work_arrived()` runs after the commit that created work (a campaign,
-a message) and calls what the queue registered with `on_work` (jobs/campaigns.py: wake the
-process's engine, or start one).
+The queue only triggers it: `work_arrived()` runs after the commit that created work and calls
+what the queue registered with `on_work` (jobs/sending.py: wake the process's engine, or start
+one). This module imports none of its submodules, so importing any of them stays cheap.
 """
 
 from __future__ import annotations
