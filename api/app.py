@@ -10,6 +10,7 @@ import portal
 from api.errors import handle_unexpected, serialize_falcon_error
 from api.operations import NO_DATABASE_PATHS, RequestTelemetry
 from config import Settings, get_settings, use_settings
+from jobs.queue import load_tasks
 from models.db import db, init_db
 
 BASE_PATH = "/api/v1"
@@ -39,6 +40,7 @@ def area_modules():
 def create_app(settings: Settings | None = None) -> falcon.App:
     settings = use_settings(settings) if settings is not None else get_settings()
     init_db(settings)
+    load_tasks()  # the queue's hooks: new events are fanned out, new work wakes the engine
     app = falcon.App(middleware=[RequestTelemetry(), DatabaseConnection()])
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_qs_csv = False

@@ -11,7 +11,6 @@ from api.errors import ApiError
 from api.operation import Reply, operation
 from api.schemas import DataOnly, Output
 from config import get_settings
-from jobs.campaigns import notify_events
 from jobs.messages import enqueue_send
 from models import messages
 from models.messages import Message as MessageRow
@@ -83,7 +82,6 @@ class MessagesResource:
         message = messages.create_message(req.context.tenant_id, req.context.body)
         account_public_id = req.context.body.account_id
         queued = message.as_dict(account_public_id)
-        notify_events()
         enqueue_send(message.id)
         places = _waiting_places()
         if not wait or not places.acquire(blocking=False):

@@ -33,6 +33,7 @@ from models.cartera_money import format_amount
 from models.clock import utcnow
 from models.db import atomic
 from models.errors import DomainError
+from models.sending import work_arrived
 from models.tenants import Tenant
 
 log = logging.getLogger("cartera.collection")
@@ -149,10 +150,9 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     Per (tenant, number), in one transaction: claim the reminders (insert their rows; the unique
     key drops any another run already took), create the campaign for the debts claimed, and
     stamp the rows with it. A refusal (no credits, number paused) undoes the claim, so those
-    reminders are tried again on the next run. Dispatch is enqueued after commit.
+    reminders are tried again on the next run. Creating a campaign wakes the sending engine
+    once its transaction commits (`models.sending.work_arrived`).
     """
-    # Imported here: the domain layer reaches the queue only at this edge.
-    from jobs.campaigns import enqueue_dispatch
     from models.campaigns import MAX_RECIPIENTS, create_campaign
 
     due = due_reminders(now)
@@ -173,7 +173,7 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
                             error.message)
                 break
             if campaign is not None:
-                enqueue_dispatch(campaign.id)
+                work_arrived()
                 created.append(campaign.public_id)
     return created
 
@@ -218,7 +218,7 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
     The recipient moves `pending → cancelled` with a conditional UPDATE: the dispatcher claims
     with `pending → queued` the same way, so a message is either withdrawn or sent, never both.
     The withdrawn messages' reserved credits are released, and a campaign left with nothing to
-    send completes.
+    send completes once the transaction commits (campaign rows come first in the lock order).
     """
     if not debt_ids:
         return 0
@@ -226,7 +226,7 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
                   .where(Reminder.debt.in_(debt_ids) & (Reminder.status == "queued")).distinct().tuples())
     if not queued:
         return 0
-    from models.campaigns import Campaign, CampaignRecipient, finish_if_done, move_credits
+    from models.campaigns import Campaign, CampaignRecipient, finish_after_commit, move_credits
 
     by_campaign: dict[str, list[str]] = {}
     for campaign_public_id, debt_external_id in queued:
@@ -250,5 +250,5 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
                 & Reminder.debt.in_(Debt.select(Debt.id).where(
                     Debt.id.in_(debt_ids) & Debt.external_id.in_([row[0] for row in cancelled]))))
          .execute())
-        finish_if_done([campaign.id])
+        finish_after_commit([campaign.id])
     return withdrawn

@@ -30,6 +30,7 @@ from models.errors import NotFound
 from models.events import emit
 from models.ids import new_id
 from models.secrets import encrypt
+from models.sending.messenger import account_token, graph_client
 from models.tenants import Tenant
 
 log = logging.getLogger(__name__)
@@ -179,8 +180,6 @@ def complete(public_id: str, code: str, waba_id: str, phone_number_id: str) -> O
     if len(waba_id) > MAX_PLATFORM_ID or len(phone_number_id) > MAX_PLATFORM_ID or len(code) > 4096:
         return fail(SIGNUP_FAILED, "the signup returned malformed identifiers")
 
-    from models.platform import graph_client
-
     step = "exchange"
     try:
         client = graph_client()
@@ -317,8 +316,6 @@ COEXISTENCE_SYNC_WINDOW = dt.timedelta(hours=24)
 
 def subscribe_webhooks(account: MessagingAccount) -> None:
     """Subscribe our app to the number's business account, so its webhooks reach us."""
-    from models.platform import account_token, graph_client
-
     graph_client().subscribe_app(account.business_account_id, account_token(account))
     MessagingAccount.update(subscribed_to_webhooks=True).where(MessagingAccount.id == account.id).execute()
 
@@ -333,8 +330,6 @@ def coexistence_sync(account: MessagingAccount) -> list[str]:
     Returns the syncs requested by this call.
     """
     from messaging.errors import PlatformUnavailableError, ThrottledError
-    from models.platform import account_token, graph_client
-
     if account.connection_mode != "coexistence" or account.connected_at is None:
         return []
     if utcnow() - account.connected_at > COEXISTENCE_SYNC_WINDOW:
@@ -365,8 +360,6 @@ def coexistence_sync(account: MessagingAccount) -> list[str]:
 
 def refresh_number(account: MessagingAccount) -> MessagingAccount:
     """Re-read the number's name, quality rating and messaging tier from the platform."""
-    from models.platform import account_token, graph_client
-
     number = graph_client().get_phone_number(account.phone_id, account_token(account))
     changes = {
         MessagingAccount.name: _text(number.get("verified_name"), 255) or account.name,

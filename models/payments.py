@@ -477,7 +477,6 @@ def apply_transaction(tenant_id: int, transaction: Transaction) -> tuple[str, st
                                       transaction.updated_at)
     except DomainError as error:
         return "refused", f"transaction {transaction.id}: {error.message}"
-    cartera.notify_webhooks()
     done = [] if known else [f"payment {payment.public_id}"]
     if reversal is not None:
         done.append(f"{reversal.kind} {reversal.public_id}")

@@ -40,7 +40,7 @@ from config import get_settings
 from models import secrets, ssrf
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import atomic, execute, execute_many
+from models.db import atomic, execute, execute_many, is_postgres
 from models.errors import Conflict, Invalid, NotFound
 from models.events import CORE_EVENTS, PAYMENT_EVENT, Event
 from models.ids import new_id
@@ -357,9 +357,11 @@ def _active_endpoints_by_tenant(tenant_ids: Iterable[int]) -> dict[int, list[Web
 
 # Picks the oldest events not fanned out yet and stamps them; the outer `IS NULL` is re-checked
 # on each row as it is written, so of two concurrent fan-outs only one stamps (and returns) it.
+# On PostgreSQL the picked rows are locked with SKIP LOCKED: concurrent fan-outs take disjoint
+# events instead of waiting for each other's rows in different orders (a deadlock).
 _FAN_OUT_CLAIM_SQL = (
     'UPDATE "event" SET "fanned_out_at" = ? WHERE "id" IN ('
-    ' SELECT "id" FROM "event" WHERE "fanned_out_at" IS NULL ORDER BY "id" LIMIT ?)'
+    ' SELECT "id" FROM "event" WHERE "fanned_out_at" IS NULL ORDER BY "id" LIMIT ?{lock})'
     ' AND "fanned_out_at" IS NULL RETURNING "id", "tenant_id", "name"'
 )
 
@@ -375,7 +377,8 @@ def fan_out(limit: int = 500, now: dt.datetime | None = None) -> FanOut:
     now = now or utcnow()
     result = FanOut()
     with atomic():
-        claimed = execute(_FAN_OUT_CLAIM_SQL, (now, limit)).fetchall()
+        lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
+        claimed = execute(_FAN_OUT_CLAIM_SQL.format(lock=lock), (now, limit)).fetchall()
         result.events = len(claimed)
         if not claimed:
             return result

@@ -50,7 +50,6 @@ class DebtPayment:
                                                      fields.get("method"))
             audit(req, "debt.payment_recorded", debt.external_id,
                   {"payment_id": payment.public_id, "amount": fields.get("amount"), "method": payment.metodo})
-        cartera.notify_webhooks()
         redirect(resp, f"{BASE}/receivables/debt?{urlencode({'id': debt.external_id})}", "payment_recorded")
 
 

@@ -189,6 +189,9 @@ def pay(tenant: str = typer.Option(..., "--tenant"), debt: str = typer.Option(..
         transaction_id: str = typer.Option(None, "--transaction-id", help="Makes a retried command pay once."),
         as_json: bool = JSON_OPTION):
     """Record a payment made inside the service; emits debt.payment_received."""
+    from jobs.queue import load_tasks  # here: the queue reads the settings as it loads
+
+    load_tasks()  # the queue's hooks: the event is fanned out once committed
     tenant_id = get_tenant(tenant).id
     payment = cartera.record_service_payment(tenant_id, debt, amount, method, transaction_id=transaction_id)
     current = cartera.get_debt(tenant_id, debt)
@@ -224,6 +227,9 @@ def remind(dry_run: bool = typer.Option(False, "--dry-run", help="List what is d
                                           [(d["account_id"], d["deuda_external_id"], d["cuota_external_id"],
                                             d["stage"], d["wa_id"]) for d in data]))
         return
+    from jobs.queue import load_tasks  # here: the queue reads the settings as it loads
+
+    load_tasks()  # the queue's hooks: a created campaign wakes the sending engine
     campaigns = send_due_reminders()
     show({"campaigns": campaigns}, as_json, lambda: f"{len(campaigns)} collection campaign(s) created: "
                                                    + (", ".join(campaigns) or "none"))

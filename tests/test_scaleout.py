@@ -20,7 +20,7 @@ import redis
 import requests
 
 from models.campaigns import Campaign, CampaignRecipient
-from models.dispatch import Settings
+from models.sending.engine import Settings
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (
     api,

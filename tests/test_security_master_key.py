@@ -144,7 +144,7 @@ def test_an_installation_on_the_old_defaults_gets_a_new_key_and_keeps_every_secr
     from models.db import connection, db, init_db, upgrade
     from models.idempotency import IdempotencyRecord
     from models.ids import new_id
-    from models.platform import account_token
+    from models.sending.messenger import account_token
     from models.tenants import create_tenant
     from models.webhooks import WebhookEndpoint
 
