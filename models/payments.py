@@ -54,8 +54,8 @@ class PaymentGateway(BaseModel):
 
     tenant = ForeignKeyField(Tenant, unique=True, on_delete="CASCADE")
     provider = CharField(max_length=32, default=PROVIDER)
-    access_token_ciphertext = TextField()
-    webhook_secret_ciphertext = TextField()
+    access_token_ciphertext = secrets.EncryptedText()
+    webhook_secret_ciphertext = secrets.EncryptedText()
     created_at = DateTimeField(default=utcnow)
     updated_at = DateTimeField(default=utcnow)
 

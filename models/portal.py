@@ -67,8 +67,8 @@ class PortalUser(BaseModel):
     email = CharField(unique=True, max_length=MAX_EMAIL)
     role = CharField(max_length=16)
     password_hash = CharField(max_length=255)
-    totp_ciphertext = CharField(max_length=500, null=True)  # encrypted base32 secret, once confirmed
-    totp_pending_ciphertext = CharField(max_length=500, null=True)  # being set up, not yet confirmed
+    totp_ciphertext = secrets.EncryptedText(null=True)  # encrypted base32 secret, once confirmed
+    totp_pending_ciphertext = secrets.EncryptedText(null=True)  # being set up, not yet confirmed
     totp_last_step = IntegerField(null=True)  # the last time step accepted: a code works once
     created_at = DateTimeField(default=utcnow)
     last_sign_in_at = DateTimeField(null=True)

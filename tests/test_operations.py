@@ -12,7 +12,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from config import ConfigError, load_settings, logs
-from models import secrets
+from models import payments, portal, secrets
 from models.accounts import MessagingAccount
 from models.db import db
 from models.idempotency import IdempotencyRecord
@@ -163,6 +163,9 @@ def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alic
     # A stored response that shows no secret is plain JSON beside the ciphertexts, and stays so.
     IdempotencyRecord.create(tenant=alice.id, key="k2", method="POST", path="/api/v1/x", body_hash="0" * 64,
                              state="done", status=200, body='{"success":true}')
+    payments.connect_gateway(alice.id, "APP_USR-gateway-token", "gateway-webhook-secret")
+    owner = portal.create_user(alice.id, "owner@alice.example", "owner", "a long enough password 1")
+    totp_secret = portal.begin_totp(owner)
 
     configure(storage, secret_keys=(new_key, old_key), secret_key=new_key)
     assert account.access_token and MessagingAccount.get_by_id(account.id).access_token == account.access_token
@@ -170,12 +173,17 @@ def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alic
     columns = {column.column: column for column in report.columns}
     assert columns["messaging_account.access_token"].rotated == 1
     assert columns["webhook_endpoint.secret_ciphertext"].rotated == 1
+    assert columns["payment_gateway.access_token_ciphertext"].rotated == 1
+    assert columns["payment_gateway.webhook_secret_ciphertext"].rotated == 1
+    assert columns["portal_user.totp_pending_ciphertext"].rotated == 1
     assert report.unreadable == 0
     assert secrets.rotate().rotated == 0  # run again: nothing left under the old key
 
     configure(storage, secret_keys=(new_key,), secret_key=new_key)  # the old key removed
     assert secrets.decrypt(MessagingAccount.get_by_id(account.id).access_token) == "EAAG-platform-token"
     assert WebhookEndpoint.get(WebhookEndpoint.tenant == alice.id).signing_secret == signing_secret
+    assert payments.webhook_secret_of(alice.id) == "gateway-webhook-secret"
+    assert portal.pending_totp_secret(portal.PortalUser.get_by_id(owner.id)) == totp_secret
     # The idempotent replay of the creation (its body holds the secret, encrypted) still answers.
     replay = client.simulate_post("/api/v1/webhooks/endpoints", headers={**alice.headers, "Idempotency-Key": "k1"},
                                   json={"url": "https://example.com/hooks", "events": ["message.sent"]})
