@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/sim_throughput.py [--url URL] [--threads 16] [--seconds 3]
 
-Without --url a simulator is started in a separate process (so client and server do not
-share one interpreter lock), with its per-number cap lifted.
+Without --url two simulators are started in turn, each in a separate process (so client and
+server do not share one interpreter lock), with the per-number cap lifted: one keeping its
+state in memory only (the floor), one keeping it on disk in a data dir, as `svcctl sim` does;
+the second's rate is printed as a share of the first's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,11 +30,11 @@ from messaging.errors import PlatformError  # noqa: E402
 from messaging.payloads import text_message  # noqa: E402
 
 
-def start_simulator() -> tuple[subprocess.Popen[bytes], str]:
+def start_simulator(data_dir: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = f"from messaging.simulator import serve_forever; serve_forever('127.0.0.1:{port}')"
+    code = f"from messaging.simulator import serve_forever; serve_forever('127.0.0.1:{port}', data_dir={data_dir!r})"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -87,20 +90,27 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    process = None
-    url = args.url
-    if url is None:
-        process, url = start_simulator()
-    try:
-        sent, failed, elapsed, cpu = run(url, args.threads, args.seconds)
-    finally:
-        if process is not None:
+    if args.url is not None:
+        report("simulator", *run(args.url, args.threads, args.seconds), args.threads)
+        return
+    rates = []
+    for label, data_dir in (("in memory", None), ("state on disk", tempfile.mkdtemp(prefix="sim-state-"))):
+        process, url = start_simulator(data_dir)
+        try:
+            result = run(url, args.threads, args.seconds)
+        finally:
             process.terminate()
             process.wait(timeout=10)
+        rates.append(report(label, *result, args.threads))
+    print(f"state on disk / in memory: {rates[1] / rates[0]:.2f}")
+
+
+def report(label: str, sent: int, failed: int, elapsed: float, cpu: float, threads: int) -> float:
     print(
-        f"{sent / elapsed:.0f} sends/s ({sent} accepted, {failed} errors, "
-        f"{args.threads} threads, {elapsed:.1f} s; client CPU {cpu / max(sent, 1) * 1000:.2f} ms/send)"
+        f"{label}: {sent / elapsed:.0f} sends/s ({sent} accepted, {failed} errors, "
+        f"{threads} threads, {elapsed:.1f} s; client CPU {cpu / max(sent, 1) * 1000:.2f} ms/send)"
     )
+    return sent / elapsed
 
 
 if __name__ == "__main__":

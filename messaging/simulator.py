@@ -2,7 +2,8 @@
 
 A real HTTP server on 127.0.0.1 that answers with the platform's JSON success and error
 envelopes under any `/vNN.N/` prefix, and posts signed status, inbound and echo webhooks to
-the service. State is in memory, guarded by one lock.
+the service. State is in memory, guarded by one lock; with a data dir it is also kept on disk
+(messaging/sim_state.py) and read back at start, so a restart is an outage, not a new platform.
 
 Graph API endpoints:
 
@@ -16,7 +17,7 @@ Graph API endpoints:
 
 Control endpoints (no version prefix), all JSON:
 
-    GET    /_sim/health
+    GET    /_sim/health          numbers, sends kept, sends throttled past a number's cap
     POST   /_sim/signup          {display_phone_number?, verified_name?, mps?} -> {code, waba_id,
                                  phone_number_id, display_phone_number}
     GET    /_sim/numbers         every number (its token only in process: Simulator.numbers())
@@ -28,6 +29,7 @@ Control endpoints (no version prefix), all JSON:
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
     GET|POST /_sim/config        webhook_url, app_secret (set only; GET says app_secret_set), delivery
                                  delays, duplicate_rate, shuffle
+    POST   /_sim/reset           forget numbers, codes, template changes, sends and failure modes
 
 Choices where the platform varies: throttling (130429) is answered with HTTP 400, as the
 platform's error-code reference lists it, so callers must decide on `error.code`; a send
@@ -38,7 +40,6 @@ may accept a message whose answer the caller never saw.
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import logging
 import re
@@ -49,11 +50,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from messaging.client import template_variable_count
 from messaging.httpserver import DropConnection, JSONHTTPServer, Request
+from messaging.sim_state import SimStateFiles
 from messaging.sim_webhooks import WebhookDeliveryError, WebhookSender
 
 log = logging.getLogger(__name__)
@@ -111,30 +114,33 @@ class ControlError(Exception):
         self.message = message
 
 
-class TokenBucket:
-    """`rate` tokens per second, bursts up to one second's worth (at least one message)."""
+class ThroughputWindow:
+    """A number's cap, held strictly: at most `rate` sends in any one-second window.
+
+    A sliding log of the last second's acceptances; nothing is banked while the number is idle,
+    so there is no burst beyond the cap. (Below one message a second: one per 1/rate seconds.)
+    """
 
     def __init__(self, rate: float) -> None:
         self.rate = rate
-        self.tokens = self.capacity
-        self.updated = time.monotonic()
+        self.accepted: deque[float] = deque()
 
     @property
-    def capacity(self) -> float:
-        return max(self.rate, 1.0)
+    def limit(self) -> int:
+        return max(1, int(self.rate))
 
     def take(self) -> bool:
         now = time.monotonic()
-        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        return False
+        span = self.limit / self.rate  # one second for a whole-number rate
+        while self.accepted and now - self.accepted[0] >= span:
+            self.accepted.popleft()
+        if len(self.accepted) >= self.limit:
+            return False
+        self.accepted.append(now)
+        return True
 
     def set_rate(self, rate: float) -> None:
         self.rate = rate
-        self.tokens = min(self.tokens, self.capacity)
 
 
 @dataclass
@@ -144,7 +150,7 @@ class SimNumber:
     display_phone_number: str
     verified_name: str
     token: str
-    bucket: TokenBucket
+    bucket: ThroughputWindow
     quality_rating: str = "GREEN"
     messaging_limit_tier: str = "TIER_250"
     synced: set[str] = field(default_factory=set)
@@ -176,6 +182,20 @@ class SimNumber:
             "display_phone_number": _digits(self.display_phone_number),
             "phone_number_id": self.id,
         }
+
+    def saved(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "waba_id": self.waba_id, "display_phone_number": self.display_phone_number,
+            "verified_name": self.verified_name, "token": self.token, "mps": self.bucket.rate,
+            "quality_rating": self.quality_rating, "messaging_limit_tier": self.messaging_limit_tier,
+            "synced": sorted(self.synced),
+        }
+
+    @classmethod
+    def restored(cls, saved: dict[str, Any]) -> SimNumber:
+        fields = {name: saved[name] for name in ("id", "waba_id", "display_phone_number", "verified_name",
+                                                 "token", "quality_rating", "messaging_limit_tier")}
+        return cls(**fields, bucket=ThroughputWindow(float(saved["mps"])), synced=set(saved["synced"]))
 
 
 def builtin_templates() -> list[dict[str, Any]]:
@@ -262,6 +282,8 @@ class Simulator:
         flush_interval: float = 0.05,
         sent_limit: int = 500_000,
         seed: int | None = None,
+        data_dir: str | Path | None = None,
+        save_interval: float = 0.2,
     ) -> None:
         self.host = host
         self.port = port
@@ -282,16 +304,28 @@ class Simulator:
         self._subscribed = False
         self._throttled_once: set[str] = set()
         self._sent: deque[dict[str, Any]] = deque(maxlen=sent_limit)
+        self._throttled = 0  # sends refused past a number's cap, since the start or the last reset
         self._fail_mode = "off"
         self._fail_until = 0.0
         self._hang = 12.0
-        self._ids = itertools.count(1)
+        self._serial = 0  # numbers ever signed up: ids never repeat, across resets and restarts
         self._stopping = threading.Event()
         self._server: JSONHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.webhooks = WebhookSender(
             self, batch_size=batch_size, flush_interval=flush_interval, seed=seed
         )
+        # On disk: what changed is written every `save_interval` seconds by one thread, so a send
+        # only adds its record to a list; stopping writes the rest.
+        self._files = SimStateFiles(data_dir) if data_dir else None
+        self._save_interval = save_interval
+        self._save_lock = threading.Lock()
+        self._saver: threading.Thread | None = None
+        self._changed = False  # state to write
+        self._unsaved_sent: list[dict[str, Any]] = []
+        self._sent_cleared = False  # the sent file starts over
+        if self._files is not None:
+            self._restore()
 
     # Lifecycle
 
@@ -336,6 +370,9 @@ class Simulator:
         self._stopping.clear()
         self._server = JSONHTTPServer((self.host, self.port), self.handle_http)
         self.webhooks.start()
+        if self._files is not None:
+            self._saver = threading.Thread(target=self._save_until_stopped, name="sim-state", daemon=True)
+            self._saver.start()
 
     def _close(self) -> None:
         self._stopping.set()
@@ -344,6 +381,81 @@ class Simulator:
             self._server.close_connections()
             self._server = None
         self.webhooks.stop()
+        if self._saver is not None:
+            self._saver.join(timeout=10)
+            self._saver = None
+        self.save()
+
+    # State on disk
+
+    def _restore(self) -> None:
+        assert self._files is not None
+        state = self._files.load_state()
+        sent = self._files.load_sent()
+        with self._lock:
+            if state is not None:
+                self._serial = state["serial"]
+                self._numbers = {saved["id"]: SimNumber.restored(saved) for saved in state["numbers"]}
+                self._tokens = {number.token: number.id for number in self._numbers.values()}
+                self._codes = state["codes"]
+                self._templates = state["templates"]
+                self._subscribed = state["subscribed"]
+                self._throttled_once = set(state["throttled_once"])
+            self._sent.extend(sent)
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "serial": self._serial,
+            "numbers": [number.saved() for number in self._numbers.values()],
+            "codes": dict(self._codes),
+            "templates": json.loads(json.dumps(self._templates)),
+            "subscribed": self._subscribed,
+            "throttled_once": sorted(self._throttled_once),
+        }
+
+    def save(self) -> None:
+        """Write what changed since the last save (nothing without a data dir)."""
+        if self._files is None:
+            return
+        with self._save_lock:
+            with self._lock:
+                state = self._snapshot() if self._changed else None
+                cleared, sent = self._sent_cleared, self._unsaved_sent
+                self._changed, self._sent_cleared, self._unsaved_sent = False, False, []
+            try:
+                if state is not None:
+                    self._files.save_state(state)
+                if cleared:
+                    self._files.rewrite_sent(sent)
+                elif sent:
+                    self._files.append_sent(sent)
+                if self._sent.maxlen and self._files.sent_lines > 2 * self._sent.maxlen:
+                    with self._lock:
+                        kept = list(self._sent)
+                    self._files.rewrite_sent(kept)
+            except OSError:
+                log.exception("simulator state not saved to %s; trying again", self._files.dir)
+                with self._lock:
+                    self._changed = self._changed or state is not None
+                    self._sent_cleared = self._sent_cleared or cleared
+                    self._unsaved_sent = sent + self._unsaved_sent
+
+    def _save_until_stopped(self) -> None:
+        while not self._stopping.wait(self._save_interval):
+            self.save()
+
+    def reset(self) -> dict[str, Any]:
+        """Forget every number, code, template change, send, throttle and failure mode."""
+        with self._lock:
+            self._numbers, self._tokens, self._codes = {}, {}, {}
+            self._templates = builtin_templates()
+            self._subscribed = False
+            self._throttled_once.clear()
+            self._sent.clear()
+            self._throttled = 0
+            self._fail_mode, self._fail_until = "off", 0.0
+            self._changed, self._sent_cleared, self._unsaved_sent = True, True, []
+        return {"reset": True}
 
     def __enter__(self) -> Simulator:
         self.start()
@@ -362,19 +474,21 @@ class Simulator:
     ) -> dict[str, str]:
         """Simulate embedded signup: a new coexistence number and a one-time code."""
         with self._lock:
-            serial = next(self._ids)
+            self._serial += 1
+            serial = self._serial
             number = SimNumber(
                 id=str(106540352242000 + serial),
                 waba_id=self.waba_id,
                 display_phone_number=display_phone_number or f"+1 555-010-{serial:04d}",
                 verified_name=verified_name or f"Sim Business {serial}",
                 token="EAAG" + secrets.token_hex(24),
-                bucket=TokenBucket(float(mps) if mps is not None else self.default_mps),
+                bucket=ThroughputWindow(float(mps) if mps is not None else self.default_mps),
             )
             code = "simcode-" + secrets.token_urlsafe(24)
             self._numbers[number.id] = number
             self._tokens[number.token] = number.id
             self._codes[code] = number.token
+            self._changed = True
         return {
             "code": code,
             "waba_id": number.waba_id,
@@ -388,6 +502,7 @@ class Simulator:
         code = "simcode-" + secrets.token_urlsafe(24)
         with self._lock:
             self._codes[code] = number.token
+            self._changed = True
         return code
 
     def numbers(self) -> list[dict[str, Any]]:
@@ -418,6 +533,7 @@ class Simulator:
             number.quality_rating = quality_rating or number.quality_rating
             number.messaging_limit_tier = messaging_limit_tier or number.messaging_limit_tier
             result = number.public()
+            self._changed = True
         if event is not None:
             value = {
                 "display_phone_number": _digits(number.display_phone_number),
@@ -458,6 +574,7 @@ class Simulator:
                 changed = template["status"] != status
                 template["status"] = status
             snapshot = json.loads(json.dumps(template))
+            self._changed = True
         if changed:
             value = {
                 "event": status,
@@ -476,6 +593,7 @@ class Simulator:
     def clear_sent(self) -> None:
         with self._lock:
             self._sent.clear()
+            self._sent_cleared, self._unsaved_sent = True, []
 
     def fail(self, mode: str, seconds: float = 60.0, hang: float | None = None) -> None:
         """Make sends answer 500 ("500") or hang ("timeout") for `seconds`; "off" ends it."""
@@ -569,6 +687,7 @@ class Simulator:
                 "waba_id": self.waba_id,
                 "numbers": len(self._numbers),
                 "sent": len(self._sent),
+                "throttled": self._throttled,
             }
 
     def _control_number(self, phone_number_id: str) -> SimNumber:
@@ -662,6 +781,7 @@ class Simulator:
             if token is None:
                 raise GraphError(400, 100, "This authorization code has been used.", subcode=36009)
             self._codes[code] = None
+            self._changed = True
         return {"access_token": token, "token_type": "bearer"}
 
     def _token_number(self, authorization: str | None) -> SimNumber:
@@ -729,6 +849,7 @@ class Simulator:
         if method == "POST":
             with self._lock:
                 self._subscribed = True
+                self._changed = True
             return {"success": True}
         with self._lock:
             subscribed = self._subscribed
@@ -747,6 +868,7 @@ class Simulator:
                     "it can run only once",
                 )
             number.synced.add(sync_type)
+            self._changed = True
         return {"messaging_product": "whatsapp", "request_id": secrets.token_hex(16)}
 
     def _send(self, number: SimNumber, body: Any) -> dict[str, Any]:
@@ -762,12 +884,16 @@ class Simulator:
             _check_template(template, message["template"])
         with self._lock:
             if not number.bucket.take():
+                self._throttled += 1
                 raise GraphError(
                     400, 130429, "(#130429) Rate limit hit",
                     details="Cloud API message throughput has been reached.",
                 )
+            # Taken with the window's own check: `/_sim/sent` shows the times the cap counted.
+            accepted_at = datetime.now(UTC)
             if to.endswith("0429") and to not in self._throttled_once:
                 self._throttled_once.add(to)
+                self._changed = True
                 raise GraphError(
                     400, 130429, "(#130429) Rate limit hit",
                     details="Cloud API message throughput has been reached.",
@@ -788,10 +914,12 @@ class Simulator:
             "biz_opaque_callback_data": callback_data,
             "wamid": wamid,
             "phone_number_id": number.id,
-            "at": datetime.now(UTC).isoformat(),
+            "at": accepted_at.isoformat(),
         }
         with self._lock:
             self._sent.append(record)
+            if self._files is not None:
+                self._unsaved_sent.append(record)
         self._schedule_statuses(number, wamid, to, callback_data, template)
         result: dict[str, Any] = {"id": wamid}
         if template is not None:
@@ -912,6 +1040,8 @@ class Simulator:
             _require(args, "mode")
             self.fail(str(args["mode"]), float(args.get("seconds", 60)), args.get("hang"))
             return {"mode": args["mode"]}
+        if route == ("POST", "reset"):
+            return self.reset()
         if route == ("GET", "config"):
             return self.config()
         if route == ("POST", "config"):

@@ -1,4 +1,5 @@
-"""Fixed-window counters shared by every process: rate limits and other per-window tallies.
+"""Counters shared by every process: fixed-window rate limits and other per-window tallies,
+send slots for pacing, and engine heartbeats.
 
 Two stores with one interface: rows in the database (the embedded default) or keys in Redis.
 `models.db.counters()` picks one; nothing else knows which.
@@ -6,9 +7,11 @@ Two stores with one interface: rows in the database (the embedded default) or ke
 
 from __future__ import annotations
 
+import math
 import time
+import zlib
 
-from peewee import BigIntegerField, CharField, FloatField, IntegerField
+from peewee import BigIntegerField, Case, CharField, DoubleField, IntegerField
 
 from models.base import BaseModel
 from models.db import execute
@@ -24,35 +27,67 @@ class RateCounter(BaseModel):
         indexes = ((("key", "window"), True),)
 
 
-class PacingBucket(BaseModel):
-    """A token bucket for send pacing (models/dispatch.py), in the database store."""
+class PacingSlot(BaseModel):
+    """A number's send schedule in the database store: the next free slot (models/sending/engine.py)."""
 
     key = CharField(max_length=200, primary_key=True)
-    tokens = FloatField()
-    updated = FloatField()  # unix seconds of the last refill
-    version = BigIntegerField(default=0)  # compare-and-swap guard: two consumers never spend one token
+    # Double precision: unix seconds in PostgreSQL's 4-byte REAL would be off by minutes.
+    next_free = DoubleField()  # unix seconds: the earliest time the next granted send may go
+    version = BigIntegerField(default=0)  # compare-and-swap guard: two consumers never get one slot
 
 
 class Heartbeat(BaseModel):
     """`key` is alive until `expires` (unix seconds): dispatch engines announce themselves here."""
 
     key = CharField(max_length=200, primary_key=True)
-    expires = FloatField()
+    expires = DoubleField()  # unix seconds: double precision, as for PacingSlot.next_free
 
 
-PACING_TTL = 3600  # an idle bucket is forgotten after an hour; it would be full again anyway
+# Send pacing is a GCRA (generic cell rate algorithm, "virtual scheduling"): every granted send
+# gets its own slot, one `slot_interval` after the previous one, and the caller sends it at that
+# time, never earlier. Nothing is banked while a number is idle, so there is no burst: the
+# platform counts sends in any one-second window, and slots at least 1/rate apart keep any
+# window at or under the rate. A little more than 1/rate (PACING_MARGIN) absorbs the jitter
+# between a slot and the moment the platform receives the send (threads, network), which
+# would otherwise let an unlucky window catch one send too many.
+PACING_MARGIN = 0.05
+# The first slot of a call is at least this far ahead: time for the caller to claim what it sends.
+SLOT_LEAD = 0.25
+PACING_TTL = 3600  # a schedule idle this long is forgotten (its slots are all in the past)
 
 
-def refill(tokens: float, updated: float, rate: float, burst: float, now: float) -> float:
-    return min(burst, tokens + max(0.0, now - updated) * rate)
+def slot_interval(rate: float) -> float:
+    """Seconds between two sends of a number paced at `rate` messages a second."""
+    return (1 + PACING_MARGIN) / rate
 
 
-def grant_from(tokens: float, rate: float, wanted: int) -> tuple[int, float, float]:
-    """(granted, tokens left, seconds until the next whole token) from a refilled bucket."""
-    granted = min(wanted, int(tokens)) if tokens >= 1 else 0
-    left = tokens - granted
-    wait = 0.0 if left >= 1 else (1 - left) / rate
-    return granted, left, wait
+def slot_phase(key: str) -> float:
+    """Where in its interval a number's slots fall, as a fraction: fixed per number and spread
+    over numbers, so numbers that start together do not all send at the same instants (a burst
+    of concurrent requests every interval, each number's send landing early or late in it)."""
+    return (zlib.crc32(key.encode()) % 1024) / 1024
+
+
+def on_grid(at: float, interval: float, phase: float) -> float:
+    """The first of a number's slot times (phase + k * interval) at or after `at`."""
+    return at + (phase * interval - at) % interval
+
+
+def schedule_slots(next_free: float | None, interval: float, phase: float, burst: float, wanted: int,
+                   now: float) -> tuple[int, float, float]:
+    """`(granted, next free slot after them, seconds until the first granted slot)`.
+
+    Slots are granted up to `burst` intervals ahead of the lead time, so a caller working in
+    ticks always has the next tick's sends scheduled. When nothing is granted, the last value
+    is the seconds until a call could get a slot.
+    """
+    first = max(next_free or 0.0, on_grid(now + SLOT_LEAD, interval, phase))
+    ahead = first - (now + SLOT_LEAD)  # how far the schedule already runs past the lead
+    # Slots before the horizon (with a tolerance for rounding: unix times carry ~0.2 µs of it).
+    granted = max(0, min(int(wanted), math.ceil(burst - ahead / interval - 1e-6)))
+    if granted:
+        return granted, first + granted * interval, first - now
+    return 0, first, max(0.0, ahead - burst * interval)
 
 
 def window_start(window_seconds: int, now: float | None = None) -> int:
@@ -80,15 +115,16 @@ class DatabaseCounters:
         cutoff = window_start(1) - older_than_seconds
         return RateCounter.delete().where(RateCounter.window < cutoff).execute()
 
-    # Send pacing and engine liveness (models/dispatch.py).
+    # Send pacing and engine liveness (models/sending/engine.py).
 
     def take_tokens(self, requests: dict[str, tuple[float, float, int]],
                     now: float | None = None) -> dict[str, tuple[int, float]]:
-        """Take up to `wanted` tokens from each bucket `key: (rate, burst, wanted)`, all in one call.
+        """Grant up to `wanted` send slots for each number `key: (rate, burst, wanted)`, in one call.
 
-        Returns `key: (granted, seconds until the next token)`. A new bucket starts full. Each row
-        changes by a compare-and-swap on `version`, so consumers on other threads or hosts can only
-        spend what the bucket holds: a lost race is retried against the fresh row.
+        Returns `key: (granted, seconds until the first granted slot)`; the slots that follow are
+        `slot_interval(rate)` apart, and each send must wait for its own (see `schedule_slots`).
+        Each row changes by a compare-and-swap on `version`, so consumers on other threads or
+        hosts never get the same slot: a lost race is retried against the fresh row.
         """
         from models.db import atomic
 
@@ -97,36 +133,37 @@ class DatabaseCounters:
             return results
         now = time.time() if now is None else now
         with atomic():
-            (PacingBucket.insert_many([{"key": key, "tokens": float(requests[key][1]), "updated": now, "version": 0}
-                                       for key in sorted(requests)])
+            (PacingSlot.insert_many([{"key": key, "next_free": 0.0, "version": 0} for key in sorted(requests)])
              .on_conflict_ignore().execute())
-            rows = {row.key: row for row in PacingBucket.select().where(PacingBucket.key.in_(list(requests)))}
+            rows = {row.key: row for row in PacingSlot.select().where(PacingSlot.key.in_(list(requests)))}
             # Keys in one order for every caller: two consumers never lock each other's rows in reverse.
             for key in sorted(requests):
                 rate, burst, wanted = requests[key]
                 row = rows[key]
                 results[key] = (0, 0.05)
                 for _attempt in range(20):
-                    tokens = refill(row.tokens, row.updated, rate, burst, now)
-                    granted, left, wait = grant_from(tokens, rate, wanted)
-                    changed = (PacingBucket
-                               .update(tokens=left, updated=max(now, row.updated), version=row.version + 1)
-                               .where((PacingBucket.key == key) & (PacingBucket.version == row.version))
+                    granted, next_free, wait = schedule_slots(row.next_free, slot_interval(rate), slot_phase(key),
+                                                              burst, wanted, now)
+                    if not granted:
+                        results[key] = (0, wait)
+                        break
+                    changed = (PacingSlot.update(next_free=next_free, version=row.version + 1)
+                               .where((PacingSlot.key == key) & (PacingSlot.version == row.version))
                                .execute())
                     if changed == 1:
                         results[key] = (granted, wait)
                         break
-                    row = PacingBucket.get(PacingBucket.key == key)
+                    row = PacingSlot.get(PacingSlot.key == key)
         return results
 
     def hold_tokens(self, key: str, rate: float, seconds: float, now: float | None = None) -> None:
-        """Put a bucket in debt so that it grants nothing for `seconds` (the platform throttled us)."""
+        """Grant no new slot for `seconds` (the platform throttled us); slots granted stay valid."""
         now = time.time() if now is None else now
-        debt = -rate * seconds
-        (PacingBucket.insert(key=key, tokens=debt, updated=now, version=0)
-         .on_conflict(conflict_target=[PacingBucket.key],
-                      update={PacingBucket.tokens: debt, PacingBucket.updated: now,
-                              PacingBucket.version: PacingBucket.version + 1})
+        until = on_grid(now + seconds, slot_interval(rate), slot_phase(key))
+        later = Case(None, [(PacingSlot.next_free < until, until)], PacingSlot.next_free)
+        (PacingSlot.insert(key=key, next_free=until, version=0)
+         .on_conflict(conflict_target=[PacingSlot.key],
+                      update={PacingSlot.next_free: later, PacingSlot.version: PacingSlot.version + 1})
          .execute())
 
     def beat(self, key: str, ttl_seconds: float, now: float | None = None) -> None:
@@ -143,7 +180,7 @@ class DatabaseCounters:
 
     def purge_pacing(self, older_than_seconds: int = PACING_TTL) -> int:
         cutoff = time.time() - older_than_seconds
-        removed = PacingBucket.delete().where(PacingBucket.updated < cutoff).execute()
+        removed = PacingSlot.delete().where(PacingSlot.next_free < cutoff).execute()
         return removed + Heartbeat.delete().where(Heartbeat.expires < cutoff).execute()
 
 
@@ -165,8 +202,9 @@ class RedisCounters:
     def purge(self, older_than_seconds: int = 3600) -> int:
         return 0  # keys expire by themselves
 
-    # Send pacing and engine liveness (models/dispatch.py). One Lua script refills and spends
-    # every bucket of a call atomically, on the Redis server's clock (one clock for all hosts).
+    # Send pacing and engine liveness (models/sending/engine.py). One Lua script schedules the slots of
+    # every number of a call atomically (`schedule_slots`, spelled in Lua), on the Redis server's
+    # clock: one clock for all hosts.
 
     _TAKE = """
     local now = tonumber(ARGV[1])
@@ -174,23 +212,25 @@ class RedisCounters:
       local t = redis.call('TIME')
       now = tonumber(t[1]) + tonumber(t[2]) / 1000000
     end
+    local lead = tonumber(ARGV[2])
+    local ttl = tonumber(ARGV[3])
     local out = {}
     for i, key in ipairs(KEYS) do
-      local rate = tonumber(ARGV[3 * i - 1])
-      local burst = tonumber(ARGV[3 * i])
-      local wanted = tonumber(ARGV[3 * i + 1])
-      local state = redis.call('HMGET', key, 'tokens', 'updated')
-      local tokens = tonumber(state[1]) or burst
-      local updated = tonumber(state[2]) or now
-      tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
-      local granted = 0
-      if tokens >= 1 then granted = math.min(wanted, math.floor(tokens)) end
-      tokens = tokens - granted
-      local wait = 0
-      if tokens < 1 then wait = (1 - tokens) / rate end
-      redis.call('HSET', key, 'tokens', tostring(tokens), 'updated', tostring(math.max(now, updated)))
-      redis.call('EXPIRE', key, tonumber(ARGV[#ARGV]))
-      out[i] = {granted, tostring(wait)}
+      local interval = tonumber(ARGV[4 * i])
+      local phase = tonumber(ARGV[4 * i + 1])
+      local burst = tonumber(ARGV[4 * i + 2])
+      local wanted = tonumber(ARGV[4 * i + 3])
+      local start = now + lead
+      start = start + math.fmod(math.fmod(phase * interval - start, interval) + interval, interval)
+      local first = math.max(tonumber(redis.call('GET', key)) or 0, start)
+      local ahead = first - (now + lead)
+      local granted = math.max(0, math.min(wanted, math.ceil(burst - ahead / interval - 1e-6)))
+      if granted > 0 then
+        redis.call('SET', key, string.format('%.6f', first + granted * interval), 'EX', ttl)
+        out[i] = {granted, string.format('%.6f', first - now)}
+      else
+        out[i] = {0, string.format('%.6f', math.max(0, ahead - burst * interval))}
+      end
     end
     return out
     """
@@ -201,8 +241,11 @@ class RedisCounters:
       local t = redis.call('TIME')
       now = tonumber(t[1]) + tonumber(t[2]) / 1000000
     end
-    redis.call('HSET', KEYS[1], 'tokens', tostring(-tonumber(ARGV[2]) * tonumber(ARGV[3])), 'updated', tostring(now))
-    redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
+    local interval = tonumber(ARGV[4])
+    local start = now + tonumber(ARGV[2])
+    start = start + math.fmod(math.fmod(tonumber(ARGV[5]) * interval - start, interval) + interval, interval)
+    local until_ = math.max(tonumber(redis.call('GET', KEYS[1])) or 0, start)
+    redis.call('SET', KEYS[1], string.format('%.6f', until_), 'EX', tonumber(ARGV[3]))
     return 1
     """
 
@@ -217,17 +260,17 @@ class RedisCounters:
         if not requests:
             return {}
         keys = list(requests)
-        args: list[float] = [-1.0 if now is None else now]
+        args: list[float] = [-1.0 if now is None else now, SLOT_LEAD, PACING_TTL]
         for key in keys:
             rate, burst, wanted = requests[key]
-            args += [rate, burst, wanted]
-        args.append(PACING_TTL)
-        answer = self._script("_TAKE")(keys=[f"{self.prefix}:tb:{key}" for key in keys], args=args)
+            args += [slot_interval(rate), slot_phase(key), burst, wanted]
+        answer = self._script("_TAKE")(keys=[f"{self.prefix}:slot:{key}" for key in keys], args=args)
         return {key: (int(granted), float(wait)) for key, (granted, wait) in zip(keys, answer, strict=True)}
 
     def hold_tokens(self, key: str, rate: float, seconds: float, now: float | None = None) -> None:
-        self._script("_HOLD")(keys=[f"{self.prefix}:tb:{key}"],
-                              args=[-1.0 if now is None else now, rate, seconds, PACING_TTL])
+        self._script("_HOLD")(keys=[f"{self.prefix}:slot:{key}"],
+                              args=[-1.0 if now is None else now, seconds, PACING_TTL, slot_interval(rate),
+                                    slot_phase(key)])
 
     def beat(self, key: str, ttl_seconds: float, now: float | None = None) -> None:
         # Redis expires the key on its own clock; `now` only matters to the database store.

@@ -52,8 +52,9 @@ from models.tenants import Tenant
 RETRY_SCHEDULE: tuple[float, ...] = (0, 10, 60, 300, 1800, 7200, 21600, 43200, 86400)
 # debt.payment_received: the first attempt plus 5 retries on the same curve.
 PAYMENT_ATTEMPTS = 6
-# Up to this fraction of each gap is added at random, so the retries of a burst spread out.
-JITTER = 0.1
+# Each gap is stretched or shrunk at random by up to this fraction, so the retries of a burst
+# spread out while every attempt stays within 5 % of its place on the curve.
+JITTER = 0.05
 # A Retry-After longer than this is capped: the receiver still gets the event within a day.
 MAX_RETRY_AFTER = 86400.0
 EXCERPT_BYTES = 1024
@@ -548,9 +549,9 @@ def claim_due(endpoint_id: int, limit: int, now: dt.datetime) -> list[Work]:
 
 
 def retry_delay(attempts_made: int, rng: random.Random | None = None) -> float:
-    """Seconds from attempt number `attempts_made` to the next: the schedule's gap plus jitter."""
+    """Seconds from attempt number `attempts_made` to the next: the schedule's gap, give or take jitter."""
     gap = RETRY_SCHEDULE[attempts_made] - RETRY_SCHEDULE[attempts_made - 1]
-    return gap + (rng or random).uniform(0, JITTER * gap)
+    return gap * (1 + (rng or random).uniform(-JITTER, JITTER))
 
 
 def _truncate(text: str | None, limit: int) -> str | None:
@@ -640,7 +641,9 @@ def plan_wake(endpoint_id: int, now: dt.datetime) -> dt.datetime | None:
     """The time of the endpoint's next retry if a drain must be scheduled for it, else None.
 
     Scheduling goes through `wake_at`: a conditional UPDATE succeeds only when no drain is
-    already scheduled at or before that time, so a burst of failures schedules one drain.
+    already scheduled at or before that time, so a burst of failures schedules one drain. The
+    drain scheduled for a wake takes it off (`take_wake`) when it runs, so a drain that finds
+    nothing due yet always schedules the next one.
     """
     earliest = (WebhookDelivery.select(fn.MIN(WebhookDelivery.next_attempt_at))
                 .where((WebhookDelivery.endpoint == endpoint_id) & WebhookDelivery.status.in_(OPEN_STATUSES)
@@ -655,6 +658,12 @@ def plan_wake(endpoint_id: int, now: dt.datetime) -> dt.datetime | None:
                       | (WebhookEndpoint.wake_at > earliest)))
             .execute())
     return earliest if rows == 1 else None
+
+
+def take_wake(endpoint_id: int, wake: dt.datetime) -> None:
+    """The drain scheduled for `wake` is running: no drain is scheduled for it any more."""
+    WebhookEndpoint.update(wake_at=None).where(
+        (WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.wake_at == wake)).execute()
 
 
 # --- replay, listing, retention ------------------------------------------------------------

@@ -10,6 +10,7 @@ import json
 import logging
 import signal
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import requests
@@ -54,6 +55,10 @@ def run(
     shuffle: bool = typer.Option(False, "--shuffle", help="Deliver webhooks out of order."),
     delivered_delay: float = typer.Option(0.05, "--delivered-delay", help="Seconds to 'delivered'."),
     read_delay: float = typer.Option(0.1, "--read-delay", help="Seconds to 'read'."),
+    data_dir: str = typer.Option(
+        "./var", "--data-dir", envvar="SVC_DATA_DIR",
+        help="Where the simulator keeps its numbers, tokens, templates and sends across restarts.",
+    ),
 ) -> None:
     """Run the simulator in the foreground (without a subcommand)."""
     if ctx.invoked_subcommand is not None:
@@ -71,6 +76,7 @@ def run(
     def ready(sim: Simulator) -> None:
         err.print(f"[green]simulator[/green] {sim.base_url}  business account {sim.waba_id}")
         err.print(f"webhooks → {webhook_url or '(none: --webhook-url not set)'}")
+        err.print(f"state in {Path(data_dir).resolve()}")
         if webhook_url and not app_secret:
             err.print("[yellow]warning:[/yellow] SVC_APP_SECRET is not set, webhooks go unsigned")
 
@@ -78,7 +84,7 @@ def run(
         serve_forever(
             bind, webhook_url=webhook_url, app_secret=app_secret, mps=mps,
             duplicate_rate=duplicate_rate, shuffle=shuffle,
-            delivered_delay=delivered_delay, read_delay=read_delay, on_ready=ready,
+            delivered_delay=delivered_delay, read_delay=read_delay, data_dir=data_dir, on_ready=ready,
         )
     except OSError as error:
         fail(f"cannot listen on {bind}: {error}")

@@ -11,10 +11,11 @@ import socket
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
+import requests
 from falcon import testing
 
 from config import get_settings, use_settings
-from messaging.simulator import Simulator, builtin_templates
+from messaging.simulator import Simulator
 from messaging.webhooks import SIGNATURE_HEADER, sign
 from models.db import connection, db, init_db
 
@@ -40,9 +41,8 @@ def shared_simulator():
 def simulator(shared_simulator, storage):
     """The platform simulator over HTTP, with this test's settings pointed at it."""
     shared_simulator.configure(app_secret=storage.app_secret, webhook_url=None)
-    # Back to the built-in templates: tests add some. (The simulator has no reset endpoint.)
-    with shared_simulator._lock:
-        shared_simulator._templates = builtin_templates()
+    # A clean platform for each test: tests add numbers and templates.
+    requests.post(f"{shared_simulator.base_url}/_sim/reset", timeout=5).raise_for_status()
     point_at(storage, shared_simulator.base_url)
     with connection():
         yield shared_simulator

@@ -11,11 +11,12 @@ import datetime as dt
 import itertools
 
 import pytest
+import requests
 from falcon import testing
 
 from config import get_settings, use_settings
 from messaging.client import GraphClient
-from messaging.simulator import Simulator, builtin_templates
+from messaging.simulator import Simulator
 from messaging.webhooks import StatusUpdate
 from models.accounts import MessagingAccount, Template, open_window
 from models.campaigns import Campaign, create_campaign
@@ -62,8 +63,7 @@ def campaign_simulator():
 @pytest.fixture
 def sim(campaign_simulator, storage):
     campaign_simulator.configure(app_secret=storage.app_secret, webhook_url=None)
-    with campaign_simulator._lock:
-        campaign_simulator._templates = builtin_templates()
+    requests.post(f"{campaign_simulator.base_url}/_sim/reset", timeout=5).raise_for_status()
     settings = dataclasses.replace(storage, graph_url=campaign_simulator.base_url)
     use_settings(settings)
     init_db(settings)

@@ -4,6 +4,7 @@ fairness, and recovery of sends whose worker died."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 import time
 
@@ -16,6 +17,7 @@ from models import accounts, credits
 from models.accounts import BusinessInitiated, MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.clock import utcnow
+from models.counters import SLOT_LEAD, slot_interval, slot_phase
 from models.db import connection, counters
 from models.events import Event
 from models.sending.campaign_store import CampaignStore
@@ -236,6 +238,47 @@ def test_a_platform_error_retries_later_without_failing(alice, number, sim, queu
     assert dispatch(campaign).status == "completed"
 
 
+class StalledFirst:
+    """The shared pacer, except that the first slots it grants are already a second old when the
+    engine gets to them: what a process that stalled after claiming sees."""
+
+    def __init__(self):
+        self.pacer = counters()
+        self.calls = 0
+
+    def take_tokens(self, requests):
+        self.calls += 1
+        grants = self.pacer.take_tokens(requests)
+        if self.calls == 1:
+            return {key: (granted, wait - 1.0) for key, (granted, wait) in grants.items()}
+        return grants
+
+    def hold_tokens(self, key, rate, seconds):
+        self.pacer.hold_tokens(key, rate, seconds)
+
+    def beat(self, key, ttl_seconds):
+        self.pacer.beat(key, ttl_seconds)
+
+    def alive(self, keys):
+        return self.pacer.alive(keys)
+
+
+@sqlite_only
+def test_sends_that_missed_their_slot_are_held_back_and_sent_later_once(alice, number, sim, queue_only):
+    # Sent a second late, they would go out together with the sends after them, past the cap.
+    wa_ids = [wa() for _ in range(5)]
+    campaign = create_for(alice, number, wa_ids)
+    pacer = StalledFirst()
+    Engine(pacer=pacer).run(session=None, linger=0)
+    assert pacer.calls >= 2
+    assert Campaign.get_by_id(campaign.id).status == "completed"
+    rows = recipients(campaign)
+    assert {row.status for row in rows.values()} == {"sent"}
+    assert {row.attempts for row in rows.values()} == {2}  # claimed, given back, claimed again
+    assert sorted(item["to"] for item in sent_by(sim, number)) == sorted(wa_ids)
+    assert events(alice.id, "message.failed") == []
+
+
 @sqlite_only
 def test_a_pair_rate_limit_makes_only_that_recipient_wait(alice, number, queue_only):
     campaign = create_for(alice, number, ["5215550301601"])
@@ -296,18 +339,20 @@ def test_recovery_fails_a_dead_engines_claims_and_leaves_live_ones(alice, number
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)
-def test_token_buckets_never_grant_more_than_their_rate(storage):
+def test_send_slots_are_spaced_and_never_shared(storage):
     store = counters()
-    granted = []
+    interval = slot_interval(50.0)
+    slots: list[float] = []
     lock = threading.Lock()
     started = time.time()
 
     def take():
         with connection():
             while time.time() - started < 0.6:
-                got, _wait = store.take_tokens({"test:bucket": (50.0, 10.0, 3)})["test:bucket"]
+                now = time.time()
+                got, first = store.take_tokens({"test:slots": (50.0, 10.0, 3)}, now=now)["test:slots"]
                 with lock:
-                    granted.append(got)
+                    slots.extend(now + first + index * interval for index in range(got))
                 time.sleep(0.005)
 
     threads = [threading.Thread(target=take) for _ in range(6)]
@@ -315,13 +360,22 @@ def test_token_buckets_never_grant_more_than_their_rate(storage):
         thread.start()
     for thread in threads:
         thread.join()
-    elapsed = time.time() - started
-    assert 0 < sum(granted) <= 10 + 50 * elapsed + 1
-    store.hold_tokens("test:bucket", 50.0, 5.0)
-    got, wait = store.take_tokens({"test:bucket": (50.0, 10.0, 3)})["test:bucket"]
+    slots.sort()
+    # Six consumers together: every slot is its own, one interval after the one before, and no
+    # slot is granted further ahead than the lead plus the burst.
+    assert len(slots) > 10
+    assert min(later - earlier for earlier, later in itertools.pairwise(slots)) >= interval - 1e-5
+    assert slots[0] >= started + SLOT_LEAD - 1e-5
+    assert slots[-1] <= time.time() + SLOT_LEAD + 11 * interval  # the burst, from the number's phase
+    store.hold_tokens("test:slots", 50.0, 5.0)
+    got, wait = store.take_tokens({"test:slots": (50.0, 10.0, 3)})["test:slots"]
     assert got == 0 and wait > 4
-    fresh, _ = store.take_tokens({"test:other": (5.0, 2.0, 10)})["test:other"]
-    assert fresh == 2  # a new bucket starts full, at its burst
+    now = time.time()
+    fresh, first = store.take_tokens({"test:other": (5.0, 2.0, 10)}, now=now)["test:other"]
+    # An idle number banks nothing: `burst` slots, the first after the lead, on the number's phase.
+    assert fresh == 2 and SLOT_LEAD <= first < SLOT_LEAD + slot_interval(5.0)
+    phase = ((now + first) % slot_interval(5.0)) / slot_interval(5.0)
+    assert phase == pytest.approx(slot_phase("test:other"), abs=1e-4)
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)

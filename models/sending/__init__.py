@@ -2,7 +2,7 @@
 
 The shape of listmonk's manager: an engine loop (`engine.py`) pulls work from stores
 (`work.py`'s `Store`: `campaign_store.py` for campaign recipients, `message_store.py` for single
-messages), paces every number through the shared token buckets, hands each message to the
+messages), paces every number through its shared schedule of send slots, hands each message to the
 messenger (`messenger.py`: the Graph client and the error policy) and records the outcomes back
 through the store; `recovery.py` settles claims nobody will answer, and `fairness.py` shares an
 engine's capacity between companies and numbers.

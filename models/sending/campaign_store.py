@@ -298,9 +298,9 @@ class CampaignStore:
             elif kind is Verdict.UNANSWERED:
                 result.unanswered += 1
                 result.unanswered_numbers.add(job.account_id)
-            elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY):
+            elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED):
                 retry.append(job)
-                if kind is not Verdict.PAIR_THROTTLED:
+                if kind in (Verdict.THROTTLED, Verdict.RETRY):
                     result.throttled_numbers.add(job.account_id)  # the platform struggles: slow down
             else:
                 failed.append(job)
@@ -379,11 +379,12 @@ class CampaignStore:
         R = CampaignRecipient
         changed = 0
         for token, group in _by_token(jobs).items():
-            number_wide = [j for j in group if verdicts[j.id] is Verdict.THROTTLED]
+            number_wide = [j for j in group if verdicts[j.id] in (Verdict.THROTTLED, Verdict.SLOT_MISSED)]
             pair = [j for j in group if verdicts[j.id] is Verdict.PAIR_THROTTLED]
             transient = [j for j in group if verdicts[j.id] is Verdict.RETRY]
             kinds = (
-                # The whole number is throttled: its bucket is held; the recipient is due again after.
+                # The whole number is throttled (its schedule is held), or the send missed its slot:
+                # the recipient is due again, for a new slot.
                 (number_wide, {}),
                 # Too many messages to this user: only this recipient waits, 4^X seconds.
                 (pair, {R.throttled: R.throttled + 1, R.not_before: Case(R.id, [

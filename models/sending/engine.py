@@ -6,17 +6,19 @@ One engine runs per worker process, inside a queue task (jobs/sending.py), over 
 1. Every second, each store's `plan()` lists the numbers with work due (the campaign store holds
    campaigns whose number or wallet is paused or whose daily limit is reached, and fails those
    whose number is gone).
-2. Every tick (0.2 s) it asks the pacer, in one call, for up to a tick's worth of tokens per
-   number (the number's `mps` is the bucket's rate; the buckets live in the shared counter store,
-   so every engine on every host spends from the same budget), sharing the engine's send
-   capacity first between tenants, then between a tenant's numbers (`fairness.fair_shares`).
-3. A number's tokens go to its single messages first, then to its campaigns, split evenly
+2. Every tick (0.2 s) it asks the pacer, in one call, for send slots per number (one every
+   1.05 / `mps` seconds from the number's schedule, models/counters.py; the schedules live in
+   the shared counter store, so every engine on every host takes from the same one), sharing the
+   engine's send capacity first between tenants, then between a tenant's numbers
+   (`fairness.fair_shares`).
+3. A number's slots go to its single messages first, then to its campaigns, split evenly
    between them; each store claims its share in one transaction.
-4. The tick's claims are one batch: sent concurrently on the send pool (every HTTP call is
-   bounded by the client's timeout), then recorded by each store in one transaction (see the
+4. The tick's claims are one batch: each sent at its own slot on the send pool (slots.py; every
+   HTTP call is bounded by the client's timeout; a send whose turn comes too late for its slot
+   goes back to the queue unsent), then recorded by each store in one transaction (see the
    messenger's error policy): accepted -> `sent` with the credit consumed; refused -> `failed`
-   with the credit released; throttled -> back to the queue while the number's bucket is held (no
-   worker thread sleeps for a pace); a lost answer -> left claimed for the status webhooks.
+   with the credit released; throttled -> back to the queue while the number's schedule is held
+   (no worker thread sleeps for a pace); a lost answer -> left claimed for the status webhooks.
 5. After the record commits, campaigns with nothing left complete.
 
 Nobody is sent twice: a message is handed to the platform only by the engine that claimed it,
@@ -33,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,12 +43,14 @@ from peewee import DatabaseError, InterfaceError
 from redis.exceptions import RedisError
 
 from messaging.errors import PlatformError, PlatformUnavailableError
+from models.counters import slot_interval
 from models.db import connection, counters, outlast_outage
 from models.sending.campaign_store import CampaignStore
 from models.sending.fairness import fair_shares
 from models.sending.message_store import MessageStore
-from models.sending.messenger import GraphMessenger, Messenger
+from models.sending.messenger import GraphMessenger, Messenger, SlotMissed
 from models.sending.recovery import engine_key, recover_stuck
+from models.sending.slots import SlotExecutor
 from models.sending.work import BatchResult, Job, NumberPlan, Store
 
 log = logging.getLogger(__name__)
@@ -56,21 +60,24 @@ log = logging.getLogger(__name__)
 class Settings:
     """The engine's knobs, with their defaults and why."""
 
-    tick: float = 0.2  # seconds between claims; a tick's tokens per number go out as one burst
+    tick: float = 0.2  # seconds between claims; each claimed send still goes out at its own slot
     refresh: float = 1.0  # seconds between plans (new work, holds, due messages)
-    send_threads: int = 16  # concurrent platform calls per engine
+    send_threads: int = 32  # concurrent platform calls per engine
     max_in_flight: int = 1200  # messages claimed and not yet recorded, per engine (backpressure)
     batch_threads: int = 6  # batches sent and recorded at once
-    burst_seconds: float = 0.5  # a bucket holds at most this many seconds of its rate
+    burst_seconds: float = 0.5  # pacing grants send slots up to this many seconds ahead
     heartbeat_ttl: float = 10.0  # an engine that has not beaten for this long is dead
     recover_every: float = 5.0
     session: float | None = 30.0  # a run ends after this long (the task re-queues itself)
     linger: float = 5.0  # an idle engine waits this long for new work before ending
 
 
-MAX_THROTTLE_HOLD = 16.0  # seconds a number's bucket is held after repeated 130429
+MAX_THROTTLE_HOLD = 16.0  # seconds a number's schedule is held after repeated 130429
 LONG_HOLD = 8.0  # a throttle hold this long marks the number's campaigns `pending`
 UNANSWERED_HOLD = 15.0  # seconds a number rests after a send got no answer (past the client's timeout)
+# A send whose turn comes this long after its pacing slot (the process stalled) is not sent: late,
+# it would bunch with the sends after it and overshoot the cap. It goes back to the queue.
+LATE_SEND = 0.05
 
 
 def bucket_key(account_id: int) -> str:
@@ -151,7 +158,7 @@ class Engine:
         session = settings.session if session is None else session
         linger = settings.linger if linger is None else linger
         started = time.monotonic()
-        sender = ThreadPoolExecutor(settings.send_threads, thread_name_prefix="dispatch-send")
+        sender = SlotExecutor(settings.send_threads, thread_name_prefix="dispatch-send")
         batcher = ThreadPoolExecutor(settings.batch_threads, thread_name_prefix="dispatch-batch")
         next_plan = next_beat = next_recover = next_tick = 0.0
         idle_since: float | None = None
@@ -225,14 +232,14 @@ class Engine:
                 number.plans[name] = plan
             self._numbers = numbers
 
-    def _tick(self, now: float, sender: ThreadPoolExecutor, batcher: ThreadPoolExecutor) -> None:
+    def _tick(self, now: float, sender: SlotExecutor, batcher: ThreadPoolExecutor) -> None:
         settings = self.settings
         with self._lock:
             capacity = settings.max_in_flight - self._in_flight
             ready = [n for n in self._numbers.values() if n.due > 0 and n.held_until <= now]
-            # Tokens are spent when work is claimed, so claim more only when the send pool keeps
-            # up: while claims older than a burst still wait for a thread (the platform hangs, or
-            # the pool is slower than the pace), claiming more would send them later in one burst.
+            # Slots are taken when work is claimed, so claim more only when the send pool keeps
+            # up: while sends due more than a burst ago still wait for a thread (the platform
+            # hangs, or the pool is slower than the pace), claiming more would send them late in one burst.
             backlog = bool(self._unstarted) and now - self._unstarted[0][0] > settings.burst_seconds
         if capacity <= 0 or not ready or backlog:
             return
@@ -245,6 +252,7 @@ class Engine:
                     for account_id, share in shares.items() if share > 0}
         if not requests:
             return
+        asked = time.monotonic()
         grants = self.pacer.take_tokens(requests)
         granted = {account_id: grants[bucket_key(account_id)][0] for account_id in shares
                    if bucket_key(account_id) in grants and grants[bucket_key(account_id)][0] > 0}
@@ -275,10 +283,18 @@ class Engine:
                     left[account_id] -= taken
         if not jobs:
             return
+        slots = {account_id: itertools.count() for account_id in granted}
+        for job in jobs:
+            # Each send at its own slot: the first granted, then one interval apart.
+            first = asked + grants[bucket_key(job.account_id)][1]
+            job.send_at = first + next(slots[job.account_id]) * slot_interval(float(self._numbers[job.account_id].mps))
         with self._lock:
             self._in_flight += len(jobs)
-            self._unstarted.append([now, len(jobs)])
-        batch = batcher.submit(self._send_batch, jobs, sender)
+            self._unstarted.append([min(job.send_at for job in jobs), len(jobs)])
+        # Scheduled here, not by the batch: a batch waits for a free batch thread (others may be
+        # recording), and its sends must not wait with it past their slots.
+        sends = [sender.submit_at(job.send_at, self._send_one, job) for job in jobs]
+        batch = batcher.submit(self._send_batch, jobs, sends)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
 
@@ -286,11 +302,10 @@ class Engine:
         self._batches.discard(batch)
         self._changed.set()
 
-    def _send_batch(self, jobs: list[Job], sender: ThreadPoolExecutor) -> None:
+    def _send_batch(self, jobs: list[Job], sends: list[Future]) -> None:
         given_back = True
         try:
-            futures = {sender.submit(self._send_one, job): job for job in jobs}
-            wait(futures)
+            wait(sends)
             with connection():
                 result = self._record(jobs)
                 self._after(result)
@@ -329,6 +344,9 @@ class Engine:
                 self._unstarted[0][1] -= 1
                 if self._unstarted[0][1] <= 0:
                     self._unstarted.popleft()
+        if time.monotonic() - job.send_at > LATE_SEND:
+            job.error = SlotMissed("not sent: the engine fell behind its pacing slot")
+            return
         try:
             job.wam_id = self.messenger.send(job)
         except PlatformError as error:
@@ -338,7 +356,7 @@ class Engine:
             job.error = PlatformUnavailableError(f"unexpected send failure: {error}", ambiguous=True)
 
     def _after(self, result: BatchResult) -> None:
-        """Throttled numbers rest (their buckets held); numbers whose send got no answer too."""
+        """Throttled numbers rest (their schedules held); numbers whose send got no answer too."""
         for account_id in result.throttled_numbers:
             with self._lock:
                 number = self._numbers.get(account_id)

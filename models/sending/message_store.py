@@ -1,7 +1,7 @@
 """The single-message store: queued single messages as the engine's work.
 
 A message is claimed like a campaign recipient (a claim token set by a conditional UPDATE, rows
-taken with SKIP LOCKED), paced by its number's bucket, sent by the same messenger and judged by
+taken with SKIP LOCKED), paced by its number's schedule, sent by the same messenger and judged by
 the same error policy. At claim the 24-hour customer window is checked again: a message whose
 window closed while it waited fails `outside_24h_window` (its credit released), never sent.
 
@@ -131,9 +131,9 @@ class MessageStore:
                     # settles it; sending again could deliver it twice.
                     result.unanswered += 1
                     result.unanswered_numbers.add(job.account_id)
-                elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY):
+                elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED):
                     result.retried += _give_back(job, kind, mine, now)
-                    if kind is not Verdict.PAIR_THROTTLED:
+                    if kind in (Verdict.THROTTLED, Verdict.RETRY):
                         result.throttled_numbers.add(job.account_id)
                 else:
                     failed.append((job, _failure_code(job.error, kind)))

@@ -101,6 +101,10 @@ def message_payload(message: Any) -> dict:
 # The error policy.
 
 
+class SlotMissed(ThrottledError):
+    """The engine held a send back itself: its turn came too long after its pacing slot."""
+
+
 class Verdict(enum.Enum):
     ACCEPTED = "accepted"
     UNANSWERED = "unanswered"  # may have been accepted: only a status webhook can tell; never resent
@@ -110,6 +114,7 @@ class Verdict(enum.Enum):
     FAILED = "failed"  # refused for good: failed, its credit released
     DISCONNECTED = "disconnected"  # failed, and the number can send no more
     TEMPLATE_REFUSED = "template_refused"  # failed, and the template can send no more
+    SLOT_MISSED = "slot_missed"  # never sent (late for its slot): back to the queue, nothing held or counted
 
 
 def verdict(job: Job) -> Verdict:
@@ -119,6 +124,8 @@ def verdict(job: Job) -> Verdict:
         return Verdict.ACCEPTED
     if isinstance(error, PlatformUnavailableError) and error.ambiguous:
         return Verdict.UNANSWERED
+    if isinstance(error, SlotMissed):
+        return Verdict.SLOT_MISSED
     if isinstance(error, ThrottledError):
         if not error.pair_rate_limited:
             return Verdict.THROTTLED

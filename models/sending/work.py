@@ -31,6 +31,7 @@ class Job:
     campaign_public_id: str | None = None
     external_contact_id: str | None = None
     wam_id: str | None = None
+    send_at: float = 0.0  # time.monotonic() of the slot pacing granted: never sent before it
     error: PlatformError | None = None
 
 
