@@ -222,14 +222,6 @@ def builtin_templates() -> list[dict[str, Any]]:
             [body("Hola {{1}}, tu saldo pendiente es {{2}}.", "Ana", "$150.00")],
         ),
         (
-            "payment_reminder_link",
-            "es",
-            "APPROVED",
-            "UTILITY",
-            [body("Hola {{1}}, tu saldo pendiente es {{2}}. Paga aquí: {{3}}", "Ana", "$150.00",
-                  "https://pagos.example.com/pay/plk_1")],
-        ),
-        (
             "order_update",
             "en_US",
             "APPROVED",

@@ -45,6 +45,7 @@ log = logging.getLogger("payments")
 PROVIDER = "mercadopago"
 LINK_TEMPLATE = "payment_reminder_link"  # payment_reminder's words plus {{3}}: the link
 LINK_TEMPLATE_LANGUAGE = "es"
+LINK_TEMPLATE_BODY = "Hola {{1}}, tu saldo pendiente es {{2}}. Paga aquí: {{3}}"
 WEBHOOK_PATH = "/payments/webhook"
 PAY_PATH = "/pay"
 

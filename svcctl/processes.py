@@ -103,6 +103,22 @@ def _ensure_demo_tenant() -> tuple[str, str | None, str | None]:
         return tenant.public_id, key_string, password
 
 
+def _wait_for(url: str, what: str, seconds: float = 15) -> bool:
+    import requests
+
+    deadline = time.time() + seconds
+    while True:
+        try:
+            if requests.get(url, timeout=2).ok:
+                return True
+        except requests.RequestException:
+            pass
+        if time.time() > deadline:
+            err.print(f"[yellow]{what} not answering[/yellow]")
+            return False
+        time.sleep(0.2)
+
+
 def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
     """Give the demo company a seller on the payment simulator (whose state lives only as long
     as the process), so its reminders carry payment links."""
@@ -111,18 +127,47 @@ def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
     from models import payments
     from models.tenants import get_tenant
 
-    deadline = time.time() + 15
-    while True:
-        try:
-            seller = requests.post(f"{gateway_url}/_sim/sellers", timeout=2).json()
-            break
-        except (requests.RequestException, ValueError):
-            if time.time() > deadline:
-                err.print("[yellow]payment simulator not answering; the demo company has no gateway[/yellow]")
-                return
-            time.sleep(0.2)
+    if not _wait_for(f"{gateway_url}/_sim/health", "payment simulator (the demo company has no gateway)"):
+        return
+    seller = requests.post(f"{gateway_url}/_sim/sellers", timeout=5).json()
     with connection():
         payments.connect_gateway(get_tenant(tenant_public_id).id, seller["access_token"], seller["webhook_secret"])
+
+
+def _connect_demo_number(tenant_public_id: str) -> str | None:
+    """Connect a number of the platform simulator to the demo company, once, the way a business
+    does through embedded signup; its business account first gets the payment-link template a
+    reminder carries its link in (as if the business had created it in WhatsApp Manager)."""
+    import requests
+
+    from jobs.accounts import connected
+    from models import onboarding
+    from models.accounts import MessagingAccount
+    from models.payments import LINK_TEMPLATE, LINK_TEMPLATE_BODY, LINK_TEMPLATE_LANGUAGE
+    from models.tenants import get_tenant
+
+    settings = get_settings()
+    with connection():
+        tenant = get_tenant(tenant_public_id)
+        account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant.id)
+                                               & (MessagingAccount.status == "active"))
+        if account is not None:
+            return account.public_id
+        if not _wait_for(f"{settings.graph_url}/_sim/health", "platform simulator"):
+            return None
+        requests.post(f"{settings.graph_url}/_sim/templates", timeout=5, json={
+            "name": LINK_TEMPLATE, "language": LINK_TEMPLATE_LANGUAGE, "category": "UTILITY",
+            "body": LINK_TEMPLATE_BODY}).raise_for_status()
+        attempt = onboarding.create_attempt(tenant.id, redirect_url=f"{settings.public_url}/portal",
+                                            label="demo number")
+        signup = onboarding.simulator_signup()
+        outcome = onboarding.complete(attempt.public_id, signup["code"], signup["waba_id"],
+                                      signup["phone_number_id"])
+        if outcome.connected is None:
+            err.print(f"[yellow]the demo number did not connect: {outcome.attempt.error}[/yellow]")
+            return None
+        connected(outcome.connected.id)  # the worker subscribes the app and syncs its templates
+        return outcome.connected.public_id
 
 
 def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),
@@ -173,8 +218,10 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     children = {name: subprocess.Popen(command, env=child_env[name], cwd=ROOT)
                 for name, command in commands.items()}
 
+    number_id = None
     if sim:
         _connect_demo_gateway(tenant_id, settings.payments_gateway_url)
+        number_id = _connect_demo_number(tenant_id)
     base = f"{settings.public_url}/api/v1"
     # soft_wrap: a line longer than the terminal is never broken by us, so a key or URL pastes whole.
     say = functools.partial(err.print, soft_wrap=True, highlight=False)
@@ -183,6 +230,8 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
         say(f"[green]sim[/green]     http://{sim_bind}")
         say(f"[green]payments[/green] http://{payments_sim_bind} (gateway simulator)")
     say(f"[green]tenant[/green]  {tenant_id} ({DEMO_TENANT})")
+    if number_id:
+        say(f"[green]number[/green]  {number_id} (simulated, connected: ready to send and take debts)")
     if key_string:
         say(f"[green]key[/green]     {key_string}")
         say(f"try: curl -H 'Authorization: Bearer {key_string}' {base}/health")

@@ -17,9 +17,17 @@ from models import payments
 
 __all__ = ["gateway_sim", "gateway", "Seller"]
 
-LINK_TEMPLATE_ROW = {"name": "payment_reminder_link", "language": "es", "status": "approved", "category": "UTILITY",
-                     "body_text": "Hola {{1}}, tu saldo pendiente es {{2}}. Paga aquí: {{3}}", "header_type": None,
+LINK_TEMPLATE_ROW = {"name": payments.LINK_TEMPLATE, "language": payments.LINK_TEMPLATE_LANGUAGE, "status": "approved",
+                     "category": "UTILITY", "body_text": payments.LINK_TEMPLATE_BODY, "header_type": None,
                      "variable_count": 3}
+
+
+def add_link_template(sim_url: str) -> None:
+    """The business creates the payment-link template on the platform (the simulator's control
+    endpoint stands in for WhatsApp Manager): the simulator's built-in ones are DECISIONS' four."""
+    requests.post(f"{sim_url}/_sim/templates", timeout=5, json={
+        "name": payments.LINK_TEMPLATE, "language": payments.LINK_TEMPLATE_LANGUAGE, "category": "UTILITY",
+        "body": payments.LINK_TEMPLATE_BODY}).raise_for_status()
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,7 @@ def test_a_user_connects_a_number_on_the_onboarding_page(live_service, alice, br
                timeout=20, message="the template sync", interval=0.2)
     templates = requests.get(f"{api}/accounts/{account_id}/templates", headers=alice.headers, timeout=10)
     assert {item["name"] for item in templates.json()["data"]} == {"hello_world", "order_update",
-                                                                   "payment_reminder", "payment_reminder_link"}
+                                                                   "payment_reminder"}
     assert MessagingAccount.get(MessagingAccount.public_id == account_id).subscribed_to_webhooks
 
     # A customer writes: the simulator's signed webhook reaches the service and becomes an event.

@@ -25,7 +25,7 @@ from models.payments import GatewayNotification
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.cartera_fixtures import debt_body
 from tests.live import ROOT, LiveService, env_for, free_port, wait_until
-from tests.payments_fixtures import LINK_TEMPLATE_ROW
+from tests.payments_fixtures import LINK_TEMPLATE_ROW, add_link_template
 from tests.test_onboarding_browser import browser  # noqa: F401  (the Chromium fixture)
 from tests.webhooks_fixtures import *  # noqa: F403  (receiver, webhook_ca, webhook_settings)
 from tests.webhooks_fixtures import verify
@@ -78,6 +78,7 @@ def link_in(message: dict) -> str:
 
 @pytest.mark.timeout(120)
 def test_a_reminder_is_paid_from_the_phone_and_reaches_the_erp_once(service, alice, receiver, browser):  # noqa: F811
+    add_link_template(service.sim_url)
     signup = requests.post(f"{service.sim_url}/_sim/signup", json={"mps": 20}, timeout=5).json()
     with GraphClient(service.sim_url, app_id=get_settings().app_id, app_secret=service.env["SVC_APP_SECRET"]) as graph:
         token = graph.exchange_code(signup["code"])
