@@ -8,11 +8,16 @@ from pydantic import Field
 
 from api import ratelimit
 from api.auth import client_ip
+from api.errors import ApiError
 from api.operation import Reply, operation
 from api.schemas import Email, HttpsUrl, Input, Output, text
 from models import access_requests
 
-LIMIT_PER_IP_AND_EMAIL = 5
+LIMIT_PER_IP_AND_EMAIL = 5  # the contract's
+# A new email per request must not lift the limit: one address gets this many a minute in all.
+LIMIT_PER_IP = 10
+# A full review queue frees up only as an administrator works through it: ask back in an hour.
+QUEUE_RETRY_AFTER = 3600
 
 
 class AccessRequestInput(Input):
@@ -46,8 +51,15 @@ class AccessRequestsResource:
         body: AccessRequestInput = req.context.body
         ip = client_ip(req)
         ratelimit.check([ratelimit.Limit(f"ar:{ip}:{body.contact_email.lower()}", LIMIT_PER_IP_AND_EMAIL,
-                                         "access_requests")])
-        request = access_requests.submit(body.model_dump(), ip)
+                                         "access_requests"),
+                         ratelimit.Limit(f"ar-ip:{ip}", LIMIT_PER_IP, "access_requests_per_ip")])
+        try:
+            request = access_requests.submit(body.model_dump(), ip)
+        except access_requests.ReviewQueueFull as error:
+            raise ApiError(429, error.code, error.message, {**error.details, "retry_after": QUEUE_RETRY_AFTER},
+                           headers={"Retry-After": str(QUEUE_RETRY_AFTER),
+                                    "RateLimit-Limit": str(error.details["limit"]), "RateLimit-Remaining": "0",
+                                    "RateLimit-Reset": str(QUEUE_RETRY_AFTER)}) from None
         return Reply(201, {
             "success": True,
             "message": "Access request received; an administrator will review it.",

@@ -1,4 +1,4 @@
-"""The Falcon application: every area's routes under /api/v1, plus the few pages outside it."""
+"""The Falcon application: every area's routes under /api/v1, the few pages outside it, and the portal."""
 
 from __future__ import annotations
 
@@ -6,21 +6,26 @@ import importlib
 
 import falcon
 
+import portal
 from api.errors import handle_unexpected, serialize_falcon_error
+from api.operations import NO_DATABASE_PATHS, RequestTelemetry
 from config import Settings, get_settings, use_settings
+from jobs.queue import load_tasks
 from models.db import db, init_db
 
 BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
 # platform or a browser reaches, outside the versioned API and the OpenAPI document).
 AREAS = ("health", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
-         "cartera", "platform", "openapi")
+         "cartera", "payments", "platform", "openapi", "operations")
 
 
 class DatabaseConnection:
     """One pooled connection per request, returned to the pool when the response is done."""
 
     def process_request(self, req, resp):
+        if req.path in NO_DATABASE_PATHS:
+            return
         req.context.opened_db = db.connect(reuse_if_open=True)
 
     def process_response(self, req, resp, resource, req_succeeded):
@@ -35,7 +40,8 @@ def area_modules():
 def create_app(settings: Settings | None = None) -> falcon.App:
     settings = use_settings(settings) if settings is not None else get_settings()
     init_db(settings)
-    app = falcon.App(middleware=[DatabaseConnection()])
+    load_tasks()  # the queue's hooks: new events are fanned out, new work wakes the engine
+    app = falcon.App(middleware=[RequestTelemetry(), DatabaseConnection()])
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_qs_csv = False
     app.set_error_serializer(serialize_falcon_error)
@@ -45,4 +51,5 @@ def create_app(settings: Settings | None = None) -> falcon.App:
             app.add_route(BASE_PATH + path, resource)
         for path, resource in getattr(module, "ROOT_ROUTES", []):
             app.add_route(path, resource)
+    portal.mount(app)
     return app

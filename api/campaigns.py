@@ -6,7 +6,7 @@ from api.errors import validation_error
 from api.operation import Reply, operation
 from api.pagination import paginate
 from api.schemas import PAGE_QUERY, DataOnly, Output, Page
-from jobs.campaigns import enqueue_dispatch, notify_events
+from jobs.campaigns import enqueue_dispatch
 from models import campaigns
 from models.campaigns import CAMPAIGN_STATUSES, RECIPIENT_STATUSES, CampaignInput
 
@@ -75,7 +75,6 @@ class CampaignsResource:
     def on_post(self, req, resp) -> Reply:
         campaign = campaigns.create_campaign(req.context.tenant_id, req.context.body)
         data = campaigns.campaign_dict(campaign)
-        notify_events()
         enqueue_dispatch(campaign.id)
         return Reply(201, {"data": data})
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from api.operation import Reply, ok, operation
+from api.payments import EXPORT_QUERY, ExportPage, PaymentLinkItem, export_page
 from api.schemas import Output, Success
-from models import cartera
+from models import cartera, payments
 from models.cartera_input import (
     DebtBatchInput,
     DebtInput,
@@ -104,6 +105,7 @@ class DebtDetail(Output):
     external_updated_at: str | None
     cuotas: list[InstallmentItem]
     pagos: list[PaymentItem]
+    links_de_pago: list[PaymentLinkItem]
 
 
 class DebtRead(Output):
@@ -185,7 +187,7 @@ class DebtResource:
                responses={200: Success[DebtRead]}, errors=(401, 403, 404, 429), tags=TAGS)
     def on_get(self, req, resp, external_id: str) -> Reply:
         debt = cartera.get_debt(req.context.tenant_id, external_id)
-        return ok({"deuda": cartera.debt_detail(debt)})
+        return ok({"deuda": {**cartera.debt_detail(debt), "links_de_pago": payments.links_of(debt)}})
 
 
 class PaymentsResource:
@@ -198,6 +200,15 @@ class PaymentsResource:
     def on_post(self, req, resp) -> Reply:
         result = cartera.record_erp_payment(req.context.tenant_id, payment_spec(req.context.body))
         return ok(result.as_dict(), status=201 if result.action == "applied" else 200)
+
+    @operation("List the payments and reversals made in the service, for the ERP", scope="cartera:read",
+               responses={200: ExportPage}, errors=(401, 403, 422, 429), query=EXPORT_QUERY, tags=TAGS,
+               description="Gateway and manual payments recorded by the service, and the refunds and chargebacks "
+                           "that reversed them (`tipo` `reverso`, negative `monto`), oldest first. Pass "
+                           "`meta.next_cursor` back as `cursor` to get only what is new; `svcctl cartera payments "
+                           "export` gives the same rows as CSV or JSON Lines.")
+    def on_get(self, req, resp) -> Reply:
+        return export_page(req)
 
 
 class ResolveResource:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import threading
 import time
 
 from api.errors import ApiError
 from api.operation import Reply, operation
 from api.schemas import DataOnly, Output
-from jobs.campaigns import notify_events
+from config import get_settings
 from jobs.messages import enqueue_send
 from models import messages
 from models.messages import Message as MessageRow
 from models.messages import MessageInput
 
 MAX_WAIT = 10.0  # seconds a client may ask to wait for the outcome (Prefer: wait=N)
+# A waiting request holds one of the worker's request threads: at most this share of them may
+# wait at once, so waiting clients cannot take the threads every other request needs. Past it,
+# the answer is the usual 202 at once (a preference the server may decline, RFC 7240).
+WAITING_SHARE = 4  # one thread in four
 POLL_EVERY = 0.05
 _WAIT_PREFERENCE = re.compile(r"(?:^|[,;])\s*wait\s*=\s*\"?(\d+(?:\.\d+)?)\"?\s*(?=$|[,;])", re.I)
 
@@ -46,6 +52,11 @@ def preferred_wait(header: str | None) -> float:
     return min(MAX_WAIT, float(match.group(1))) if match else 0.0
 
 
+@functools.cache
+def _waiting_places() -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(max(1, get_settings().web_threads // WAITING_SHARE))
+
+
 def _outcome(message_id: int, seconds: float) -> MessageRow:
     """The message once its send has an outcome, or as it is after `seconds`."""
     deadline = time.monotonic() + seconds
@@ -71,12 +82,15 @@ class MessagesResource:
         message = messages.create_message(req.context.tenant_id, req.context.body)
         account_public_id = req.context.body.account_id
         queued = message.as_dict(account_public_id)
-        notify_events()
         enqueue_send(message.id)
-        if not wait:
+        places = _waiting_places()
+        if not wait or not places.acquire(blocking=False):
             return Reply(202, {"data": queued})
         applied = {"Preference-Applied": f"wait={wait:g}"}
-        message = _outcome(message.id, wait)
+        try:
+            message = _outcome(message.id, wait)
+        finally:
+            places.release()
         if message.status == "failed":
             data = message.as_dict(account_public_id)
             raise ApiError(502, "messaging_send_failed", f"the platform rejected the message: {message.last_error}",

@@ -91,6 +91,8 @@ def build_document() -> dict[str, Any]:
             responses[str(status)] = {"description": HTTP_CODES.get(status, "Success").replace("_", " ")
                                       if status >= 400 else "Success", **({"content": content} if content else {})}
         errors = set(op.errors)
+        if op.scope is not None:
+            errors.add(429)  # every keyed call is counted: its key's limits, and failed authentications
         if method != "get":
             errors.add(413)
             if op.scope is not None:

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 import falcon
 
 from api.errors import validation_error
+from config import get_settings
 
 DEFAULT_PER_PAGE = 50
 # Far past any list's end; a bound keeps page numbers inside what the database and JSON encoders
@@ -50,7 +51,9 @@ def paginate(req: falcon.Request, query, serialize: Callable, max_per_page: int 
     last_page = max(1, math.ceil(total / per_page))
     items = [serialize(row) for row in page_rows(query, page, per_page, total)]
     first_index = (page - 1) * per_page + 1
-    path = req.prefix + req.path
+    # From the configured public URL, never the request's Host header, which the client chooses:
+    # links handed out must not point wherever a forged header says.
+    path = get_settings().public_url + req.path
     other_params = {k: v for k, v in req.params.items() if k not in {"page"}}
 
     def link(number: int | None) -> str | None:

@@ -1,32 +1,22 @@
-"""Schema building blocks shared by every area: input base, common field types, envelopes."""
+"""Schema building blocks shared by every area: envelopes, pages, and (from models/inputs.py)
+the input base and common field types."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.pagination import MAX_PAGE
+from models.inputs import Email, HttpsUrl, Input, text
+
+__all__ = ["Email", "HttpsUrl", "Input", "text"]  # re-exported for the API's request bodies
 
 T = TypeVar("T")
 
 
-class Input(BaseModel):
-    """Request bodies: unknown fields and type coercion are refused, as a typo should be."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
 class Output(BaseModel):
     model_config = ConfigDict(extra="allow")
-
-
-HttpsUrl = Annotated[str, StringConstraints(max_length=1000, pattern=r"^https://[^\s/?#]+[^\s]*$")]
-Email = Annotated[str, StringConstraints(max_length=255, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]
-
-
-def text(max_length: int, min_length: int = 0):
-    return Annotated[str, StringConstraints(max_length=max_length, min_length=min_length)]
 
 
 class ErrorBody(BaseModel):

@@ -6,9 +6,11 @@ connection is ever shared across a fork.
 
 import os
 
-from config.settings import load_settings
+from config import metrics
+from config.access_log import TEXT_ACCESS_FORMAT
+from config.settings import get_settings
 
-_settings = load_settings()
+_settings = get_settings()
 
 bind = os.environ.get("SVC_BIND", "127.0.0.1:8080")
 workers = _settings.web_concurrency
@@ -22,6 +24,21 @@ timeout = 30
 graceful_timeout = 20
 # Big enough for a 5000-recipient campaign body, which is what the 8 MiB cap is for.
 limit_request_line = 8190
-accesslog = None
+accesslog = "-" if _settings.access_log else None
+access_log_format = TEXT_ACCESS_FORMAT
+logger_class = "config.access_log.ServiceLogger"
 errorlog = "-"
 loglevel = "info"
+
+
+def on_starting(server):
+    # Before any worker imports prometheus_client (config/metrics.py).
+    metrics.prepare_multiprocess_dir()
+
+
+def child_exit(server, worker):
+    metrics.forget_process(worker.pid)
+
+
+def on_exit(server):
+    metrics.remove_multiprocess_dir()

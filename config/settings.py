@@ -90,6 +90,8 @@ class Settings:
     graph_version: str = "v21.0"
     public_url: str = "http://127.0.0.1:8080"
     secret_key: str = ""
+    # Every key that may decrypt a secret at rest; the first (`secret_key`) encrypts.
+    secret_keys: tuple[str, ...] = ()
     app_id: str = "sim-app"
     app_secret: str = ""
     verify_token: str = ""
@@ -103,11 +105,22 @@ class Settings:
     tenant_rate_limit: int = 1000
     read_rate_limit: int = 600
     write_rate_limit: int = 120
+    # Failed authentications (401) per client address and minute before the address is blocked.
+    failed_auth_limit: int = 30
     web_concurrency: int = 4
     web_threads: int = 8
     worker_threads: int = 16
     quiet_hours_start: tuple[int, int] = (8, 0)
     quiet_hours_end: tuple[int, int] = (20, 0)
+    # The payment gateway (MercadoPago's API, or `svcctl payments sim`) and how links behave.
+    payments_gateway_url: str = "http://127.0.0.1:8091"
+    payments_link_ttl_hours: int = 72
+    payments_notification_tolerance: int = 300  # seconds a signed notification stays acceptable
+    payments_reconcile_hours: int = 72  # how far back reconciliation compares
+    log_format: str = "text"
+    access_log: bool = True
+    metrics_token: str = ""
+    metrics_bind: tuple[str, int] | None = None
 
     @property
     def sqlite_path(self) -> Path:
@@ -123,28 +136,55 @@ class Settings:
         return host in {"127.0.0.1", "localhost", "::1"}
 
 
-def _secret_key(env: Mapping[str, str], data_dir: Path) -> str:
-    """The Fernet key for secrets at rest: SVC_SECRET_KEY, else one generated once into the data dir."""
+def _secret_keys(env: Mapping[str, str], data_dir: Path) -> tuple[str, ...]:
+    """The Fernet keys for secrets at rest: SVC_SECRET_KEY (comma-separated, newest first while a
+    rotation runs), else one key generated once into the data dir."""
     raw = env.get("SVC_SECRET_KEY", "").strip()
     if raw:
-        try:
-            Fernet(raw.encode())
-        except ValueError:
-            raise ConfigError("SVC_SECRET_KEY: expected a urlsafe base64 32-byte key (Fernet)") from None
-        return raw
+        keys = tuple(key.strip() for key in raw.split(",") if key.strip())
+        for position, key in enumerate(keys, start=1):
+            try:
+                Fernet(key.encode())
+            except ValueError:
+                raise ConfigError(
+                    f"SVC_SECRET_KEY: key {position} is not a urlsafe base64 32-byte key (Fernet)") from None
+        if len(set(keys)) != len(keys):
+            raise ConfigError("SVC_SECRET_KEY: a key is listed twice")
+        return keys
     key_file = data_dir / "secret.key"
     if key_file.exists():
-        return key_file.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+        return (key_file.read_text().strip(),)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     key = Fernet.generate_key().decode()
     # O_EXCL: two processes starting together must end up with the same key, not two.
     try:
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return key_file.read_text().strip()
+        return (key_file.read_text().strip(),)
     with os.fdopen(fd, "w") as handle:
         handle.write(key)
-    return key
+    return (key,)
+
+
+def parse_bind(name: str, raw: str) -> tuple[str, int]:
+    """`PORT` (on loopback) or `HOST:PORT`."""
+    host, _, port = raw.strip().rpartition(":")
+    return host or "127.0.0.1", _int(name, port, minimum=1, maximum=65535)
+
+
+def private_data_file(path: Path) -> Path:
+    """`path` in the data dir, readable by the service's user only: the directory is created 0700
+    and the file 0600 (and an existing one closed up to 0600). SQLite gives its -wal and -shm
+    files the mode of the database file, so they follow."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except PermissionError:  # another user's file: leave its mode to its owner
+        pass
+    finally:
+        os.close(fd)
+    return path
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -192,6 +232,16 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         ("SVC_TENANT_RATE_LIMIT", "tenant_rate_limit", 1, 100_000_000),
         ("SVC_READ_RATE_LIMIT", "read_rate_limit", 1, 100_000_000),
         ("SVC_WRITE_RATE_LIMIT", "write_rate_limit", 1, 100_000_000),
+        ("SVC_FAILED_AUTH_LIMIT", "failed_auth_limit", 1, 100_000_000),
+    ):
+        if name in env:
+            values[attr] = _int(name, env[name], minimum=low, maximum=high)
+    if payments_url := env.get("SVC_PAYMENTS_GATEWAY_URL", "").strip():
+        values["payments_gateway_url"] = _url("SVC_PAYMENTS_GATEWAY_URL", payments_url, ("http", "https"))
+    for name, attr, low, high in (
+        ("SVC_PAYMENTS_LINK_TTL_HOURS", "payments_link_ttl_hours", 1, 24 * 90),
+        ("SVC_PAYMENTS_NOTIFICATION_TOLERANCE", "payments_notification_tolerance", 10, 86400),
+        ("SVC_PAYMENTS_RECONCILE_HOURS", "payments_reconcile_hours", 1, 24 * 90),
     ):
         if name in env:
             values[attr] = _int(name, env[name], minimum=low, maximum=high)
@@ -200,15 +250,37 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if "SVC_QUIET_HOURS_END" in env:
         values["quiet_hours_end"] = _hhmm("SVC_QUIET_HOURS_END", env["SVC_QUIET_HOURS_END"])
 
-    values["secret_key"] = _secret_key(env, data_dir)
+    if "SVC_LOG_FORMAT" in env:
+        log_format = env["SVC_LOG_FORMAT"].strip().lower()
+        if log_format not in {"text", "json"}:
+            raise ConfigError(f"SVC_LOG_FORMAT: expected text or json, got {env['SVC_LOG_FORMAT']!r}")
+        values["log_format"] = log_format
+    if "SVC_ACCESS_LOG" in env:
+        values["access_log"] = _bool("SVC_ACCESS_LOG", env["SVC_ACCESS_LOG"])
+    if "SVC_METRICS_TOKEN" in env:
+        values["metrics_token"] = env["SVC_METRICS_TOKEN"].strip()
+    if metrics_port := env.get("SVC_METRICS_PORT", "").strip():
+        values["metrics_bind"] = parse_bind("SVC_METRICS_PORT", metrics_port)
+
+    values["secret_keys"] = _secret_keys(env, data_dir)
+    values["secret_key"] = values["secret_keys"][0]
     # Derived rather than random so every process of one installation agrees on them, and derived
     # through a KDF so that neither value, nor both together, tells anything about the key.
-    if not values.get("verify_token"):
-        values["verify_token"] = "vt_" + derive_secret(values["secret_key"], "platform webhook verify token")
-    if not values.get("app_secret"):
-        # Only the simulator shares this default; a real platform app always sets SVC_APP_SECRET.
-        values["app_secret"] = "as_" + derive_secret(values["secret_key"], "simulated platform app secret")
+    # Only the simulator shares the app secret's default; a real platform app always sets SVC_APP_SECRET.
+    for name in DERIVED:
+        if not values.get(name):
+            values[name] = derived_default(values["secret_key"], name)
     return Settings(**values)
+
+
+# The settings derived from the master key when they are not set: their prefix and HKDF label.
+DERIVED = {"verify_token": ("vt_", "platform webhook verify token"),
+           "app_secret": ("as_", "simulated platform app secret")}
+
+
+def derived_default(secret_key: str, name: str) -> str:
+    prefix, purpose = DERIVED[name]
+    return prefix + derive_secret(secret_key, purpose)
 
 
 def derive_secret(secret_key: str, purpose: str) -> str:

@@ -19,23 +19,8 @@ class FollowUpIncomplete(Exception):
     """Raised so huey retries a follow-up that the platform could not finish yet."""
 
 
-def notify_events() -> None:
-    """Ask for a prompt fan-out of events just committed (the outbox is swept regardless)."""
-    try:
-        from jobs import webhooks
-    except ImportError:
-        return
-    notify = getattr(webhooks, "notify_new_events", None)
-    if notify is not None:
-        try:
-            notify()
-        except Exception:
-            log.exception("could not ask for an event fan-out; the periodic fan-out will deliver")
-
-
 def connected(account_id: int) -> None:
     """Call once the transaction that connected a number has committed."""
-    notify_events()
     try:
         after_connect(account_id)
     except Exception:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 
-from jobs.accounts import notify_events, refresh_number, sync_account_templates
+from jobs.accounts import refresh_number, sync_account_templates
 from jobs.queue import crontab, huey, periodic_task, task
 from models import platform
 from models.clock import utcnow
@@ -27,8 +27,6 @@ def process_platform_batch(batch_id: int) -> None:
 
 
 def follow_up(outcome: platform.BatchOutcome) -> None:
-    if outcome.events or outcome.statuses:
-        notify_events()
     for account_id in outcome.resync_templates:
         sync_account_templates(account_id)
     for account_id in outcome.refresh_numbers:

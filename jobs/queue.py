@@ -1,7 +1,8 @@
 """The task queue: SqliteHuey under the data dir by default, Redis when configured.
 
 This module is the only place that knows which queue backend is in use. Tasks are declared with
-`task` / `periodic_task`, which give each run its own database connection.
+`task` / `periodic_task`, which give each run its own database connection. A task enqueued while
+a request runs carries the request's id into its log lines (config/logs.py).
 """
 
 from __future__ import annotations
@@ -9,17 +10,51 @@ from __future__ import annotations
 import functools
 
 from huey import RedisHuey, SqliteHuey, crontab  # noqa: F401  (crontab re-exported for tasks)
+from huey.api import Task
 
-from config import Settings, get_settings
+from config import Settings, get_settings, logs
+from config.settings import private_data_file
 from models.db import connection
+
+# The id of the request (or task) that enqueued a task travels in its kwargs under this name;
+# the task's wrapper takes it out before the function sees its arguments.
+REQUEST_ID_KWARG = "_request_id"
+
+
+class _CarriesRequestIds:
+    """A task enqueued while a request (or another task) runs carries its id, at every enqueue site
+    at once; the id is bound while the task executes, so huey's own lines about it carry it too."""
+
+    def enqueue(self, task):
+        request_id = logs.request_id.get()
+        if request_id and isinstance(task, Task) and REQUEST_ID_KWARG not in (task.kwargs or {}):
+            task.kwargs = {**(task.kwargs or {}), REQUEST_ID_KWARG: request_id}
+        return super().enqueue(task)
+
+    def execute(self, task, timestamp=None):
+        with logs.bound(request=(task.kwargs or {}).get(REQUEST_ID_KWARG), task=task_name(task)):
+            return super().execute(task, timestamp)
+
+
+def task_name(task: Task) -> str:
+    """The task's full name, as the consumer lists it: jobs.campaigns.dispatch."""
+    return f"{type(task).__module__}.{task.name}"
+
+
+class ServiceSqliteHuey(_CarriesRequestIds, SqliteHuey):
+    pass
+
+
+class ServiceRedisHuey(_CarriesRequestIds, RedisHuey):
+    pass
 
 
 def build_huey(settings: Settings):
     if settings.redis_url:
-        return RedisHuey(settings.queue_name, url=settings.redis_url, utc=True)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+        return ServiceRedisHuey(settings.queue_name, url=settings.redis_url, utc=True)
+    private_data_file(settings.queue_path)
     # Its own file: SqliteHuey dequeues under BEGIN EXCLUSIVE, which must never block the app's writes.
-    return SqliteHuey(settings.queue_name, filename=str(settings.queue_path), timeout=15, utc=True)
+    return ServiceSqliteHuey(settings.queue_name, filename=str(settings.queue_path), timeout=15, utc=True)
 
 
 huey = build_huey(get_settings())
@@ -28,6 +63,7 @@ huey = build_huey(get_settings())
 def _with_connection(fn):
     @functools.wraps(fn)
     def run(*args, **kwargs):
+        kwargs.pop(REQUEST_ID_KWARG, None)  # bound by the queue's execute, not an argument of fn
         with connection():
             return fn(*args, **kwargs)
 

@@ -1,8 +1,9 @@
 """Delivering outbox events to webhook endpoints.
 
 Flow:
-1. `notify_new_events()` (called by any area after committing events) enqueues `fan_out_task`,
-   coalesced to at most two tasks a second; `sweep` does the same every minute as a safety net.
+1. `notify_new_events()` (run after every commit that wrote events: `models.events.on_new_events`)
+   enqueues `fan_out_task`, coalesced to at most two tasks a second; `sweep` does the same every
+   minute as a safety net.
 2. The fan-out turns events into deliveries (models.webhooks.fan_out) and enqueues a drain for
    each endpoint that got some.
 3. A drain owns one endpoint for a while (a lease in the database): it claims due deliveries,
@@ -38,8 +39,9 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.ssl_ import create_urllib3_context
 
 from config import get_settings
-from jobs.queue import crontab, huey, periodic_task, task
-from models import ssrf, webhooks
+from jobs import operations
+from jobs.queue import crontab, periodic_task, task
+from models import events, ssrf, webhooks
 from models.clock import utcnow
 from models.counters import window_start
 from models.db import connection, counters, outlast_outage, storage_unavailable
@@ -295,6 +297,8 @@ class DrainStats:
 
 
 def _outcome(work: Work, attempted_at: dt.datetime, response: Response) -> Outcome:
+    operations.observe_webhook_delivery(response.ok, response.status_code, response.unreachable,
+                                        response.latency_ms, work.attempt)
     return Outcome(work.delivery_id, work.attempt, work.max_attempts, attempted_at, response.ok,
                    response.status_code, response.latency_ms, response.excerpt, response.error,
                    response.retry_after, response.unreachable)
@@ -364,8 +368,6 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
 def _come_back_when_lease_ends(endpoint_id: int) -> None:
     """Schedule one drain at the end of the endpoint's current lease (one per lease, however many
     drains it turned away)."""
-    if huey.immediate:
-        return
     endpoint = WebhookEndpoint.get_or_none(WebhookEndpoint.id == endpoint_id)
     if endpoint is None or endpoint.drain_until is None:
         return
@@ -533,9 +535,6 @@ def notify_new_events() -> None:
     nothing. 5000 calls in a second therefore queue two tasks.
     """
     try:
-        if huey.immediate:  # tests: no queue to protect, run it now
-            fan_out_task()
-            return
         now = time.time()
         with connection():
             count = counters().incr([NOTIFY_KEY], 1, now)[NOTIFY_KEY]
@@ -546,6 +545,9 @@ def notify_new_events() -> None:
     except Exception:
         # The caller's change is committed; the minute sweep will fan its events out.
         log.warning("could not enqueue the webhook fan-out; the sweep will catch up", exc_info=True)
+
+
+events.on_new_events(notify_new_events)
 
 
 def kick() -> tuple[int, int]:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import requests
+from prometheus_client import Counter, Histogram
 from requests.adapters import HTTPAdapter
 
 from messaging.errors import (
     PermanentPlatformError,
+    PlatformError,
     PlatformUnavailableError,
     error_from_exception,
     error_from_response,
@@ -31,6 +34,21 @@ TEMPLATE_FIELDS = "id,name,language,status,category,quality_score,components"
 USER_AGENT = f"messaging-graph-client requests/{requests.__version__}"
 
 _PLACEHOLDER = re.compile(r"\{\{\s*(\d+)\s*\}\}")
+
+# Every Graph call, by what it was for (the last path segment: "messages" is a send), its outcome,
+# the typed error's class and the platform's code (130429: the number's throughput throttle).
+_OPERATIONS = frozenset({"messages", "message_templates", "access_token", "subscribed_apps", "smb_app_data"})
+GRAPH_REQUESTS = Counter("svc_graph_requests_total", "Graph API calls by operation, outcome, error class and code",
+                         ["operation", "outcome", "error_class", "code"])
+NUMBER_SENDS = Counter("svc_number_sends_total", "Messages the platform accepted, by sending phone number id",
+                       ["number"])
+GRAPH_SECONDS = Histogram("svc_graph_request_duration_seconds", "Time a Graph API call took", ["operation"],
+                          buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+
+def _operation_of(path: str) -> str:
+    last = path.rsplit("/", 1)[-1]
+    return last if last in _OPERATIONS else "phone_number"
 
 
 class GraphClient:
@@ -75,13 +93,15 @@ class GraphClient:
         """Send one message; return its wamid once the platform accepted it."""
         body = self._request("POST", f"{phone_number_id}/messages", token, payload=payload)
         try:
-            return str(body["messages"][0]["id"])
+            wamid = str(body["messages"][0]["id"])
         except (KeyError, IndexError, TypeError):
             # Accepted (HTTP 200) yet no id: retrying could send it twice.
             raise PermanentPlatformError(
                 "platform accepted the message but returned no message id",
                 details={"body": body},
             ) from None
+        NUMBER_SENDS.labels(phone_number_id).inc()
+        return wamid
 
     def list_templates(self, waba_id: str, token: str, limit: int = 100) -> Iterator[dict[str, Any]]:
         """Yield every template of the business account, following the cursor pages."""
@@ -116,6 +136,12 @@ class GraphClient:
             "GET", phone_number_id, token, params={"fields": PHONE_NUMBER_FIELDS}
         )
 
+    def phone_number_ids(self, waba_id: str, token: str) -> set[str]:
+        """The ids of the business account's numbers, as the token may see them (an error when the
+        token has no access to that business account)."""
+        body = self._request("GET", f"{waba_id}/phone_numbers", token, params={"fields": "id", "limit": 100})
+        return {str(item["id"]) for item in body.get("data") or [] if isinstance(item, dict) and "id" in item}
+
     def sync_contacts(self, phone_number_id: str, token: str) -> str | None:
         """Coexistence: ask for the business app's contacts (allowed once per number)."""
         return self._smb_app_data(phone_number_id, token, "smb_app_state_sync")
@@ -134,7 +160,21 @@ class GraphClient:
         request_id = body.get("request_id")
         return str(request_id) if request_id is not None else None
 
-    def _request(
+    def _request(self, method: str, path: str, token: str | None, **options: Any) -> dict[str, Any]:
+        operation = _operation_of(path)
+        started = time.perf_counter()
+        try:
+            body = self._call(method, path, token, **options)
+        except PlatformError as error:
+            GRAPH_REQUESTS.labels(operation, "error", type(error).__name__,
+                                  str(error.code) if error.code is not None else "none").inc()
+            raise
+        finally:
+            GRAPH_SECONDS.labels(operation).observe(time.perf_counter() - started)
+        GRAPH_REQUESTS.labels(operation, "ok", "none", "none").inc()
+        return body
+
+    def _call(
         self,
         method: str,
         path: str,
@@ -162,7 +202,7 @@ class GraphClient:
         try:
             response = self.session.send(request, timeout=self.timeout, allow_redirects=False)
         except requests.RequestException as exc:
-            raise error_from_exception(exc) from exc
+            raise error_from_exception(exc) from None
         try:
             body = response.json()
         except ValueError:

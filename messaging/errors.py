@@ -16,6 +16,7 @@ carries no usable code.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import requests
@@ -125,11 +126,27 @@ def error_from_response(http_status: int | None, body: Any) -> PlatformError:
 
 
 def error_from_exception(exc: requests.RequestException) -> PlatformUnavailableError:
-    """Wrap a transport failure from `requests` as a retryable platform error."""
+    """Wrap a transport failure from `requests` as a retryable platform error.
+
+    The transport's own text quotes the request's URL, whose query may carry the app secret and
+    a signup code (the code exchange): the message keeps the URL without it, and the original
+    exception is not chained, so no traceback prints it either. Raise it `from None`.
+    """
     kind = "timeout" if isinstance(exc, requests.Timeout) else "connection error"
-    error = PlatformUnavailableError(f"platform {kind}: {exc}", ambiguous=not _never_sent(exc))
-    error.__cause__ = exc
-    return error
+    return PlatformUnavailableError(f"platform {kind}: {without_url_secrets(str(exc))}",
+                                    ambiguous=not _never_sent(exc))
+
+
+# A URL's secret parts: the user information before the host, and the query (and fragment),
+# whether the URL is whole or a path as urllib3 quotes it ("... with url: /v21.0/x?secret=...").
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]*@")
+_QUERY = re.compile(r"(?<=[^\s?'\"(<])[?#][^\s'\"()<>]+")
+
+
+def without_url_secrets(text: str) -> str:
+    """`text` with every URL's query, fragment and user information cut out: error text that is
+    stored or logged never carries a secret sent in a URL."""
+    return _QUERY.sub("?…", _USERINFO.sub(r"\1…@", text))
 
 
 def _never_sent(exc: requests.RequestException) -> bool:

@@ -20,14 +20,15 @@ Control endpoints (no version prefix), all JSON:
     GET    /_sim/health          numbers, sends kept, sends throttled past a number's cap
     POST   /_sim/signup          {display_phone_number?, verified_name?, mps?} -> {code, waba_id,
                                  phone_number_id, display_phone_number}
-    GET    /_sim/numbers         every number, with its token
+    GET    /_sim/numbers         every number (its token only in process: Simulator.numbers())
     POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?}
     POST   /_sim/templates       {name, language, status?, category?, body?, header?}
-    GET    /_sim/sent            every accepted send; DELETE clears the list
+    GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
     POST   /_sim/inbound         {from, to: phone_number_id, text, name?}
     POST   /_sim/echo            {from: phone_number_id, to: wa_id, text}
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
-    GET|POST /_sim/config        webhook_url, app_secret, delivery delays, duplicate_rate, shuffle
+    GET|POST /_sim/config        webhook_url, app_secret (set only; GET says app_secret_set), delivery
+                                 delays, duplicate_rate, shuffle
     POST   /_sim/reset           forget numbers, codes, template changes, sends and failure modes
 
 Choices where the platform varies: throttling (130429) is answered with HTTP 400, as the
@@ -901,6 +902,7 @@ class Simulator:
             "type": message["type"],
             "template": name,
             "language": language,
+            "components": (message.get("template") or {}).get("components"),
             "biz_opaque_callback_data": callback_data,
             "wamid": wamid,
             "phone_number_id": number.id,
@@ -1001,7 +1003,9 @@ class Simulator:
                 args.get("display_phone_number"), args.get("verified_name"), args.get("mps")
             )
         if route == ("GET", "numbers") and len(parts) == 1:
-            return {"data": self.numbers()}
+            # Over HTTP without their tokens: this endpoint answers anyone who can reach it.
+            return {"data": [{key: value for key, value in number.items() if key != "token"}
+                             for number in self.numbers()]}
         if route == ("POST", "numbers") and len(parts) == 2:
             return self.set_number(
                 parts[1], args.get("mps"), args.get("quality_rating"),

@@ -7,9 +7,20 @@ from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, Text
 from models.base import BaseModel
 from models.clock import isoformat, utcnow
 from models.db import atomic
-from models.errors import Conflict, NotFound
+from models.errors import Conflict, DomainError, NotFound
 from models.ids import new_id
 from models.tenants import Tenant, create_key, create_tenant
+
+# An administrator reviews every pending request by hand, so the queue is bounded: per address,
+# so that one client cannot fill it, and overall, so that many addresses cannot bury the real
+# requests either. Reviewing (approving or rejecting) frees the places.
+MAX_PENDING = 200
+MAX_PENDING_PER_IP = 10
+
+
+class ReviewQueueFull(DomainError):
+    status = 429
+    code = "rate_limited"
 
 
 class AccessRequest(BaseModel):
@@ -53,7 +64,17 @@ class AccessRequest(BaseModel):
 
 
 def submit(fields: dict, source_ip: str | None) -> AccessRequest:
-    return AccessRequest.create(public_id=new_id("bcar_"), source_ip=source_ip, **fields)
+    with atomic():
+        pending = AccessRequest.select().where(AccessRequest.status == "pending")
+        if pending.where(AccessRequest.source_ip == source_ip).count() >= MAX_PENDING_PER_IP:
+            raise ReviewQueueFull(
+                f"this address already has {MAX_PENDING_PER_IP} access requests waiting for review; "
+                "wait for an answer", details={"scope": "access_requests_pending_per_ip",
+                                               "limit": MAX_PENDING_PER_IP})
+        if pending.count() >= MAX_PENDING:
+            raise ReviewQueueFull("too many access requests are waiting for review; try again later",
+                                  details={"scope": "access_requests_pending", "limit": MAX_PENDING})
+        return AccessRequest.create(public_id=new_id("bcar_"), source_ip=source_ip, **fields)
 
 
 def get(public_id: str) -> AccessRequest:
@@ -72,14 +93,15 @@ def _mark_reviewed(request: AccessRequest, status: str, **changes) -> None:
                        code="access_request_reviewed")
 
 
-def approve(public_id: str, scopes: list[str]) -> tuple[AccessRequest, Tenant, str]:
-    """Create the tenant and its first key; returns the key string, shown only now."""
+def approve(public_id: str, scopes: list[str], with_key: bool = True) -> tuple[AccessRequest, Tenant, str | None]:
+    """Create the tenant and (unless `with_key` is False: the company's first owner creates keys
+    in the portal) its first key; returns the key string, shown only now."""
     with atomic():
         request = get(public_id)
         if request.status != "pending":
             raise Conflict(f"access request {public_id} is {request.status}", code="access_request_reviewed")
         tenant = create_tenant(request.company_name)
-        _key, key_string = create_key(tenant, scopes)
+        key_string = create_key(tenant, scopes)[1] if with_key else None
         _mark_reviewed(request, "approved", tenant=tenant)
     return get(public_id), tenant, key_string
 

@@ -8,7 +8,9 @@ from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, Inte
 
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
+from models.db import execute
 from models.errors import Invalid, NotFound
+from models.secrets import EncryptedText
 from models.tenants import Tenant
 
 COEXISTENCE_MPS = 20
@@ -29,7 +31,7 @@ class MessagingAccount(BaseModel):
     connection_mode = CharField(max_length=16, default="coexistence")
     business_account_id = CharField(max_length=64, null=True, index=True)
     phone_id = CharField(max_length=64, null=True, index=True)
-    access_token = TextField(null=True)  # encrypted with models.secrets
+    access_token = EncryptedText(null=True)
     subscribed_to_webhooks = BooleanField(default=False)
     quality_rating = CharField(max_length=16, null=True)
     daily_limit = IntegerField(null=True)
@@ -126,13 +128,26 @@ class BusinessInitiated(BaseModel):
 
 def record_business_sends(account_id: int, wa_ids: list[str], at: dt.datetime | None = None) -> None:
     """Note that the platform accepted messages from this number to these users (call per batch)."""
-    at = at or utcnow()
-    rows = [{"account": account_id, "wa_id": wa_id, "last_sent_at": at} for wa_id in set(wa_ids)]
-    if rows:
-        (BusinessInitiated.insert_many(rows)
-         .on_conflict(conflict_target=[BusinessInitiated.account, BusinessInitiated.wa_id],
-                      update={BusinessInitiated.last_sent_at: at})
-         .execute())
+    record_business_sends_many({(account_id, wa_id) for wa_id in wa_ids}, at or utcnow())
+
+
+BUSINESS_CHUNK = 400  # rows per upsert: three parameters each, well under SQLite's limit
+
+
+def record_business_sends_many(pairs: set[tuple[int, str]], at: dt.datetime) -> None:
+    """`record_business_sends` for many (number, user) pairs: one upsert per chunk, in ascending
+    (number, user) order, the lock order of docs/reliability.md. Hand-written SQL: this runs in
+    every batch of sends and of status updates."""
+    table = BusinessInitiated._meta.table_name
+    rows = sorted(pairs)
+    for start in range(0, len(rows), BUSINESS_CHUNK):
+        chunk = rows[start:start + BUSINESS_CHUNK]
+        params: list = []
+        for account_id, wa_id in chunk:
+            params += [account_id, wa_id, at]
+        values = ", ".join(["(?, ?, ?)"] * len(chunk))
+        execute(f'INSERT INTO "{table}" (account_id, wa_id, last_sent_at) VALUES {values} '
+                "ON CONFLICT (account_id, wa_id) DO UPDATE SET last_sent_at = excluded.last_sent_at", params)
 
 
 def messages_sent_today(account_id: int, now: dt.datetime | None = None) -> int:

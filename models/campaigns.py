@@ -1,14 +1,16 @@
 """Campaigns: one approved template sent to up to 5000 recipients through one number.
 
 A campaign is created in one transaction (credits reserved one per recipient, the campaign and
-its recipients inserted in bulk, `campaign.created` written) and then dispatched by the engine
-in models/dispatch.py. This module holds the tables, the creation and cancel rules, and what a
+its recipients inserted in bulk, `campaign.created` written) and then sent by the sending core
+(models/sending/). This module holds the tables, the creation and cancel rules, and what a
 client reads. The invariants every writer keeps:
 
 - A recipient's credit is reserved at creation and then either consumed (the platform accepted
   it) or released (it never reached the platform); a failure reported after acceptance refunds.
-  `reserved_credits = consumed_credits + released_credits` once nothing is in flight, and each
-  column moves in the same transaction as its ledger entry (`move_credits`).
+  `reserved = consumed + released` once nothing is in flight, and each counter moves in the same
+  transaction as its ledger entry (`move_credits_many`). The counters live in a row of their own
+  (`CampaignCredits`), added to rather than read and written back, so recording sends and status
+  updates never locks the campaign row (the lock order is in docs/reliability.md).
 - Counters are not stored: they are counted from the recipients' statuses on the
   (campaign, status) index, so they cannot drift from them.
 - Recipient statuses only move forward: pending -> queued -> sent -> delivered -> read, with
@@ -34,17 +36,17 @@ from peewee import (
     IntegerField,
     fn,
 )
-from pydantic import AliasChoices, Field, StringConstraints
+from pydantic import AliasChoices, Field, StringConstraints, field_validator
 
-from api.schemas import Input, text
 from models import credits
 from models.accounts import MessagingAccount, Template, get_account
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import atomic, db, lock_in_order
+from models.db import after_commit, atomic, db, lock_in_order
 from models.errors import Conflict, Invalid, NotFound
-from models.events import Event
+from models.events import Event, announce
 from models.ids import new_id
+from models.inputs import Input, text
 from models.tenants import Tenant
 
 MAX_RECIPIENTS = 5000
@@ -60,14 +62,35 @@ MEDIA_HEADERS = ("image", "video", "document")
 
 # Request schemas (also the OpenAPI document's CampaignInput).
 
+# What the contract leaves open is bounded here, so that what a campaign stores stays in
+# proportion to what it costs: a variable list longer than any template's, a free-form `payload`
+# as big as the request, or defaults copied to every recipient would otherwise store megabytes
+# for one credit (docs/api.md, "Limits").
+MAX_VARIABLES = 100
+MAX_PAYLOAD_BYTES = 4096  # a recipient's `payload`, as compact JSON
+MAX_CAMPAIGN_STORED_BYTES = 4 * 1024 * 1024  # every recipient's variables and payload, as stored
+
 Variable = Annotated[str, StringConstraints(max_length=1000)] | None
+Variables = Annotated[list[Variable], Field(max_length=MAX_VARIABLES)]
 
 
 class RecipientInput(Input):
     wa_id: text(32)
     external_contact_id: text(160) | None = None
-    vars: list[Variable] | None = None
+    vars: Variables | None = None
     payload: dict[str, Any] | None = None
+
+    @field_validator("payload")
+    @classmethod
+    def _bounded_payload(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                size = len(orjson.dumps(value))
+            except orjson.JSONEncodeError:
+                raise ValueError("integers must fit in 64 bits") from None
+            if size > MAX_PAYLOAD_BYTES:
+                raise ValueError(f"must be at most {MAX_PAYLOAD_BYTES} bytes as JSON, got {size}")
+        return value
 
 
 class CampaignInput(Input):
@@ -80,7 +103,7 @@ class CampaignInput(Input):
     header_type: Literal["none", "image", "video", "document"] | None = None
     header_url: Annotated[str, StringConstraints(max_length=1000, pattern=r"^https?://[^\s/?#]+[^\s]*$")] | None \
         = None
-    body_placeholders: list[Variable] | None = None
+    body_placeholders: Variables | None = None
     dedupe: bool = False
 
 
@@ -102,10 +125,6 @@ class Campaign(BaseModel):
     status = CharField(max_length=16, default="queued")
     hold_reason = CharField(max_length=64, null=True)  # why a campaign is `pending`
     total_recipients = IntegerField()
-    reserved_credits = IntegerField(default=0)
-    consumed_credits = IntegerField(default=0)
-    released_credits = IntegerField(default=0)
-    refunded_credits = IntegerField(default=0)
     created_at = DateTimeField(default=utcnow)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
@@ -115,6 +134,22 @@ class Campaign(BaseModel):
             (("tenant", "source", "id"), False),
             (("status",), False),
         )
+
+
+class CampaignCredits(BaseModel):
+    """A campaign's credit counters. Every change is an addition (`n = n + k`) in the transaction
+    of its ledger entry; the campaign row itself is locked only when the campaign changes state."""
+
+    campaign = ForeignKeyField(Campaign, primary_key=True, on_delete="CASCADE")
+    reserved = IntegerField(default=0)
+    consumed = IntegerField(default=0)
+    released = IntegerField(default=0)
+    refunded = IntegerField(default=0)
+
+    @property
+    def leftover(self) -> int:
+        """Reserved and neither consumed nor released: in flight, or waiting to be sent."""
+        return self.reserved - self.consumed - self.released
 
 
 class CampaignRecipient(BaseModel):
@@ -227,6 +262,7 @@ def emit_rows(name: str, items: list[tuple[int, dict[str, Any]]], at: dt.datetim
             params += [public_id, tenant_id, name, orjson.dumps({"event": name, **fields}).decode(), now]
         run_sql(f'INSERT INTO "{table}" (public_id, tenant_id, name, payload, created_at) '
                 f"VALUES {placeholders(len(chunk), 5)}", params)
+    announce()
     return len(items)
 
 
@@ -271,46 +307,61 @@ def campaign_event(campaign: Campaign, account_public_id: str) -> dict[str, Any]
 # Credits.
 
 
-CREDIT_COLUMNS = {"consume": Campaign.consumed_credits, "release": Campaign.released_credits,
-                  "refund": Campaign.refunded_credits}
+CREDIT_COLUMNS = {"reserve": CampaignCredits.reserved, "consume": CampaignCredits.consumed,
+                  "release": CampaignCredits.released, "refund": CampaignCredits.refunded}
+CREDIT_KINDS = tuple(CREDIT_COLUMNS)
+
+
+def credits_of(campaign_ids: Iterable[int]) -> dict[int, CampaignCredits]:
+    ids = list(campaign_ids)
+    if not ids:
+        return {}
+    return {row.campaign_id: row for row in CampaignCredits.select().where(CampaignCredits.campaign.in_(ids))}
+
+
+def campaign_credits(campaign: Campaign | int) -> CampaignCredits:
+    campaign_id = campaign if isinstance(campaign, int) else campaign.id
+    return CampaignCredits.get_by_id(campaign_id)
 
 
 def move_credits(campaign: Campaign, *, consume: int = 0, release: int = 0, refund: int = 0,
                  description: str | None = None) -> None:
-    """Ledger entries and the campaign's credit columns, together; call inside a transaction."""
+    """Ledger entries and the campaign's credit counters, together; call inside a transaction."""
     move_credits_many({campaign.id: {"consume": consume, "release": release, "refund": refund}}, description)
 
 
 def move_credits_many(moves: dict[int, dict[str, int]], description: str | None = None) -> None:
-    """Credit movements of many campaigns (`{campaign id: {"consume"|"release"|"refund": n}}`), in
-    one lock order: every campaign row (ascending id) before any wallet (ascending tenant).
-
-    Every writer that touches both keeps that order, so two transactions moving the credits of
-    overlapping campaigns wait for each other instead of deadlocking. Each tenant gets one ledger
-    entry per kind (naming the campaign when there is one).
+    """Credit movements of many campaigns (`{campaign id: {"reserve"|"consume"|"release"|"refund":
+    n}}`), in the lock order of docs/reliability.md: the counter rows (ascending campaign id),
+    then the wallets (ascending tenant). Call after the transaction's recipient rows are written
+    and its business sends recorded. Each tenant gets one ledger entry per kind (naming the
+    campaign when there is one); a reservation the wallet cannot cover raises (and the caller's
+    transaction rolls back).
     """
+    add_to_counters(moves)
+    credits.apply_moves(ledger_moves(moves, description))
+
+
+def _nonzero(moves: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
     moves = {campaign_id: {k: n for k, n in kinds.items() if n} for campaign_id, kinds in moves.items()}
-    moves = {campaign_id: kinds for campaign_id, kinds in moves.items() if kinds}
+    return {campaign_id: kinds for campaign_id, kinds in moves.items() if kinds}
+
+
+def ledger_moves(moves: dict[int, dict[str, int]], description: str | None = None) -> list[credits.Move]:
+    """The wallet movements of campaigns' credit moves: one per tenant and kind."""
+    moves = _nonzero(moves)
     if not moves:
-        return
+        return []
     ids = sorted(moves)
-    # The campaign rows, locked in id order, then one UPDATE for all of them.
-    campaigns = {c.id: c for c in lock_in_order(
-        Campaign.select(Campaign.id, Campaign.public_id, Campaign.tenant, Campaign.account)
-        .where(Campaign.id.in_(ids)).order_by(Campaign.id))}
-    changes = {}
-    for kind, column in CREDIT_COLUMNS.items():
-        deltas = [(campaign_id, moves[campaign_id][kind]) for campaign_id in ids if moves[campaign_id].get(kind)]
-        if deltas:
-            changes[column] = column + Case(Campaign.id, deltas, 0)
-    Campaign.update(changes).where(Campaign.id.in_(ids)).execute()
+    campaigns = {c.id: c for c in Campaign.select(Campaign.id, Campaign.public_id, Campaign.tenant, Campaign.account)
+                 .where(Campaign.id.in_(ids))}
     per_tenant: dict[int, dict[str, list[int]]] = {}
     for campaign_id in sorted(moves):
         for kind in moves[campaign_id]:
             per_tenant.setdefault(campaigns[campaign_id].tenant_id, {}).setdefault(kind, []).append(campaign_id)
-    operations = {"consume": credits.consume, "release": credits.release, "refund": credits.refund}
+    entries: list[credits.Move] = []
     for tenant_id in sorted(per_tenant):
-        for kind in ("consume", "release", "refund"):
+        for kind in CREDIT_KINDS:
             ids = per_tenant[tenant_id].get(kind)
             if not ids:
                 continue
@@ -319,9 +370,27 @@ def move_credits_many(moves: dict[int, dict[str, int]], description: str | None 
                 "campaign_id": single.id if single else None,
                 "messaging_account_id": single.account_id if single else None,
                 "reference": single.public_id if single else ",".join(campaigns[c].public_id for c in ids)[:255]}
-            if kind != "consume" and description:
+            if kind in ("release", "refund") and description:
                 options["description"] = description[:1000]
-            operations[kind](tenant_id, sum(moves[c][kind] for c in ids), **options)
+            entries.append(credits.Move(tenant_id, kind, sum(moves[c][kind] for c in ids), options))
+    return entries
+
+
+def add_to_counters(moves: dict[int, dict[str, int]]) -> None:
+    """Add to the campaigns' credit counters: their rows locked in ascending campaign id, then
+    one UPDATE for all of them."""
+    moves = _nonzero(moves)
+    if not moves:
+        return
+    ids = sorted(moves)
+    list(lock_in_order(CampaignCredits.select(CampaignCredits.campaign).where(CampaignCredits.campaign.in_(ids))
+                       .order_by(CampaignCredits.campaign)).tuples())
+    changes = {}
+    for kind, column in CREDIT_COLUMNS.items():
+        deltas = [(campaign_id, moves[campaign_id][kind]) for campaign_id in ids if moves[campaign_id].get(kind)]
+        if deltas:
+            changes[column] = column + Case(CampaignCredits.campaign, deltas, 0)
+    CampaignCredits.update(changes).where(CampaignCredits.campaign.in_(ids)).execute()
 
 
 # Creation.
@@ -407,6 +476,7 @@ def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, 
     defaults = data.body_placeholders or []
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
+    stored = 0
     bad_numbers: dict[str, list[str]] = {}
     for index, item in enumerate(data.recipients):
         wa_id = digits(item.wa_id)
@@ -427,6 +497,14 @@ def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, 
                 code="variable_count_mismatch",
                 details={"recipient_index": index, "wa_id": wa_id, "expected": variable_count,
                          "given": sum(value is not None for value in values)})
+        # Counted as stored, defaults included: they are copied to every recipient that takes them.
+        stored += sum(len(value.encode()) for value in values)
+        if item.payload is not None:
+            stored += len(orjson.dumps(item.payload))
+        if stored > MAX_CAMPAIGN_STORED_BYTES:
+            raise Invalid("The given data was invalid.", details={"errors": {"recipients": [
+                f"the recipients' variables and payloads (defaults included) may store at most "
+                f"{MAX_CAMPAIGN_STORED_BYTES} bytes; recipient {index} goes past it"]}})
         rows.append({"wa_id": wa_id, "external_contact_id": item.external_contact_id, "vars": values,
                      "payload": item.payload})
     if bad_numbers:
@@ -435,8 +513,9 @@ def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, 
 
 
 def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str = "api") -> Campaign:
-    """Validate and create a queued campaign; the caller enqueues `jobs.campaigns.enqueue_dispatch`
-    once its transaction has committed (this may run inside the caller's transaction).
+    """Validate and create a queued campaign; the caller wakes the sending engine once its
+    transaction has committed (`models.sending.work_arrived`; this may run inside the caller's
+    transaction).
 
     Raises NotFound (`account_not_found`) or Invalid (`account_not_ready`, `account_inactive`,
     `template_not_approved`, `variable_count_mismatch`, `insufficient_credits`, `wallet_paused`,
@@ -454,8 +533,8 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
             public_id=new_id("cmp_"), tenant=tenant_id, account=account.id, source=source[:16],
             external_reference=data.external_reference, template_name=template.name,
             template_language=template.language, header_type=header_type, header_url=header_url,
-            body_placeholders=data.body_placeholders, status="queued", total_recipients=total,
-            reserved_credits=total, created_at=now)
+            body_placeholders=data.body_placeholders, status="queued", total_recipients=total, created_at=now)
+        CampaignCredits.create(campaign=campaign.id, reserved=total)
         credits.reserve(tenant_id, total, campaign_id=campaign.id, messaging_account_id=account.id,
                         reference=campaign.public_id)
         insert_recipients(campaign.id, rows, now)
@@ -535,17 +614,19 @@ def status_counts(campaign_ids: Iterable[int]) -> dict[int, dict[str, int]]:
 def campaign_dicts(campaigns: list[Campaign]) -> list[dict]:
     """The contract's Campaign for each, counters included, in two queries whatever the number."""
     counts = status_counts(c.id for c in campaigns)
+    money = credits_of(c.id for c in campaigns)
     account_ids = {c.account_id for c in campaigns}
     accounts = dict(MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id)
                     .where(MessagingAccount.id.in_(list(account_ids))).tuples()) if account_ids else {}
-    return [_as_dict(c, accounts.get(c.account_id), counts[c.id]) for c in campaigns]
+    return [_as_dict(c, accounts.get(c.account_id), counts[c.id], money[c.id]) for c in campaigns]
 
 
 def campaign_dict(campaign: Campaign) -> dict:
     return campaign_dicts([campaign])[0]
 
 
-def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str, int]) -> dict:
+def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str, int],
+             money: CampaignCredits) -> dict:
     return {
         "id": campaign.public_id,
         "external_reference": campaign.external_reference,
@@ -554,10 +635,10 @@ def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str
         "template_language": campaign.template_language,
         "status": campaign.status,
         "total_recipients": campaign.total_recipients,
-        "reserved_credits": campaign.reserved_credits,
-        "consumed_credits": campaign.consumed_credits,
-        "released_credits": campaign.released_credits,
-        "refunded_credits": campaign.refunded_credits,
+        "reserved_credits": money.reserved,
+        "consumed_credits": money.consumed,
+        "released_credits": money.released,
+        "refunded_credits": money.refunded,
         **{name: counts.get(name, 0) for name in COUNTERS},
         "hold_reason": campaign.hold_reason if campaign.status == "pending" else None,
         "source": campaign.source,
@@ -590,7 +671,7 @@ def cancel_campaign(tenant_id: int, public_id: str) -> Campaign:
                      .where((CampaignRecipient.campaign == campaign.id) & (CampaignRecipient.status == "pending"))
                      .execute())
         campaign = Campaign.get_by_id(campaign.id)
-        leftover = campaign.reserved_credits - campaign.consumed_credits - campaign.released_credits
+        leftover = campaign_credits(campaign).leftover
         if leftover != cancelled:
             # Something was claimed although the campaign was queued: a broken invariant, not a race.
             raise Conflict("the campaign has messages in flight", code="campaign_not_cancellable")
@@ -636,8 +717,16 @@ def finish_if_done(campaign_ids: Iterable[int]) -> list[Campaign]:
     return finished
 
 
+def finish_after_commit(campaign_ids: Iterable[int]) -> None:
+    """`finish_if_done` once the current transaction commits, in a transaction of its own: it
+    locks campaign rows, which come first in the lock order, so never after recipient rows."""
+    ids = set(campaign_ids)
+    if ids:
+        after_commit(lambda: finish_if_done(ids))
+
+
 def _close(campaign: Campaign) -> None:
-    leftover = campaign.reserved_credits - campaign.consumed_credits - campaign.released_credits
+    leftover = campaign_credits(campaign).leftover
     if leftover > 0:
         move_credits(campaign, release=leftover, description="campaign finished")
     account_public_id = MessagingAccount.get_by_id(campaign.account_id).public_id

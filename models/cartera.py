@@ -21,7 +21,6 @@ already admit one writer at a time).
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import itertools
 import logging
 import operator
@@ -54,7 +53,7 @@ from models.cartera_input import (
 )
 from models.cartera_money import MoneyError, amount_json, to_minor
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import atomic, db, execute, is_postgres
+from models.db import atomic, execute, is_postgres
 from models.errors import Conflict, DomainError, NotFound
 from models.events import emit
 from models.ids import new_id
@@ -883,7 +882,6 @@ def record_service_payment(tenant_id: int, debt_external_id: str, amount, method
         raise invalid({"transaction_id": ["must be 1 to 255 characters"]})
     value = parse_amount(amount)
     when = to_utc_naive(paid_at) if paid_at is not None else utcnow()
-    owns_transaction = not db.in_transaction()
     with atomic():
         debt = _lock_debt(tenant_id, debt_external_id)
         if transaction_id is not None:
@@ -897,23 +895,11 @@ def record_service_payment(tenant_id: int, debt_external_id: str, amount, method
         payment = _apply_payment(debt, amount=_minor(value, debt.moneda), currency=debt.moneda, method=method,
                                  paid_at=when, origin="service", transaction_id=transaction_id)
         emit(tenant_id, "debt.payment_received", payment_event_data(payment, debt))
-    if owns_transaction:
-        notify_webhooks()
+        # Numbered for the ERP's export in the same transaction (models.payments).
+        from models.payments import export_payment
+
+        export_payment(payment)
     return payment
-
-
-def notify_webhooks() -> None:
-    """Ask for a prompt fan-out of new events, when the webhooks area provides the nudge."""
-    try:
-        webhooks = importlib.import_module("jobs.webhooks")
-    except ImportError:
-        return
-    notify = getattr(webhooks, "notify_new_events", None)
-    if notify is not None:
-        try:
-            notify()
-        except Exception:  # the outbox keeps the event; the periodic fan-out will deliver it
-            log.exception("could not nudge webhook delivery")
 
 
 # -- resolution and overdue ---------------------------------------------------------------------

@@ -33,6 +33,7 @@ from models.cartera_money import format_amount
 from models.clock import utcnow
 from models.db import atomic
 from models.errors import DomainError
+from models.sending import work_arrived
 from models.tenants import Tenant
 
 log = logging.getLogger("cartera.collection")
@@ -149,10 +150,9 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     Per (tenant, number), in one transaction: claim the reminders (insert their rows; the unique
     key drops any another run already took), create the campaign for the debts claimed, and
     stamp the rows with it. A refusal (no credits, number paused) undoes the claim, so those
-    reminders are tried again on the next run. Dispatch is enqueued after commit.
+    reminders are tried again on the next run. Creating a campaign wakes the sending engine
+    once its transaction commits (`models.sending.work_arrived`).
     """
-    # Imported here: the domain layer reaches the queue only at this edge.
-    from jobs.campaigns import enqueue_dispatch
     from models.campaigns import MAX_RECIPIENTS, create_campaign
 
     due = due_reminders(now)
@@ -173,7 +173,7 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
                             error.message)
                 break
             if campaign is not None:
-                enqueue_dispatch(campaign.id)
+                work_arrived()
                 created.append(campaign.public_id)
     return created
 
@@ -187,15 +187,24 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
     for start in range(0, len(rows), 500):
         Reminder.insert_many(rows[start:start + 500]).on_conflict_ignore().as_rowcount().execute()
     ours = set(Reminder.select(Reminder.installment, Reminder.stage).where(Reminder.campaign_id == token).tuples())
-    recipients = []
-    for items in by_debt.values():
+    recipients, balances = [], {}
+    for debt_id, items in by_debt.items():
         claimed = [item for item in items if (item.installment_id, item.stage) in ours]
         if claimed:
             recipients.append(recipient_for(claimed))
+            balances[debt_id] = (claimed[0].saldo_pendiente, claimed[0].moneda)
     if not recipients:
         return None
+    # With a payment gateway, the reminder carries a link to pay (models.payments).
+    from models.payments import LINK_TEMPLATE, reminder_links
+
+    links = reminder_links(tenant_id, account_public_id, balances)
+    if links:
+        for recipient, debt_id in zip(recipients, balances, strict=True):
+            recipient["vars"].append(links[debt_id])
     local_day = now.date().isoformat()
-    spec = {"account_id": account_public_id, "template_name": TEMPLATE_NAME, "language": TEMPLATE_LANGUAGE,
+    spec = {"account_id": account_public_id, "template_name": LINK_TEMPLATE if links else TEMPLATE_NAME,
+            "language": TEMPLATE_LANGUAGE,
             "recipients": recipients, "external_reference": f"cobranza {local_day}"}
     campaign = create_campaign(tenant_id, spec, source="collection")
     Reminder.update(campaign_id=campaign.public_id).where(Reminder.campaign_id == token).execute()
@@ -209,7 +218,7 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
     The recipient moves `pending → cancelled` with a conditional UPDATE: the dispatcher claims
     with `pending → queued` the same way, so a message is either withdrawn or sent, never both.
     The withdrawn messages' reserved credits are released, and a campaign left with nothing to
-    send completes.
+    send completes once the transaction commits (campaign rows come first in the lock order).
     """
     if not debt_ids:
         return 0
@@ -217,7 +226,7 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
                   .where(Reminder.debt.in_(debt_ids) & (Reminder.status == "queued")).distinct().tuples())
     if not queued:
         return 0
-    from models.campaigns import Campaign, CampaignRecipient, finish_if_done, move_credits
+    from models.campaigns import Campaign, CampaignRecipient, finish_after_commit, move_credits
 
     by_campaign: dict[str, list[str]] = {}
     for campaign_public_id, debt_external_id in queued:
@@ -241,5 +250,5 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
                 & Reminder.debt.in_(Debt.select(Debt.id).where(
                     Debt.id.in_(debt_ids) & Debt.external_id.in_([row[0] for row in cancelled]))))
          .execute())
-        finish_if_done([campaign.id])
+        finish_after_commit([campaign.id])
     return withdrawn

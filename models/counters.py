@@ -11,7 +11,7 @@ import math
 import time
 import zlib
 
-from peewee import BigIntegerField, Case, CharField, FloatField, IntegerField
+from peewee import BigIntegerField, Case, CharField, DoubleField, IntegerField
 
 from models.base import BaseModel
 from models.db import execute
@@ -27,21 +27,12 @@ class RateCounter(BaseModel):
         indexes = ((("key", "window"), True),)
 
 
-class PacingBucket(BaseModel):
-    """The token buckets pacing used before send slots: migration 0004 creates their table from
-    this model and 0008 drops it; nothing else uses it."""
-
-    key = CharField(max_length=200, primary_key=True)
-    tokens = FloatField()
-    updated = FloatField()
-    version = BigIntegerField(default=0)
-
-
 class PacingSlot(BaseModel):
-    """A number's send schedule in the database store: the next free slot (models/dispatch.py)."""
+    """A number's send schedule in the database store: the next free slot (models/sending/engine.py)."""
 
     key = CharField(max_length=200, primary_key=True)
-    next_free = FloatField()  # unix seconds: the earliest time the next granted send may go
+    # Double precision: unix seconds in PostgreSQL's 4-byte REAL would be off by minutes.
+    next_free = DoubleField()  # unix seconds: the earliest time the next granted send may go
     version = BigIntegerField(default=0)  # compare-and-swap guard: two consumers never get one slot
 
 
@@ -49,7 +40,7 @@ class Heartbeat(BaseModel):
     """`key` is alive until `expires` (unix seconds): dispatch engines announce themselves here."""
 
     key = CharField(max_length=200, primary_key=True)
-    expires = FloatField()
+    expires = DoubleField()  # unix seconds: double precision, as for PacingSlot.next_free
 
 
 # Send pacing is a GCRA (generic cell rate algorithm, "virtual scheduling"): every granted send
@@ -124,7 +115,7 @@ class DatabaseCounters:
         cutoff = window_start(1) - older_than_seconds
         return RateCounter.delete().where(RateCounter.window < cutoff).execute()
 
-    # Send pacing and engine liveness (models/dispatch.py).
+    # Send pacing and engine liveness (models/sending/engine.py).
 
     def take_tokens(self, requests: dict[str, tuple[float, float, int]],
                     now: float | None = None) -> dict[str, tuple[int, float]]:
@@ -211,7 +202,7 @@ class RedisCounters:
     def purge(self, older_than_seconds: int = 3600) -> int:
         return 0  # keys expire by themselves
 
-    # Send pacing and engine liveness (models/dispatch.py). One Lua script schedules the slots of
+    # Send pacing and engine liveness (models/sending/engine.py). One Lua script schedules the slots of
     # every number of a call atomically (`schedule_slots`, spelled in Lua), on the Redis server's
     # clock: one clock for all hosts.
 

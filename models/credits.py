@@ -10,6 +10,9 @@ Ledger amounts (see docs/credits.md): `purchase`, `manual_grant`, `manual_adjust
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from peewee import SQL, CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from models.base import BaseModel
@@ -207,6 +210,24 @@ def refund(tenant_id: int, amount: int, *, campaign_id: int | None = None,
                   NotFound("the tenant has no wallet", code="wallet_not_found"),
                   reference=reference, description=description, campaign_id=campaign_id,
                   messaging_account_id=messaging_account_id)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One wallet movement of `apply_moves`: `kind` is reserve, consume, release or refund."""
+
+    tenant_id: int
+    kind: str
+    amount: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def apply_moves(moves: list[Move]) -> None:
+    """Many wallet movements in the caller's transaction, in the lock order: ascending tenant,
+    each tenant's in the order given (a reservation before the consumption it covers)."""
+    operations = {"reserve": reserve, "consume": consume, "release": release, "refund": refund}
+    for move in sorted(moves, key=lambda m: m.tenant_id):
+        operations[move.kind](move.tenant_id, move.amount, **move.options)
 
 
 def set_status(tenant_id: int, status: str) -> Wallet:

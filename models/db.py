@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import random
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from playhouse.migrations import Runner
 from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from config import Settings
+from config.settings import private_data_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,7 +61,7 @@ def _postgres(url: str, pool_size: int) -> PooledPostgresqlDatabase:
 
 
 def _sqlite(path: Path, pool_size: int) -> PooledSqliteDatabase:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_data_file(path)
     # lock_type IMMEDIATE: every transaction takes the write lock at BEGIN, so a second writer
     # waits on busy_timeout instead of failing mid-transaction with "database is locked".
     return PooledSqliteDatabase(
@@ -152,6 +155,8 @@ def connection() -> Iterator[None]:
 
 _commit_hooks: contextvars.ContextVar[tuple[Callable[[], None], ...]] = contextvars.ContextVar(
     "commit_hooks", default=())
+# Peewee keeps a transaction per thread; so are the hooks waiting for it to commit.
+_committed = threading.local()
 
 
 @contextlib.contextmanager
@@ -159,14 +164,22 @@ def atomic() -> Iterator[None]:
     """A write transaction (BEGIN IMMEDIATE on SQLite, a savepoint when nested).
 
     The outermost one runs the `before_commit` hooks of its context as its last statements, so
-    what they write commits with the change or not at all.
+    what they write commits with the change or not at all, and the `after_commit` hooks added
+    inside it once it has committed.
     """
     outermost = not db.in_transaction()
-    with db.atomic():
-        yield
+    try:
+        with db.atomic():
+            yield
+            if outermost:
+                for hook in _commit_hooks.get():
+                    hook()
+    except BaseException:
         if outermost:
-            for hook in _commit_hooks.get():
-                hook()
+            _pending_after_commit().clear()
+        raise
+    if outermost:
+        _run_after_commit()
 
 
 @contextlib.contextmanager
@@ -178,6 +191,42 @@ def before_commit(hook: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         _commit_hooks.reset(token)
+
+
+def after_commit(hook: Callable[[], None]) -> None:
+    """Run `hook` once the current transaction has committed (at once outside a transaction;
+    never if it rolls back). A hook added several times in one transaction runs once.
+
+    For work that must see the change committed, such as asking the queue for a prompt fan-out
+    of new events: the change is done by then, so a hook that fails is logged, not raised.
+    """
+    if not db.in_transaction():
+        _run([hook])
+        return
+    pending = _pending_after_commit()
+    if hook not in pending:
+        pending.append(hook)
+
+
+def _pending_after_commit() -> list[Callable[[], None]]:
+    if not hasattr(_committed, "hooks"):
+        _committed.hooks = []
+    return _committed.hooks
+
+
+def _run_after_commit() -> None:
+    pending = _pending_after_commit()
+    hooks = list(pending)
+    pending.clear()
+    _run(hooks)
+
+
+def _run(hooks: list[Callable[[], None]]) -> None:
+    for hook in hooks:
+        try:
+            hook()
+        except Exception:
+            log.exception("an after-commit hook failed; what it follows up is committed")
 
 
 # SQLite reports a bad query as OperationalError too ("no such table"): only these mean the file
@@ -203,21 +252,32 @@ def storage_unavailable(error: BaseException) -> bool:
 
 def outlast_outage(action: Callable[[], T], seconds: float = 60.0, what: str = "a write") -> T:
     """Run `action`; while the database or Redis cannot be reached, reconnect and run it again,
-    for up to `seconds` (then the error is raised).
+    for up to `seconds` (then the error is raised). A transaction the database rolled back to
+    break a lock conflict (a deadlock: some writer broke the lock order of docs/reliability.md)
+    runs again too, after a jittered pause so that two victims do not meet again; it is logged
+    with the database's words, since it should not happen.
 
     For the record of work already done outside (a webhook POSTed, a message handed to the
-    platform, a lease to give back): a restart of the storage must not make that work look
-    undone. `action` runs whole again after a failure, so it must be one transaction of its own:
-    calling this inside a transaction only runs it once.
+    platform, a lease to give back, a platform's status batch): neither a restart of the storage
+    nor a conflict must make that work look undone, or drop it. `action` runs whole again after a
+    failure, so it must be one transaction of its own: calling this inside a transaction only
+    runs it once.
     """
     deadline = time.monotonic() + seconds
     delay = 0.2
+    conflict_delay = 0.05
     while True:
         try:
             return action()
         except Exception as error:
             if not storage_unavailable(error) or db.in_transaction() or time.monotonic() + delay > deadline:
                 raise
+            if lock_conflict(error):
+                log.warning("%s was rolled back by a lock conflict, trying again: %s", what,
+                            str(error).strip()[:300])
+                time.sleep(random.uniform(conflict_delay / 2, conflict_delay))
+                conflict_delay = min(conflict_delay * 2, 2.0)
+                continue
             log.warning("%s waits for the storage to come back: %s", what, str(error).strip()[:200])
         time.sleep(delay)
         delay = min(delay * 2, 2.0)
@@ -227,6 +287,16 @@ def outlast_outage(action: Callable[[], T], seconds: float = 60.0, what: str = "
                 db.close()
         with contextlib.suppress(Exception):
             db.connect(reuse_if_open=True)
+
+
+# PostgreSQL's answers when it rolled a transaction back to break a conflict: a deadlock, a
+# serialization failure, a lock it could not take.
+_CONFLICT_CODES = frozenset({"40P01", "40001", "55P03"})
+
+
+def lock_conflict(error: BaseException) -> bool:
+    original = error.args[0] if error.args else None  # peewee wraps the driver's error
+    return isinstance(error, peewee.OperationalError) and getattr(original, "pgcode", None) in _CONFLICT_CODES
 
 
 def upgrade() -> list[str]:
@@ -240,6 +310,18 @@ def skip_locked(query):
     claimer holds, so concurrent claimers take disjoint work instead of queueing on each other.
     SQLite runs one writer at a time, so it needs no lock (and has no FOR UPDATE)."""
     return query.for_update(skip_locked=True) if is_postgres() else query
+
+
+def lock_rows(model, ids) -> None:
+    """Lock these rows of `model` in ascending id order until commit (PostgreSQL), before a
+    transaction writes several of them with statements of its own: two such transactions then
+    wait for each other instead of deadlocking (docs/reliability.md, the lock order)."""
+    if not ids or not is_postgres():
+        return
+    ordered = sorted(set(ids))
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start:start + 500]
+        model.select(model.id).where(model.id.in_(chunk)).order_by(model.id).for_update().tuples().execute()
 
 
 def lock_in_order(query):

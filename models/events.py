@@ -3,16 +3,22 @@
 Nothing here talks to the network. Webhook delivery reads rows whose `fanned_out_at` is null,
 creates one delivery per subscribed endpoint, and stamps the row; a crash between the write and
 the fan-out only delays delivery, it never loses an event.
+
+Writing an event also asks for a prompt fan-out once its transaction commits: the delivery side
+(jobs/webhooks.py) registers its nudge with `on_new_events`, so no caller has to remember to.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from peewee import CharField, DateTimeField, ForeignKeyField
 
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
+from models.db import after_commit
 from models.ids import new_id
 from models.tenants import Tenant
 
@@ -41,6 +47,37 @@ class Event(BaseModel):
     fanned_out_at = DateTimeField(null=True, index=True)
 
 
+_listeners: list[Callable[[], None]] = []
+
+
+def on_new_events(listener: Callable[[], None]) -> None:
+    """Call `listener` after every commit that wrote events (once per transaction)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+@contextlib.contextmanager
+def listening(listeners: list[Callable[[], None]]) -> Iterator[None]:
+    """Only these listeners while the block runs (a caller that runs the queue in its own
+    thread fans out at once instead of through the queue's coalescing)."""
+    saved = list(_listeners)
+    _listeners[:] = listeners
+    try:
+        yield
+    finally:
+        _listeners[:] = saved
+
+
+def _new_events_committed() -> None:
+    for listener in list(_listeners):
+        listener()
+
+
+def announce() -> None:
+    """Events are being written in the current transaction: tell the listeners once it commits."""
+    after_commit(_new_events_committed)
+
+
 def emit(tenant_id: int, name: str, fields: dict[str, Any]) -> Event:
     """Record an event; call inside the transaction that makes the change it reports.
 
@@ -55,8 +92,9 @@ def emit(tenant_id: int, name: str, fields: dict[str, Any]) -> Event:
         payload = {"id": public_id, "event": name, "created_at": isoformat(now), "data": fields}
     else:
         payload = {"event": name, **fields}
-    return Event.create(public_id=public_id, tenant=tenant_id, name=name, payload=payload,
-                        created_at=now)
+    event = Event.create(public_id=public_id, tenant=tenant_id, name=name, payload=payload, created_at=now)
+    announce()
+    return event
 
 
 def pending_fan_out(limit: int = 500):

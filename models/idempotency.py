@@ -24,12 +24,13 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, IntegrityError, TextField
+from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, IntegrityError
 
 from models.base import BaseModel, JSONField
 from models.clock import utcnow
 from models.db import atomic, before_commit
 from models.errors import Conflict
+from models.secrets import EncryptedText
 from models.tenants import Tenant
 
 TTL = dt.timedelta(hours=48)
@@ -45,7 +46,8 @@ class IdempotencyRecord(BaseModel):
     body_hash = CharField(max_length=64)
     state = CharField(max_length=16, default="in_progress")
     status = IntegerField(null=True)
-    body = TextField(null=True)
+    # Encrypted for operations whose response shows a secret, plain JSON for the rest.
+    body = EncryptedText(null=True)
     headers = JSONField(null=True)
     created_at = DateTimeField(default=utcnow, index=True)
 

@@ -1,14 +1,17 @@
 """Single messages: text, media and interactive messages inside the 24-hour customer window.
 
 `create_message` validates and, in one transaction, reserves one credit and stores the message
-as `queued`; `jobs.messages` sends it. The send is claimed first (a conditional UPDATE that
-sets a claim token), so two workers can never send one message, and the outcome is recorded
-with its credit movement and event in one transaction:
+as `queued`; the caller wakes the sending core once committed. The core (models/sending/, the message
+store) sends it as it sends campaign recipients: paced by the number's bucket, claimed first
+(a conditional UPDATE that sets a claim token, the 24-hour window checked again then), so two
+engines can never send one message, and the outcome recorded with its credit movement and event
+in one transaction:
 
 - accepted: `sent`, wam_id filled, the credit consumed, `message.sent`;
 - rejected: `failed`, the credit released, `message.failed`;
+- throttled or a platform hiccup: back to the queue, due again after a wait;
 - no answer (timeout after the request left): left claimed; a status webhook carrying its
-  callback data settles it, else `recover_stuck` fails it after a safe delay (never resent).
+  callback data settles it, else recovery fails it after a safe delay (never resent).
 
 Internally a message's status also moves on to `delivered` and `read` (so statuses never move
 backwards and each is reported once); the contract's Message shows those as `sent`.
@@ -22,16 +25,16 @@ from typing import Annotated, Any, Literal
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 from pydantic import Field, StringConstraints, model_validator
 
-from api.schemas import Input
-from api.schemas import text as limited  # a field below is called `text`
 from models import accounts, credits
 from models.accounts import MessagingAccount
 from models.base import BaseModel, JSONField
-from models.campaigns import digits, emit_many, sendable_account
+from models.campaigns import digits, sendable_account
 from models.clock import isoformat, utcnow
 from models.db import atomic
 from models.errors import Invalid, NotFound
 from models.ids import new_id
+from models.inputs import Input
+from models.inputs import text as limited  # a field below is called `text`
 from models.tenants import Tenant
 
 MESSAGE_TYPES = ("text", "image", "document", "audio", "video", "interactive")
@@ -151,7 +154,10 @@ class Message(BaseModel):
     wam_id = CharField(max_length=255, null=True, index=True)
     claim_token = CharField(max_length=64, null=True)
     claimed_at = DateTimeField(null=True)
+    # Claims that reached the platform; waiting for the number's pace or a throttle gives one back.
     attempts = IntegerField(default=0)
+    throttled = IntegerField(default=0)  # pair-rate throttles (131056): the X of the 4^X s wait
+    not_before = DateTimeField(null=True)  # a retry waits until then
     error_code = CharField(max_length=32, null=True)
     last_error = CharField(max_length=1000, null=True)
     created_at = DateTimeField(default=utcnow)
@@ -237,58 +243,3 @@ def get_message(tenant_id: int, public_id: str) -> Message:
     if message is None:
         raise NotFound(f"no message {public_id}", code="message_not_found")
     return message
-
-
-# The send, in three steps: claim, (the platform call, in jobs.messages), record.
-
-
-def claim(message_id: int, token: str) -> Message | None:
-    """Take the message for sending; None when it is not queued or another worker holds it."""
-    changed = (Message.update(claim_token=token, claimed_at=utcnow(), attempts=Message.attempts + 1)
-               .where((Message.id == message_id) & (Message.status == "queued") & Message.claim_token.is_null())
-               .execute())
-    return Message.get_by_id(message_id) if changed == 1 else None
-
-
-def unclaim(message: Message, token: str, failed_attempt: bool) -> None:
-    """Give the message back to the queue. Only a failed platform call counts against the retry
-    limit: waiting for the number's pace or being throttled is not a failure, and a busy number
-    would otherwise use up a message's retries before the platform ever answered it."""
-    attempts = Message.attempts if failed_attempt else Message.attempts - 1
-    (Message.update(claim_token=None, claimed_at=None, attempts=attempts)
-     .where((Message.id == message.id) & (Message.claim_token == token) & (Message.status == "queued")).execute())
-
-
-def record_sent(message: Message, token: str, wam_id: str) -> bool:
-    now = utcnow()
-    with atomic():
-        changed = (Message.update(status="sent", wam_id=wam_id, sent_at=now, claim_token=None)
-                   .where((Message.id == message.id) & (Message.status == "queued")
-                          & (Message.claim_token == token)).execute())
-        if changed != 1:
-            return False  # a status webhook settled it first
-        account = MessagingAccount.get_by_id(message.account_id)
-        credits.consume(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id)
-        accounts.record_business_sends(account.id, [message.to], now)
-        message.wam_id = wam_id
-        emit_many(message.tenant_id, "message.sent", [event_fields(message, account.public_id, "sent", now)])
-    return True
-
-
-def record_failed(message: Message, token: str | None, code: str, text_: str) -> bool:
-    """The message never reached the platform (rejected, or unconfirmed by recovery): release."""
-    now = utcnow()
-    with atomic():
-        condition = (Message.id == message.id) & (Message.status == "queued")
-        if token is not None:
-            condition &= Message.claim_token == token
-        changed = (Message.update(status="failed", error_code=code[:32], last_error=text_[:1000], failed_at=now,
-                                  claim_token=None).where(condition).execute())
-        if changed != 1:
-            return False
-        account = MessagingAccount.get_by_id(message.account_id)
-        credits.release(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id,
-                        description=text_[:1000])
-        emit_many(message.tenant_id, "message.failed",
-                  [event_fields(message, account.public_id, "failed", now, {"code": code, "message": text_})])
-    return True

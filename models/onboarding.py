@@ -20,7 +20,7 @@ import requests
 from peewee import CharField, DateTimeField, ForeignKeyField, TextField
 
 from config import get_settings
-from messaging.errors import PermanentPlatformError, PlatformError
+from messaging.errors import PermanentPlatformError, PlatformError, without_url_secrets
 from models import accounts
 from models.accounts import COEXISTENCE_MPS, MessagingAccount
 from models.base import BaseModel
@@ -30,6 +30,7 @@ from models.errors import NotFound
 from models.events import emit
 from models.ids import new_id
 from models.secrets import encrypt
+from models.sending.messenger import account_token, graph_client
 from models.tenants import Tenant
 
 log = logging.getLogger(__name__)
@@ -179,23 +180,31 @@ def complete(public_id: str, code: str, waba_id: str, phone_number_id: str) -> O
     if len(waba_id) > MAX_PLATFORM_ID or len(phone_number_id) > MAX_PLATFORM_ID or len(code) > 4096:
         return fail(SIGNUP_FAILED, "the signup returned malformed identifiers")
 
-    from models.platform import graph_client
-
     step = "exchange"
     try:
         client = graph_client()
         token = client.exchange_code(code)
         step = "number"
         number = client.get_phone_number(phone_number_id, token)
+        # The browser reports the business account; only the token says which one it really is:
+        # the number must be one of that account's, as the token sees it.
+        step = "business"
+        in_business = phone_number_id in client.phone_number_ids(waba_id, token)
     except PermanentPlatformError as error:
-        return fail(CODE_EXCHANGE_FAILED if step == "exchange" else NUMBER_UNAVAILABLE, str(error))
+        code = {"exchange": CODE_EXCHANGE_FAILED, "number": NUMBER_UNAVAILABLE}.get(step, SIGNUP_FAILED)
+        return fail(code, str(error))
     except PlatformError as error:
         return fail(PLATFORM_UNAVAILABLE, str(error))
     except Exception as error:
         # A misconfiguration (no app id or secret, ...): end the attempt rather than leave it
-        # claimed, and leave the cause in the log.
-        log.exception("onboarding %s failed at the %s step", attempt.public_id, step)
-        return fail(PLATFORM_UNAVAILABLE, f"{type(error).__name__}: {error}"[:1000])
+        # claimed, and leave the cause in the log (its text only: a traceback would quote the
+        # code exchange's URL, app secret included, from wherever it was raised).
+        cause = without_url_secrets(f"{type(error).__name__}: {error}")[:1000]
+        log.error("onboarding %s failed at the %s step: %s", attempt.public_id, step, cause)
+        return fail(PLATFORM_UNAVAILABLE, cause)
+
+    if not in_business:
+        return fail(SIGNUP_FAILED, f"phone number {phone_number_id} is not in business account {waba_id}")
 
     with atomic():
         # Locks the tenant's row on PostgreSQL (SQLite's BEGIN IMMEDIATE already serializes): two
@@ -262,6 +271,8 @@ def _text(value, length: int) -> str | None:
 
 
 def _finish(attempt_id: int, from_status: str, status: str, error: str | None, detail: str | None) -> bool:
+    # The detail is the platform's or the browser's text: stored without any URL's secret parts.
+    detail = None if detail is None else without_url_secrets(detail)
     return (OnboardingAttempt.update(status=status, error=error, error_detail=detail, finished_at=utcnow())
             .where((OnboardingAttempt.id == attempt_id) & (OnboardingAttempt.status == from_status))
             .execute()) == 1
@@ -305,8 +316,6 @@ COEXISTENCE_SYNC_WINDOW = dt.timedelta(hours=24)
 
 def subscribe_webhooks(account: MessagingAccount) -> None:
     """Subscribe our app to the number's business account, so its webhooks reach us."""
-    from models.platform import account_token, graph_client
-
     graph_client().subscribe_app(account.business_account_id, account_token(account))
     MessagingAccount.update(subscribed_to_webhooks=True).where(MessagingAccount.id == account.id).execute()
 
@@ -321,8 +330,6 @@ def coexistence_sync(account: MessagingAccount) -> list[str]:
     Returns the syncs requested by this call.
     """
     from messaging.errors import PlatformUnavailableError, ThrottledError
-    from models.platform import account_token, graph_client
-
     if account.connection_mode != "coexistence" or account.connected_at is None:
         return []
     if utcnow() - account.connected_at > COEXISTENCE_SYNC_WINDOW:
@@ -353,8 +360,6 @@ def coexistence_sync(account: MessagingAccount) -> list[str]:
 
 def refresh_number(account: MessagingAccount) -> MessagingAccount:
     """Re-read the number's name, quality rating and messaging tier from the platform."""
-    from models.platform import account_token, graph_client
-
     number = graph_client().get_phone_number(account.phone_id, account_token(account))
     changes = {
         MessagingAccount.name: _text(number.get("verified_name"), 255) or account.name,

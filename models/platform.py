@@ -1,4 +1,4 @@
-"""The messaging platform from our side: the Graph client factory, and its webhooks.
+"""The messaging platform's webhooks from our side.
 
 A webhook POST is stored as one batch row and acknowledged at once; the worker processes it
 later (`process_batch`). Processing is safe to repeat, because the platform redelivers batches
@@ -14,16 +14,14 @@ and a lost enqueue is made up for by a sweep:
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from peewee import CharField, DateTimeField, IntegerField, TextField
+from prometheus_client import Counter
 
-from config import get_settings
-from messaging.client import GraphClient
 from messaging.webhooks import (
     AccountUpdate,
     EchoMessage,
@@ -37,11 +35,13 @@ from models import accounts
 from models.accounts import MessagingAccount
 from models.base import BaseModel
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import atomic
+from models.db import atomic, outlast_outage
 from models.events import emit
-from models.secrets import decrypt
+from models.statuses import apply_status_updates
 
 log = logging.getLogger(__name__)
+REDELIVERIES = Counter("svc_platform_redeliveries_total",
+                       "Inbound messages and echoes the platform delivered again, recognised and skipped", ["kind"])
 
 # A claim older than this belongs to a worker that died while processing; another takes it over.
 # Short on purpose: processing is idempotent, so a slow run overtaken by a second one only costs
@@ -53,25 +53,6 @@ MAX_ATTEMPTS = 20
 QUALITY_FLAGGED = "quality_flagged"
 ACCOUNT_RESTRICTED = "account_restricted"
 ACCOUNT_DISABLED = "account_disabled"
-
-
-def graph_client() -> GraphClient:
-    """The process's Graph API client for the configured platform (one pooled session)."""
-    settings = get_settings()
-    return _client_for(settings.graph_url, settings.graph_version, settings.app_id, settings.app_secret)
-
-
-@functools.lru_cache(maxsize=4)
-def _client_for(graph_url: str, version: str, app_id: str, app_secret: str) -> GraphClient:
-    # Keyed by the settings it is built from: tests (and `svcctl`) switch platforms in one process.
-    return GraphClient(graph_url, version, app_id=app_id, app_secret=app_secret)
-
-
-def account_token(account: MessagingAccount) -> str:
-    """The number's platform access token, decrypted; only ready accounts have one."""
-    if not account.access_token:
-        raise ValueError(f"account {account.public_id} has no access token (onboarding incomplete)")
-    return decrypt(account.access_token)
 
 
 class PlatformWebhookBatch(BaseModel):
@@ -137,8 +118,7 @@ def process_batch(batch_id: int) -> BatchOutcome:
     2. Unless done before, apply every update but the statuses, with their events, and stamp
        `applied_at`, all in one transaction (so the events exist exactly once).
     3. Hand the statuses to `models.statuses.apply_status_updates` and stamp `processed_at` in
-       one transaction. While that function is not available yet (NotImplementedError) the
-       batch stays unprocessed, for the sweep to finish later.
+       one transaction (applied again if the database rolls it back to break a lock conflict).
     4. Release the claim whatever happened.
     """
     outcome = BatchOutcome()
@@ -180,16 +160,16 @@ def process_batch(batch_id: int) -> BatchOutcome:
 
 
 def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:
-    from models.statuses import apply_status_updates
-
-    try:
+    def apply() -> None:
         with atomic():
             if statuses:
                 apply_status_updates(statuses)
             PlatformWebhookBatch.update(processed_at=utcnow()).where(
                 PlatformWebhookBatch.id == batch_id).execute()
-    except NotImplementedError:
-        return False
+
+    # The status transaction keeps the lock order; should the database still roll it back to
+    # break a conflict, it is applied again at once rather than left for the sweep.
+    outlast_outage(apply, what=f"applying the statuses of platform batch {batch_id}")
     return True
 
 
@@ -228,6 +208,8 @@ def _first_time(wamid: str, kind: str) -> bool:
     """Record the wamid; False when it was recorded before (a redelivery)."""
     inserted = (ProcessedMessage.insert(wamid=wamid[:255], kind=kind)
                 .on_conflict_ignore().as_rowcount().execute())
+    if inserted != 1:
+        REDELIVERIES.labels(kind).inc()
     return inserted == 1
 
 

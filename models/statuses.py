@@ -1,7 +1,8 @@
 """Applying the platform's message status updates to campaign recipients and single messages.
 
 The platform batches status updates, retries them for days and does not keep their order, so
-every update is applied as a conditional UPDATE that only moves a row forward:
+every update is applied as a conditional UPDATE that only moves a row forward (the rows a batch
+names are locked first, in ascending id, as docs/reliability.md's lock order says):
 
     queued -> sent -> delivered -> read        (and queued / sent / delivered -> failed)
 
@@ -28,23 +29,22 @@ from typing import Any
 from peewee import Case
 
 from messaging.webhooks import StatusUpdate
-from models import accounts, credits
-from models.accounts import MessagingAccount
+from models import credits
+from models.accounts import MessagingAccount, record_business_sends_many
 from models.campaigns import (
     Campaign,
     CampaignRecipient,
-    emit_many,
+    add_to_counters,
     emit_rows,
-    finish_if_done,
+    finish_after_commit,
+    ledger_moves,
     message_event,
-    move_credits_many,
     public_ids,
 )
 from models.clock import to_utc_naive, utcnow
-from models.db import atomic
-from models.dispatch import UNCONFIRMED, record_business_sends
-from models.errors import DomainError
+from models.db import atomic, lock_rows
 from models.messages import Message, event_fields
+from models.sending import UNCONFIRMED
 
 log = logging.getLogger(__name__)
 RANK = {"pending": 0, "queued": 1, "sent": 2, "delivered": 3, "read": 4}
@@ -68,16 +68,40 @@ class _Target:
 
 
 def apply_status_updates(updates: list[StatusUpdate]) -> None:
-    """Move recipients and messages forward by the platform's status updates (one transaction)."""
+    """Move recipients and messages forward by the platform's status updates (one transaction).
+
+    The lock order of docs/reliability.md: the recipient rows, then the message rows (each in
+    ascending id), then the business sends, the campaigns' credit counters and the wallets. The
+    campaign rows are never locked here; campaigns this finishes are completed after commit.
+    """
     if not updates:
         return
     with atomic():
         recipients = _targets(CampaignRecipient, "rcp_", updates)
         messages = _targets(Message, "msg_", updates)
+        affordable = _affordable_late(recipients, messages)
+        outcome = _Outcome()
         if recipients:
-            _apply_recipients(recipients)
+            _apply_recipients(recipients, affordable, outcome)
         if messages:
-            _apply_messages(messages)
+            _apply_messages(messages, affordable, outcome)
+        record_business_sends_many(outcome.business, utcnow())
+        add_to_counters(outcome.counters)
+        credits.apply_moves(ledger_moves(outcome.counters, REFUND_REASON) + outcome.wallet)
+        finish_after_commit(outcome.accepting)
+
+
+REFUND_REASON = "the platform reported a failure after accepting"
+
+
+@dataclass
+class _Outcome:
+    """What the rows that moved ask of the shared rows, written last in the lock order."""
+
+    business: set[tuple[int, str]] = field(default_factory=set)
+    counters: dict[int, dict[str, int]] = field(default_factory=dict)  # campaign id -> kind -> n
+    wallet: list[credits.Move] = field(default_factory=list)  # single messages' own entries
+    accepting: set[int] = field(default_factory=set)  # campaigns a recipient was accepted in
 
 
 def _chunks(values: list, size: int = CHUNK):
@@ -88,13 +112,16 @@ def _chunks(values: list, size: int = CHUNK):
 def _targets(model, prefix: str, updates: list[StatusUpdate]) -> dict[int, _Target]:
     wamids = list({u.wamid for u in updates})
     callbacks = list({u.callback_data for u in updates if u.callback_data and u.callback_data.startswith(prefix)})
-    rows: dict[int, Any] = {}
+    ids: set[int] = set()
     for chunk in _chunks(wamids):
-        rows.update({row.id: row for row in model.select().where(model.wam_id.in_(chunk))})
+        ids |= {row_id for (row_id,) in model.select(model.id).where(model.wam_id.in_(chunk)).tuples()}
     for chunk in _chunks(callbacks):
-        rows.update({row.id: row for row in model.select().where(model.public_id.in_(chunk))})
-    if not rows:
+        ids |= {row_id for (row_id,) in model.select(model.id).where(model.public_id.in_(chunk)).tuples()}
+    if not ids:
         return {}
+    # Locked in ascending id before any is written, then read as they are now.
+    lock_rows(model, ids)
+    rows = _reload(model, list(ids))
     if model is CampaignRecipient:
         campaign_ids = {row.campaign_id for row in rows.values()}
         campaigns = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(campaign_ids)))}
@@ -153,64 +180,59 @@ def _accept(model, targets: dict[int, _Target]) -> list[int]:
     return moved
 
 
-def _accept_late(model, targets: dict[int, _Target]) -> list[int]:
-    """Rows recovery failed as unconfirmed, which the platform now shows it had accepted.
-
-    Recovery failed them (releasing the credit) because no evidence came in time; the evidence
-    is the truth, so they are accepted after all: the credit is reserved and consumed again and
-    `message.sent` follows the earlier `message.failed`. If the wallet cannot pay any more the row
-    stays failed (and it is logged): the ledger never goes below what was reserved.
-    """
-    late = [t for t in targets.values()
+def _late(targets: dict[int, _Target]) -> list[_Target]:
+    return [t for t in targets.values()
             if t.row.status == "failed" and t.row.error_code == UNCONFIRMED and t.row.wam_id is None]
-    if model is CampaignRecipient:
-        groups: dict[Any, list[_Target]] = defaultdict(list)
-        for target in late:
-            groups[target.row.campaign_id].append(target)
-        owners = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(groups)))} if groups else {}
-    else:
-        groups = {target.row.id: [target] for target in late}
-        owners = {}
+
+
+def _affordable_late(recipients: dict[int, _Target], messages: dict[int, _Target]) -> set[tuple[str, int]]:
+    """Of the rows recovery failed as unconfirmed and the platform now shows it had accepted,
+    those whose credit the wallet can still cover, as (table, id).
+
+    Recovery failed them (releasing the credit) because no evidence came in time; the evidence is
+    the truth, so they are accepted after all: the credit is reserved and consumed again and
+    `message.sent` follows the earlier `message.failed`. A company whose wallet cannot pay any
+    more keeps them failed (logged): the ledger never goes below what was reserved. The wallet is
+    read here, not locked (it comes last in the lock order); should it change before the
+    reservation, the reservation fails and the whole batch is applied again.
+    """
+    late = [(CampaignRecipient, t) for t in _late(recipients)] + [(Message, t) for t in _late(messages)]
+    if not late:
+        return set()
+    tenant_of_campaign = dict(Campaign.select(Campaign.id, Campaign.tenant).where(Campaign.id.in_(
+        list({t.row.campaign_id for model, t in late if model is CampaignRecipient}))).tuples())
+    per_tenant: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for model, target in late:
+        tenant_id = tenant_of_campaign[target.row.campaign_id] if model is CampaignRecipient else target.row.tenant_id
+        per_tenant[tenant_id].append((model._meta.table_name, target.row.id))
+    allowed: set[tuple[str, int]] = set()
+    for tenant_id, rows in per_tenant.items():
+        wallet = credits.wallet_of(tenant_id)
+        if wallet.status == "active" and wallet.available >= len(rows):
+            allowed.update(rows)
+        else:
+            log.warning("late acceptance of %d sends of tenant %s not charged (%d credits available); "
+                        "they stay failed", len(rows), tenant_id, wallet.available)
+    return allowed
+
+
+def _accept_late(model, targets: dict[int, _Target], affordable: set[tuple[str, int]]) -> list[int]:
+    """Failed-as-unconfirmed rows the platform accepted after all (see `_affordable_late`): back
+    to `sent`. The caller reserves and consumes their credit."""
+    late = [t for t in _late(targets) if (model._meta.table_name, t.row.id) in affordable]
     moved: list[int] = []
-    for key, group in groups.items():
-        campaign = owners.get(key)
-        tenant_id = campaign.tenant_id if campaign else group[0].row.tenant_id
-        reference = campaign.public_id if campaign else group[0].row.public_id
-        common = {"messaging_account_id": group[0].account.id, "reference": reference,
-                  "campaign_id": campaign.id if campaign else None}
-        with atomic():
-            if campaign is not None:
-                # The campaign row before the wallet: the lock order of models.campaigns.move_credits_many.
-                Campaign.update(reserved_credits=Campaign.reserved_credits + len(group)).where(
-                    Campaign.id == campaign.id).execute()
-            try:
-                credits.reserve(tenant_id, len(group), **common)
-            except DomainError as error:
-                log.warning("late acceptance of %d sends not charged (%s); they stay failed", len(group), error)
-                if campaign is not None:
-                    Campaign.update(reserved_credits=Campaign.reserved_credits - len(group)).where(
-                        Campaign.id == campaign.id).execute()
-                continue
-            ids = [t.row.id for t in group]
-            changes: dict = {model.status: "sent", model.error_code: None, model.last_error: None,
-                             model.failed_at: None, model.claim_token: None,
-                             model.wam_id: Case(model.id, [(t.row.id, t.earliest().wamid) for t in group]),
-                             model.sent_at: Case(model.id, [(t.row.id, _at(t.earliest())) for t in group])}
-            if model is CampaignRecipient:
-                changes[model.message_id] = Case(model.id, list(zip(ids, public_ids("msg_", len(ids)), strict=True)))
-            done = [row.id for row in model.update(changes)
-                    .where(model.id.in_(ids) & (model.status == "failed") & (model.error_code == UNCONFIRMED)
-                           & model.wam_id.is_null())
-                    .returning(model.id).execute()]
-            if campaign is not None:
-                Campaign.update(consumed_credits=Campaign.consumed_credits + len(done),
-                                released_credits=Campaign.released_credits + len(group) - len(done)).where(
-                    Campaign.id == campaign.id).execute()
-            if len(done) < len(group):
-                credits.release(tenant_id, len(group) - len(done), **common)
-            if done:
-                credits.consume(tenant_id, len(done), **common)
-            moved += done
+    for chunk in _chunks(late):
+        ids = [t.row.id for t in chunk]
+        changes: dict = {model.status: "sent", model.error_code: None, model.last_error: None,
+                         model.failed_at: None, model.claim_token: None,
+                         model.wam_id: Case(model.id, [(t.row.id, t.earliest().wamid) for t in chunk]),
+                         model.sent_at: Case(model.id, [(t.row.id, _at(t.earliest())) for t in chunk])}
+        if model is CampaignRecipient:
+            changes[model.message_id] = Case(model.id, list(zip(ids, public_ids("msg_", len(ids)), strict=True)))
+        moved += [row.id for row in model.update(changes)
+                  .where(model.id.in_(ids) & (model.status == "failed") & (model.error_code == UNCONFIRMED)
+                         & model.wam_id.is_null())
+                  .returning(model.id).execute()]
     return moved
 
 
@@ -246,17 +268,17 @@ def _reload(model, ids: list[int]) -> dict[int, Any]:
     return rows
 
 
-def _progress(model, targets: dict[int, _Target]) -> dict[str, list[int]]:
+def _progress(model, targets: dict[int, _Target], affordable: set[tuple[str, int]]) -> dict[str, list[int]]:
     """Apply every transition in order; returns the ids moved into each status."""
-    moved = {"sent": _accept(model, targets), "late": _accept_late(model, targets)}
+    moved = {"sent": _accept(model, targets), "late": _accept_late(model, targets, affordable)}
     moved["delivered"] = _advance(model, targets, "delivered", ("sent",))
     moved["read"] = _advance(model, targets, "read", ("sent", "delivered"))
     moved["failed"] = _advance(model, targets, "failed", ("sent", "delivered"), _failure_columns(model))
     return moved
 
 
-def _apply_recipients(targets: dict[int, _Target]) -> None:
-    moved = _progress(CampaignRecipient, targets)
+def _apply_recipients(targets: dict[int, _Target], affordable: set[tuple[str, int]], outcome: _Outcome) -> None:
+    moved = _progress(CampaignRecipient, targets, affordable)
     changed = {row_id for ids in moved.values() for row_id in ids}
     if not changed:
         return
@@ -268,18 +290,21 @@ def _apply_recipients(targets: dict[int, _Target]) -> None:
         for row_id in ids:
             per_campaign[rows[row_id].campaign_id][status].append(row_id)
     account_of = {rows[row_id].campaign_id: targets[row_id].account for row_id in changed}
-    moves: dict[int, dict[str, int]] = {}
     events: dict[str, list] = defaultdict(list)
-    business: set[tuple[int, str]] = set()
     for campaign_id, by_status in per_campaign.items():
         campaign = campaigns[campaign_id]
         account = account_of[campaign_id]
-        accepted = by_status.get("sent", [])
-        late = by_status.pop("late", [])  # charged when accepted (`_accept_late`)
-        by_status["sent"] = accepted + late
-        business |= {(account.id, rows[i].wa_id) for i in accepted + late}
-        # Accepted now: consumed. Failed after acceptance: refunded.
-        moves[campaign_id] = {"consume": len(accepted), "refund": len(by_status.get("failed", []))}
+        late = by_status.pop("late", [])
+        by_status["sent"] = by_status.get("sent", []) + late
+        accepted = by_status["sent"]
+        outcome.business |= {(account.id, rows[i].wa_id) for i in accepted}
+        # Accepted now: consumed (a late acceptance reserved again first). Failed after
+        # acceptance: refunded.
+        outcome.counters[campaign_id] = {"reserve": len(late), "consume": len(accepted),
+                                         "refund": len(by_status.get("failed", []))}
+        if accepted:
+            # Accepting the last queued recipient may finish its campaign.
+            outcome.accepting.add(campaign_id)
         for status in ("sent", "delivered", "read", "failed"):
             for row_id in by_status.get(status, []):
                 update = targets[row_id].earliest() if status == "sent" else targets[row_id].latest(status)
@@ -288,33 +313,32 @@ def _apply_recipients(targets: dict[int, _Target]) -> None:
                     campaign.public_id, account.public_id, rows[row_id], status, _at(update), error)))
     for status in ("sent", "delivered", "read", "failed"):
         emit_rows(f"message.{status}", events[status])
-    record_business_sends(business, utcnow())
-    move_credits_many(moves, description="the platform reported a failure after accepting")
-    if any(by_status.get("sent") for by_status in per_campaign.values()):
-        # Accepting the last queued recipient may finish its campaign.
-        finish_if_done(per_campaign)
 
 
-def _apply_messages(targets: dict[int, _Target]) -> None:
-    moved = _progress(Message, targets)
+def _apply_messages(targets: dict[int, _Target], affordable: set[tuple[str, int]], outcome: _Outcome) -> None:
+    moved = _progress(Message, targets, affordable)
     changed = {row_id for ids in moved.values() for row_id in ids}
     if not changed:
         return
     rows = _reload(Message, list(changed))
     late = set(moved.pop("late"))
     moved["sent"] = moved["sent"] + sorted(late)
+    events: dict[str, list] = defaultdict(list)
     for status in ("sent", "delivered", "read", "failed"):
         for row_id in moved[status]:
             message, account = rows[row_id], targets[row_id].account
             update = targets[row_id].earliest() if status == "sent" else targets[row_id].latest(status)
+            entry = {"messaging_account_id": account.id, "reference": message.public_id}
             if status == "sent":
-                if row_id not in late:  # a late acceptance was charged when it was accepted
-                    credits.consume(message.tenant_id, 1, messaging_account_id=account.id,
-                                    reference=message.public_id)
-                accounts.record_business_sends(account.id, [message.to])
+                if row_id in late:  # recovery released its credit: reserved again
+                    outcome.wallet.append(credits.Move(message.tenant_id, "reserve", 1, entry))
+                outcome.wallet.append(credits.Move(message.tenant_id, "consume", 1, entry))
+                outcome.business.add((account.id, message.to))
             elif status == "failed":
-                credits.refund(message.tenant_id, 1, messaging_account_id=account.id, reference=message.public_id,
-                               description="the platform reported a failure after accepting")
+                outcome.wallet.append(credits.Move(message.tenant_id, "refund", 1,
+                                                   {**entry, "description": REFUND_REASON}))
             error = _error(update) if status == "failed" else None
-            emit_many(message.tenant_id, f"message.{status}",
-                      [event_fields(message, account.public_id, status, _at(update), error)])
+            events[status].append((message.tenant_id,
+                                   event_fields(message, account.public_id, status, _at(update), error)))
+    for status in ("sent", "delivered", "read", "failed"):
+        emit_rows(f"message.{status}", events[status])

@@ -16,6 +16,7 @@ from messaging.webhooks import TemplateStatusUpdate
 from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
 from models.db import atomic
+from models.sending.messenger import account_token, graph_client
 
 # Template events that name the template's new status outright.
 STATUS_EVENTS = {
@@ -52,8 +53,6 @@ def sync_templates(account: MessagingAccount) -> SyncResult:
 
     Raises `messaging.errors.PlatformError` when the platform cannot be read; nothing changes then.
     """
-    from models.platform import account_token, graph_client
-
     token = account_token(account)
     fetched = [template_from_graph(item)
                for item in graph_client().list_templates(account.business_account_id, token)]

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import time
 
 import orjson
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
@@ -22,6 +23,7 @@ from models.ids import new_id
 
 KEY_PREFIX = "svc_live_"
 DEFAULT_KEY_RATE_LIMIT = 120
+USED_EVERY = 60.0
 
 SCOPES = (
     "accounts:read",
@@ -57,6 +59,7 @@ class ApiKey(BaseModel):
     created_at = DateTimeField(default=utcnow)
     rotated_at = DateTimeField(null=True)
     revoked_at = DateTimeField(null=True)
+    last_used_at = DateTimeField(null=True)
 
     def allows_ip(self, address: str | None) -> bool:
         if not self.allowed_ips:
@@ -137,16 +140,20 @@ def create_key(tenant: Tenant, scopes: list[str], allowed_ips: list[str] | None 
     return key, f"{KEY_PREFIX}{key.public_id}.{secret}"
 
 
-def get_key(public_id: str) -> ApiKey:
-    key = ApiKey.get_or_none(ApiKey.public_id == public_id)
+def get_key(public_id: str, tenant_id: int | None = None) -> ApiKey:
+    """A key by id; with `tenant_id`, only that tenant's (another's is not found)."""
+    condition = ApiKey.public_id == public_id
+    if tenant_id is not None:
+        condition &= ApiKey.tenant == tenant_id
+    key = ApiKey.get_or_none(condition)
     if key is None:
         raise NotFound(f"no key {public_id}", code="key_not_found")
     return key
 
 
-def rotate_key(public_id: str) -> tuple[ApiKey, str]:
+def rotate_key(public_id: str, tenant_id: int | None = None) -> tuple[ApiKey, str]:
     """Replace the secret of a live key, keeping its id, scopes and limits."""
-    key = get_key(public_id)
+    key = get_key(public_id, tenant_id)
     if key.revoked_at is not None:
         raise Invalid(f"key {public_id} is revoked", code="key_revoked")
     secret = _new_secret()
@@ -156,29 +163,52 @@ def rotate_key(public_id: str) -> tuple[ApiKey, str]:
     return key, f"{KEY_PREFIX}{key.public_id}.{secret}"
 
 
-def revoke_key(public_id: str) -> ApiKey:
-    key = get_key(public_id)
+def revoke_key(public_id: str, tenant_id: int | None = None) -> ApiKey:
+    key = get_key(public_id, tenant_id)
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         key.save()
     return key
 
 
+# Compared against when no key has the token's id, so that an unknown id costs the same work as
+# a known one with a wrong secret: the answer's timing does not tell which key ids exist.
+_NO_SUCH_KEY = _hash_secret("no such key")
+
+
 def authenticate(token: str) -> ApiKey | None:
-    """The live key this token names, or None. The secret is compared in constant time."""
+    """The live key this token names, or None. The look-up and the comparison take the same work
+    whether the key id exists or not: one row either way, and the secret compared in constant time."""
     if not token.startswith(KEY_PREFIX) or len(token) > 200:
         return None
     public_id, _, secret = token[len(KEY_PREFIX):].partition(".")
     if not public_id or not secret:
         return None
-    # Every request runs this: fixed SQL rather than a query rebuilt per call.
+    # Every request runs this: fixed SQL rather than a query rebuilt per call. The outer join
+    # answers one row (of nulls) for an unknown id too.
     row = execute(
-        'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit" '
-        'FROM "api_key" AS k JOIN "tenant" AS t ON t."id" = k."tenant_id" '
-        'WHERE k."public_id" = ? AND k."revoked_at" IS NULL AND t."status" = \'active\'', (public_id,)).fetchone()
-    if row is None or not hmac.compare_digest(row[2], _hash_secret(secret)):
+        'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit", t."status" '
+        'FROM (SELECT 1 AS "one") AS o LEFT JOIN "api_key" AS k ON k."public_id" = ? AND k."revoked_at" IS NULL '
+        'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,)).fetchone()
+    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = row
+    matches = hmac.compare_digest(secret_hash or _NO_SUCH_KEY, _hash_secret(secret))
+    if not matches or key_id is None or tenant_status != "active":
         return None
-    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit = row
+    _mark_used(public_id, key_id)
     return ApiKey(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
                   scopes=orjson.loads(scopes), allowed_ips=orjson.loads(allowed_ips) if allowed_ips else None,
                   rate_limit=rate_limit)
+
+
+# key public id -> monotonic time this process last wrote its last_used_at.
+_marked: dict[str, float] = {}
+
+
+def _mark_used(public_id: str, key_id: int) -> None:
+    """Record when a key was used, at most once a minute per key and process: "last used" is
+    read by people, and a write on every request would be paid by every request."""
+    now = time.monotonic()
+    if now - _marked.get(public_id, -USED_EVERY) < USED_EVERY:
+        return
+    _marked[public_id] = now
+    ApiKey.update(last_used_at=utcnow()).where(ApiKey.id == key_id).execute()

@@ -40,7 +40,7 @@ from config import get_settings
 from models import secrets, ssrf
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import atomic, execute, execute_many
+from models.db import atomic, execute, execute_many, is_postgres
 from models.errors import Conflict, Invalid, NotFound
 from models.events import CORE_EVENTS, PAYMENT_EVENT, Event
 from models.ids import new_id
@@ -79,7 +79,7 @@ class WebhookEndpoint(BaseModel):
     url = CharField(max_length=1000)
     events = JSONField()
     status = CharField(max_length=16, default="active")
-    secret_ciphertext = TextField()
+    secret_ciphertext = secrets.EncryptedText()
     secret_preview = CharField(max_length=32)
     # SHA-256 of the URL while active, NULL once inactive: the unique index below then allows
     # one active endpoint per URL and tenant, and any number of inactive ones (NULLs differ).
@@ -358,9 +358,11 @@ def _active_endpoints_by_tenant(tenant_ids: Iterable[int]) -> dict[int, list[Web
 
 # Picks the oldest events not fanned out yet and stamps them; the outer `IS NULL` is re-checked
 # on each row as it is written, so of two concurrent fan-outs only one stamps (and returns) it.
+# On PostgreSQL the picked rows are locked with SKIP LOCKED: concurrent fan-outs take disjoint
+# events instead of waiting for each other's rows in different orders (a deadlock).
 _FAN_OUT_CLAIM_SQL = (
     'UPDATE "event" SET "fanned_out_at" = ? WHERE "id" IN ('
-    ' SELECT "id" FROM "event" WHERE "fanned_out_at" IS NULL ORDER BY "id" LIMIT ?)'
+    ' SELECT "id" FROM "event" WHERE "fanned_out_at" IS NULL ORDER BY "id" LIMIT ?{lock})'
     ' AND "fanned_out_at" IS NULL RETURNING "id", "tenant_id", "name"'
 )
 
@@ -376,7 +378,8 @@ def fan_out(limit: int = 500, now: dt.datetime | None = None) -> FanOut:
     now = now or utcnow()
     result = FanOut()
     with atomic():
-        claimed = execute(_FAN_OUT_CLAIM_SQL, (now, limit)).fetchall()
+        lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
+        claimed = execute(_FAN_OUT_CLAIM_SQL.format(lock=lock), (now, limit)).fetchall()
         result.events = len(claimed)
         if not claimed:
             return result
@@ -712,6 +715,27 @@ def replay_since(since: dt.datetime, tenant_id: int | None = None, batch: int = 
         if tenant_id is not None:
             condition &= Event.tenant == tenant_id
         events = list(Event.select().where(condition).order_by(Event.id).limit(batch))
+        if not events:
+            return total, touched
+        with atomic():
+            created, endpoints = _replay_to_current_endpoints(events, utcnow())
+        total += created
+        touched |= endpoints
+        last_id = events[-1].id
+
+
+def replay_failed_since(tenant_id: int, since: dt.datetime, batch: int = 500) -> tuple[int, set[int]]:
+    """Replay the tenant's events with a delivery created at or after `since` that has not
+    succeeded and will not by itself soon: `exhausted`, or `failed` and waiting for a retry."""
+    total = 0
+    touched: set[int] = set()
+    last_id = 0
+    while True:
+        failed = (WebhookDelivery.select(WebhookDelivery.event).distinct()
+                  .where((WebhookDelivery.tenant == tenant_id) & (WebhookDelivery.created_at >= since)
+                         & WebhookDelivery.status.in_(("failed", "exhausted")) & (WebhookDelivery.event > last_id))
+                  .order_by(WebhookDelivery.event).limit(batch))
+        events = list(Event.select().where(Event.id.in_([row.event_id for row in failed])).order_by(Event.id))
         if not events:
             return total, touched
         with atomic():

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from models import access_requests
+from models import access_requests, portal
 from models.access_requests import AccessRequest
+from models.db import atomic
 from svcctl.output import JSON_OPTION, err, record, show, table, with_database
+from svcctl.portal import print_invitation
 
 app = typer.Typer(help="Access requests from companies.", no_args_is_help=True)
 
@@ -36,8 +38,17 @@ def show_request(request_id: str, as_json: bool = JSON_OPTION):
 @with_database
 def approve(request_id: str,
             scope: list[str] = typer.Option(["all"], "--scope", help="Scopes of the first key (default all)."),
+            invite_owner: bool = typer.Option(False, "--invite-owner",
+                                              help="Instead of a key, invite the contact as the company's first "
+                                                   "portal owner (the link is printed once)."),
             as_json: bool = JSON_OPTION):
-    """Approve: creates the tenant and its first key, printed once."""
+    """Approve: creates the tenant and its first key (or owner invitation), printed once."""
+    if invite_owner:
+        with atomic():
+            request, tenant, _none = access_requests.approve(request_id, scope, with_key=False)
+            invitation, token = portal.invite(tenant.id, request.contact_email, "owner")
+        print_invitation(invitation, token, tenant.public_id, as_json)
+        return
     request, tenant, key_string = access_requests.approve(request_id, scope)
     data = {**request.as_dict(), "tenant_id": tenant.public_id, "key": key_string}
     show(data, as_json, lambda: record(data, "access request approved"))

@@ -12,20 +12,30 @@ import orjson
 import typer
 from rich.console import Group
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+from rich.text import Text
 
 from models import cartera
 from models.cartera_collection import due_reminders, send_due_reminders
 from models.cartera_import import CountingReader, ImportFormatError, RowError, import_debts, reader_for
 from models.cartera_money import amount_json
 from models.tenants import get_tenant
-from svcctl.output import JSON_OPTION, err, fail, record, show, table, with_database
+from svcctl.output import JSON_OPTION, err, fail, plain, record, show, table, with_database
+from svcctl.payments import export_app as payments_export_app
 
 app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True)
 endpoint_app = typer.Typer(help="Where debt.payment_received events are delivered.", no_args_is_help=True)
 app.add_typer(endpoint_app, name="endpoint")
+app.add_typer(payments_export_app, name="payments")
 
 # Bad rows echoed on stderr; the rest only go to --errors FILE (a big file can have thousands).
 SHOWN_ERRORS = 20
+# A spreadsheet opening the errors CSV runs a cell that starts with one of these as a formula.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: str) -> str:
+    """A cell of the errors CSV that a spreadsheet shows as text: a would-be formula gets a leading `'`."""
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
 
 
 class ErrorSink:
@@ -44,11 +54,12 @@ class ErrorSink:
         self.total += 1
         if self.shown < SHOWN_ERRORS:
             self.shown += 1
-            label = f" ({error.external_id})" if error.external_id else ""
-            err.print(f"[red]line {error.line}{label}:[/red] {error.message}", highlight=False, markup=True,
-                      soft_wrap=True)
+            # The row's own text (its id, the message quoting it) is printed as text, never markup.
+            label = Text.assemble(" (", plain(error.external_id), ")") if error.external_id else ""
+            err.print(Text.assemble((f"line {error.line}", "red"), label, ": ", plain(error.message)),
+                      highlight=False, soft_wrap=True)
         if self.writer is not None:
-            self.writer.writerow([error.line, error.external_id or "", error.code, error.message])
+            self.writer.writerow([error.line, csv_cell(error.external_id or ""), error.code, csv_cell(error.message)])
         elif self.handle is not None:
             self.handle.write(orjson.dumps(error.as_dict()).decode() + "\n")
 
@@ -178,6 +189,9 @@ def pay(tenant: str = typer.Option(..., "--tenant"), debt: str = typer.Option(..
         transaction_id: str = typer.Option(None, "--transaction-id", help="Makes a retried command pay once."),
         as_json: bool = JSON_OPTION):
     """Record a payment made inside the service; emits debt.payment_received."""
+    from jobs.queue import load_tasks  # here: the queue reads the settings as it loads
+
+    load_tasks()  # the queue's hooks: the event is fanned out once committed
     tenant_id = get_tenant(tenant).id
     payment = cartera.record_service_payment(tenant_id, debt, amount, method, transaction_id=transaction_id)
     current = cartera.get_debt(tenant_id, debt)
@@ -213,6 +227,9 @@ def remind(dry_run: bool = typer.Option(False, "--dry-run", help="List what is d
                                           [(d["account_id"], d["deuda_external_id"], d["cuota_external_id"],
                                             d["stage"], d["wa_id"]) for d in data]))
         return
+    from jobs.queue import load_tasks  # here: the queue reads the settings as it loads
+
+    load_tasks()  # the queue's hooks: a created campaign wakes the sending engine
     campaigns = send_due_reminders()
     show({"campaigns": campaigns}, as_json, lambda: f"{len(campaigns)} collection campaign(s) created: "
                                                    + (", ".join(campaigns) or "none"))

@@ -4,14 +4,17 @@ line on stderr with a non-zero exit."""
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import orjson
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from config import ConfigError, get_settings
 from models.db import connection, init_db
@@ -23,8 +26,20 @@ err = Console(stderr=True)
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
+# What must not reach a terminal as it is: control characters (C0 but tab and newline, DEL, C1),
+# which start escape sequences, and the bidirectional overrides that reorder what is shown.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(value: Any) -> Text:
+    """A value from outside (a company name, a reference, an error message) as text: never read as
+    markup, and every character that could drive the terminal shown as a visible escape (`\\x1b`)."""
+    raw = "" if value is None else str(value)
+    return Text(_UNPRINTABLE.sub(lambda match: match.group().encode("unicode_escape").decode(), raw))
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "red"), " ", plain(message)), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -32,12 +47,78 @@ def print_json(data: Any) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
 
 
-def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
-    grid = Table(title=title, show_lines=False)
+# What an operator copies: never cut or wrapped, and the last column to give way.
+_IDENTIFIER = re.compile(r"^(?:[a-z]+_[A-Za-z0-9_.-]{6,}|[a-z][a-z0-9+.-]*://\S+)$")
+_IDENTIFYING_HEADERS = {"id", "key", "url", "field", "value", "name", "tenant", "campaign", "endpoint", "number",
+                        "event id", "external_id", "account", "debt"}
+_BORDERS = 1  # the table's left edge; each column adds its padding and right edge (3)
+
+
+def _tokens(text: str) -> list[str]:
+    return text.split() or [""]
+
+
+class _Column:
+    def __init__(self, header: str, cells: list[Text]):
+        self.header = header
+        self.cells = cells
+        shown = [cell.plain for cell in cells]
+        longest_token = max(cell_len(token) for cell in shown for token in _tokens(cell)) if cells else 0
+        self.natural = max([cell_len(header), *(cell_len(cell) for cell in shown)])
+        # Narrower than its longest token, a column would have to break an id, a key or a URL.
+        self.minimum = max(longest_token, *(cell_len(word) for word in _tokens(header)), 1)
+        self.identifying = header in _IDENTIFYING_HEADERS or any(
+            _IDENTIFIER.match(token) for cell in shown for token in _tokens(cell))
+        self.width = self.natural
+
+
+def _fit(columns: list[_Column], available: int) -> int:
+    """Narrow the columns of words (never below their longest token) until the table fits;
+    returns the table's width."""
     for column in columns:
-        grid.add_column(column)
-    for row in rows:
-        grid.add_row(*["" if value is None else str(value) for value in row])
+        column.width = column.natural
+    total = _BORDERS + sum(column.width + 3 for column in columns)
+    while total > available:
+        shrinkable = [column for column in columns if column.width > column.minimum]
+        if not shrinkable:
+            break
+        widest = max(shrinkable, key=lambda column: column.width)
+        step = min(widest.width - widest.minimum, total - available)
+        widest.width -= step
+        total -= step
+    return total
+
+
+def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
+    """A table that fits the console without cutting what an operator copies.
+
+    Ids, keys and URLs are never cut or wrapped: columns of words wrap first, then the columns
+    that identify nothing are dropped from the right (the caption names them; --json has all).
+    If the identifying columns alone are wider than the console, the table is printed wider.
+    """
+    headers = list(columns)
+    data = [[plain(value) for value in row] for row in rows]
+    shown = [_Column(header, [row[index] for row in data]) for index, header in enumerate(headers)]
+    available = out.width
+    dropped: list[str] = []
+    total = _fit(shown, available)
+    while total > available:
+        optional = [column for column in shown[1:] if not column.identifying]
+        if not optional:
+            break
+        shown.remove(optional[-1])
+        dropped.insert(0, optional[-1].header)
+        total = _fit(shown, available)
+    heading = None if title is None else plain(title)
+    if heading and shown and heading.cell_len > total and heading.cell_len <= available:
+        shown[-1].width += heading.cell_len - total  # so the title reads on one line
+        total = heading.cell_len
+    caption = f"not shown at this width: {', '.join(dropped)} (--json has every field)" if dropped else None
+    grid = Table(title=heading, caption=caption, show_lines=False, width=total if total > available else None)
+    for column in shown:
+        grid.add_column(column.header, width=column.width, overflow="fold")
+    for index in range(len(data)):
+        grid.add_row(*[column.cells[index] for column in shown])
     return grid
 
 
@@ -45,7 +126,8 @@ def show(data: Any, as_json: bool, render: Callable[[], Any]) -> None:
     if as_json:
         print_json(data)
     else:
-        out.print(render())
+        # Never cropped: a table wider than the console (its ids alone) is printed whole.
+        out.print(render(), crop=False)
 
 
 def record(data: dict, title: str | None = None) -> Table:

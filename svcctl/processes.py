@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 import gc
-import logging
 import os
 import signal
 import subprocess
@@ -14,6 +14,8 @@ from pathlib import Path
 import typer
 
 from config import ConfigError, get_settings
+from config.logs import configure_logging
+from config.settings import parse_bind
 from models.db import connection, init_db
 from svcctl.output import err, fail
 
@@ -21,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GUNICORN_CONFIG = ROOT / "config" / "gunicorn.py"
 DEMO_TENANT = "Demo Company"
 DEMO_CREDITS = 1000
+DEMO_OWNER = "owner@demo.example.com"
 PLATFORM_WEBHOOK_PATH = "/platform/webhook"
 
 
@@ -48,45 +51,134 @@ def serve(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT t
 
 def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (default SVC_WORKER_THREADS)."),
            no_periodic: bool = typer.Option(False, "--no-periodic",
-                                            help="Do not schedule periodic tasks (all consumers but one).")):
+                                            help="Do not schedule periodic tasks (all consumers but one)."),
+           metrics_port: str = typer.Option(None, "--metrics-port",
+                                            help="[HOST:]PORT of its /metrics (default SVC_METRICS_PORT).")):
     """Run the queue consumer (thread workers) in the foreground."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = get_settings()
+        metrics_bind = parse_bind("--metrics-port", metrics_port) if metrics_port else settings.metrics_bind
     except ConfigError as error:
         fail(str(error))
+    configure_logging(settings.log_format)
+    from jobs.operations import serve_metrics
     from jobs.queue import huey, load_tasks
+    from models.operations import WORKER, Heartbeat
 
     init_db(settings)
     load_tasks()
     # What is loaded by now lives as long as the process: kept out of the collector's full passes,
     # which otherwise stop every thread (paced sends included) for tens of milliseconds.
     gc.freeze()
-    consumer = huey.create_consumer(workers=threads or settings.worker_threads, worker_type="thread",
+    workers = threads or settings.worker_threads
+    consumer = huey.create_consumer(workers=workers, worker_type="thread",
                                     periodic=not no_periodic, check_worker_health=True, backoff=1.15,
                                     max_delay=0.5, initial_delay=0.05)
-    consumer.run()
+    if metrics_bind:
+        serve_metrics(*metrics_bind)
+    heartbeat = Heartbeat(WORKER, workers, periodic=not no_periodic).start()
+    try:
+        consumer.run()
+    finally:
+        heartbeat.stop()
 
 
-def _ensure_demo_tenant() -> tuple[str, str | None]:
-    """The demo tenant's id, and its key the first time only (a key is never shown twice)."""
-    from models import credits
+def _ensure_demo_tenant() -> tuple[str, str | None, str | None]:
+    """The demo tenant's id, its key and its portal owner's password, the latter two the first
+    time only (a secret is never shown twice)."""
+    from models import credits, portal
     from models.tenants import Tenant, create_key, create_tenant
 
     with connection():
         tenant = Tenant.get_or_none(Tenant.name == DEMO_TENANT)
-        if tenant is not None:
-            return tenant.public_id, None
-        tenant = create_tenant(DEMO_TENANT)
-        credits.grant(tenant.id, DEMO_CREDITS, reason="demo credits")
-        _key, key_string = create_key(tenant, ["all"])
-        return tenant.public_id, key_string
+        key_string = password = None
+        if tenant is None:
+            tenant = create_tenant(DEMO_TENANT)
+            credits.grant(tenant.id, DEMO_CREDITS, reason="demo credits")
+            _key, key_string = create_key(tenant, ["all"])
+        # Also on a data dir from before the portal: its demo company gets its owner now.
+        if not portal.PortalUser.select().where(portal.PortalUser.email == DEMO_OWNER).exists():
+            password = portal.generated_password()
+            portal.create_user(tenant.id, DEMO_OWNER, "owner", password)
+        return tenant.public_id, key_string, password
+
+
+def _wait_for(url: str, what: str, seconds: float = 15) -> bool:
+    import requests
+
+    deadline = time.time() + seconds
+    while True:
+        try:
+            if requests.get(url, timeout=2).ok:
+                return True
+        except requests.RequestException:
+            pass
+        if time.time() > deadline:
+            err.print(f"[yellow]{what} not answering[/yellow]")
+            return False
+        time.sleep(0.2)
+
+
+def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
+    """Give the demo company a seller on the payment simulator (whose state lives only as long
+    as the process), so its reminders carry payment links."""
+    import requests
+
+    from models import payments
+    from models.tenants import get_tenant
+
+    if not _wait_for(f"{gateway_url}/_sim/health", "payment simulator (the demo company has no gateway)"):
+        return
+    seller = requests.post(f"{gateway_url}/_sim/sellers", timeout=5).json()
+    with connection():
+        payments.connect_gateway(get_tenant(tenant_public_id).id, seller["access_token"], seller["webhook_secret"])
+
+
+def _connect_demo_number(tenant_public_id: str) -> str | None:
+    """Connect a number of the platform simulator to the demo company, once, the way a business
+    does through embedded signup; its business account first gets the payment-link template a
+    reminder carries its link in (as if the business had created it in WhatsApp Manager)."""
+    import requests
+
+    from jobs.accounts import connected
+    from models import onboarding
+    from models.accounts import MessagingAccount
+    from models.payments import LINK_TEMPLATE, LINK_TEMPLATE_BODY, LINK_TEMPLATE_LANGUAGE
+    from models.tenants import get_tenant
+
+    settings = get_settings()
+    with connection():
+        tenant = get_tenant(tenant_public_id)
+        account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant.id)
+                                               & (MessagingAccount.status == "active"))
+        if account is not None:
+            return account.public_id
+        if not _wait_for(f"{settings.graph_url}/_sim/health", "platform simulator"):
+            return None
+        requests.post(f"{settings.graph_url}/_sim/templates", timeout=5, json={
+            "name": LINK_TEMPLATE, "language": LINK_TEMPLATE_LANGUAGE, "category": "UTILITY",
+            "body": LINK_TEMPLATE_BODY}).raise_for_status()
+        attempt = onboarding.create_attempt(tenant.id, redirect_url=f"{settings.public_url}/portal",
+                                            label="demo number")
+        signup = onboarding.simulator_signup()
+        outcome = onboarding.complete(attempt.public_id, signup["code"], signup["waba_id"],
+                                      signup["phone_number_id"])
+        if outcome.connected is None:
+            err.print(f"[yellow]the demo number did not connect: {outcome.attempt.error}[/yellow]")
+            return None
+        connected(outcome.connected.id)  # the worker subscribes the app and syncs its templates
+        return outcome.connected.public_id
 
 
 def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),
        sim: bool = typer.Option(False, "--sim", help="Also run the platform simulator, wired to the API."),
-       sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator.")):
+       sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator."),
+       payments_sim_bind: str = typer.Option("127.0.0.1:8091", "--payments-sim-bind",
+                                             help="HOST:PORT for the payment gateway simulator (with --sim)."),
+       allow_private_webhooks: bool = typer.Option(
+           False, "--allow-private-webhooks",
+           help="Let companies' webhook endpoints point at private and loopback addresses (local receivers "
+                "only: it turns the SSRF guard off).")):
     """Migrate, then run the API and the worker (and the simulator) in the foreground; Ctrl-C stops all."""
     from models.db import upgrade
 
@@ -95,7 +187,11 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     env.setdefault("SVC_PUBLIC_URL", f"http://{'127.0.0.1' if host in {'0.0.0.0', '::'} else host}:{port}")
     if sim:
         env["SVC_GRAPH_URL"] = f"http://{sim_bind}"
-        env.setdefault("SVC_WEBHOOK_ALLOW_PRIVATE", "true")
+        env["SVC_PAYMENTS_GATEWAY_URL"] = f"http://{payments_sim_bind}"
+    # Only when asked: the simulator needs no private webhook targets, and a demo reachable from
+    # elsewhere must not let anyone point deliveries at the machine's own services.
+    if allow_private_webhooks:
+        env["SVC_WEBHOOK_ALLOW_PRIVATE"] = "true"
     os.environ.update(env)
     try:
         settings = get_settings()
@@ -105,13 +201,15 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     applied = upgrade()
     if applied:
         err.print(f"applied {len(applied)} migration(s)")
-    tenant_id, key_string = _ensure_demo_tenant()
+    settings = get_settings()  # a migration may have replaced the generated master key
+    tenant_id, key_string, password = _ensure_demo_tenant()
 
     svcctl = [sys.executable, "-m", "svcctl.main"]
     commands = {"api": svcctl + ["serve", "--bind", bind], "worker": svcctl + ["worker"]}
     if sim:
         commands["sim"] = svcctl + ["sim", "--bind", sim_bind, "--webhook-url",
                                     settings.public_url + PLATFORM_WEBHOOK_PATH]
+        commands["payments-sim"] = svcctl + ["payments", "sim", "--bind", payments_sim_bind]
     # The simulator signs the platform's webhooks with the app secret: it gets it through its
     # environment, never its command line, where `ps` would show it to any local user.
     child_env = {name: env for name in commands}
@@ -120,17 +218,32 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     children = {name: subprocess.Popen(command, env=child_env[name], cwd=ROOT)
                 for name, command in commands.items()}
 
-    base = f"{settings.public_url}/api/v1"
-    err.print(f"[green]API[/green]     {base}")
+    number_id = None
     if sim:
-        err.print(f"[green]sim[/green]     http://{sim_bind}")
-    err.print(f"[green]tenant[/green]  {tenant_id} ({DEMO_TENANT})")
+        _connect_demo_gateway(tenant_id, settings.payments_gateway_url)
+        number_id = _connect_demo_number(tenant_id)
+    base = f"{settings.public_url}/api/v1"
+    # soft_wrap: a line longer than the terminal is never broken by us, so a key or URL pastes whole.
+    say = functools.partial(err.print, soft_wrap=True, highlight=False)
+    say(f"[green]API[/green]     {base}")
+    if sim:
+        say(f"[green]sim[/green]     http://{sim_bind}")
+        say(f"[green]payments[/green] http://{payments_sim_bind} (gateway simulator)")
+    say(f"[green]tenant[/green]  {tenant_id} ({DEMO_TENANT})")
+    if number_id:
+        say(f"[green]number[/green]  {number_id} (simulated, connected: ready to send and take debts)")
     if key_string:
-        err.print(f"[green]key[/green]     {key_string}")
-        err.print(f"try: curl -H 'Authorization: Bearer {key_string}' {base}/health")
+        say(f"[green]key[/green]     {key_string}")
+        say(f"try: curl -H 'Authorization: Bearer {key_string}' {base}/health")
     else:
-        err.print("key     shown at first start only; create another with "
-                  f"`svcctl keys create --tenant {tenant_id} --scope all`")
+        say("key     shown at first start only; create another with "
+            f"`svcctl keys create --tenant {tenant_id} --scope all`")
+    say(f"[green]portal[/green]  {settings.public_url}/portal")
+    if password:
+        say(f"[green]sign in[/green] {DEMO_OWNER} / {password}")
+    else:
+        say(f"sign in {DEMO_OWNER} (password shown at first start only; "
+            f"`svcctl portal reset-password --email {DEMO_OWNER}` sets a new one)")
 
     stopping = False
 

@@ -17,8 +17,10 @@ import requests
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.text import Text
 
 from messaging.simulator import DEFAULT_MPS, Simulator, parse_bind, serve_forever
+from svcctl.output import plain
 
 app = typer.Typer(help="The messaging platform simulator (a local stand-in for the Graph API).")
 
@@ -147,5 +149,6 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def fail(message: str) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    # The message may quote the simulator's answer: text, never markup.
+    err.print(Text.assemble(("error:", "red"), " ", plain(message)), highlight=False, soft_wrap=True)
     raise typer.Exit(1)

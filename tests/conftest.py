@@ -144,11 +144,22 @@ def sqlite_storage(tmp_path, sqlite_template):
 
 @pytest.fixture(autouse=True)
 def immediate_queue():
+    """The queue runs its tasks in the test's thread: a dispatch runs to the end, and new events
+    are fanned out at once rather than through the queue's per-second coalescing."""
+    from jobs import sending, webhooks
     from jobs.queue import huey
+    from models import events
+    from models.sending.engine import Settings
 
     huey.immediate = True
-    yield huey
-    huey.immediate = False
+    running = sending.engine_settings
+    sending.engine_settings = Settings(session=None, linger=0)
+    try:
+        with events.listening([webhooks.fan_out_task]):
+            yield huey
+    finally:
+        sending.engine_settings = running
+        huey.immediate = False
 
 
 @pytest.fixture

@@ -438,7 +438,7 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
     from peewee import fn
 
     from models import credits
-    from models.campaigns import Campaign, CampaignRecipient
+    from models.campaigns import Campaign, CampaignRecipient, campaign_credits
     from models.credits import LedgerEntry
     from models.messages import Message
 
@@ -465,11 +465,12 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
         assert not [row for row in failed if row.error_code == "send_unconfirmed"]
     assert all(row.status in ("sent", "delivered", "read", "failed") for row in rows.values())
     for campaign in campaigns:
-        assert campaign.reserved_credits == campaign.consumed_credits + campaign.released_credits, campaign.public_id
+        money = campaign_credits(campaign)
+        assert money.reserved == money.consumed + money.released, campaign.public_id
     consumed = -(LedgerEntry.select(fn.SUM(LedgerEntry.amount)).where(
         (LedgerEntry.tenant == company.persona.id) & (LedgerEntry.type == "consume")).scalar() or 0)
     assert consumed == len(accepted)
-    assert sum(c.consumed_credits for c in campaigns) == sum(1 for a in accepted if not a.startswith("msg_"))
+    assert sum(campaign_credits(c).consumed for c in campaigns) == sum(1 for a in accepted if not a.startswith("msg_"))
     wallet = credits.wallet_of(company.persona.id)
     assert wallet.reserved == 0
     assert replay_ledger(company.persona.id) == (wallet.balance, wallet.reserved)

@@ -69,11 +69,14 @@ class LiveService:
         subprocess.run([sys.executable, "-m", "svcctl.main", "db", "upgrade"], cwd=ROOT, env=self.env,
                        check=True, capture_output=True)
         self.start_sim()
-        self._spawn("api", ["serve", "--bind", f"127.0.0.1:{self.api_port}"])
+        self.start_api()
         self.start_worker()
         wait_until(lambda: self._answers(f"{self.api_url}/api/v1/openapi.json"), message="the API")
         wait_until(lambda: self._answers(f"{self.sim_url}/_sim/health"), message="the simulator")
         return self
+
+    def start_api(self) -> subprocess.Popen:
+        return self._spawn("api", ["serve", "--bind", f"127.0.0.1:{self.api_port}"])
 
     def start_sim(self) -> None:
         self._spawn("sim", ["sim", "--bind", f"127.0.0.1:{self.sim_port}",

@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from models import cartera, credits
-from models.campaigns import Campaign, CampaignRecipient
+from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.cartera import Reminder
 from models.cartera_collection import due_reminders, in_sending_window, send_due_reminders, stage_for
 from models.cartera_input import parse_debt
@@ -169,4 +169,4 @@ class TestSending:
         assert credits.wallet_of(alice.id).reserved == 1
         assert {r.debt.external_id: r.status for r in Reminder.select().where(Reminder.stage == "due")} == {
             "A": "cancelled", "B": "cancelled", "C": "queued"}
-        assert campaign.released_credits == 2
+        assert campaign_credits(campaign).released == 2

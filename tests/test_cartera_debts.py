@@ -46,6 +46,7 @@ class TestCreateAndRead:
                 {"external_id": "D-1-3", "numero": 3, "monto": 100, "vence": "2031-03-10", "estado": "pending"},
             ],
             "pagos": [],
+            "links_de_pago": [],
         }
         assert "id" not in deuda and "debt_id" not in str(deuda)
 

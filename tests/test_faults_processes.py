@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from models import credits
-from models.campaigns import Campaign, CampaignRecipient
+from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.cartera import Debt
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (
@@ -139,7 +139,7 @@ def test_api_workers_killed_mid_request_write_everything_once(cluster, webhook_c
         assert answered <= {c.public_id for c in campaigns}
         for campaign in campaigns:
             assert CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id).count() == 5
-            assert campaign.reserved_credits == 5
+            assert campaign_credits(campaign).reserved == 5
         debts = sorted(d.external_id for d in Debt.select().where(Debt.tenant == acme.persona.id))
         assert debts == sorted(f"debt-{index}" for kind, index, _response in answers if kind == "debt")
         acme.campaigns = [c.public_id for c in campaigns]

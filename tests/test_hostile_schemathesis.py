@@ -41,7 +41,8 @@ CONTACT = "5215590001234"
 def service(storage, tmp_path, immediate_queue, webhook_ca):
     immediate_queue.immediate = False
     env = {**env_for(storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1], "SVC_TENANT_RATE_LIMIT": "1000000",
-           "SVC_READ_RATE_LIMIT": "1000000", "SVC_WRITE_RATE_LIMIT": "1000000"}
+           "SVC_READ_RATE_LIMIT": "1000000", "SVC_WRITE_RATE_LIMIT": "1000000",
+           "SVC_FAILED_AUTH_LIMIT": "1000000"}
     live = LiveService(env, tmp_path).start()
     yield live
     live.stop()
@@ -112,6 +113,10 @@ def config(alice: dict[str, str], charlie: dict[str, str]) -> str:
         lines += [f"[dictionaries.{name}]", f"values = {items}", ""]
     lines.append("[parameters]")
     lines += [f'"{key}" = {{ dictionary = "{name}", probability = 0.7 }}' for key, name in bindings.items()]
+    # A batch answers 200 with each bad element refused in its results (DECISIONS), so an invalid
+    # element is not a request the server should reject whole.
+    lines += ["", "[[operations]]", 'include-name = "POST /api/v1/cartera/deudas/lote"',
+              "checks.negative_data_rejection.enabled = false"]
     return "\n".join(lines) + "\n"
 
 
@@ -128,7 +133,7 @@ def test_every_operation_answers_as_its_document_says(service, storage, webhook_
         run = subprocess.run(
             [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config_file), "run",
              f"{service.api_url}/api/v1/openapi.json", "--header", f"Authorization: Bearer {alice.key_string}",
-             "--checks", "all", "--exclude-checks", "positive_data_acceptance", "--max-examples", str(MAX_EXAMPLES),
+             "--exclude-checks", "positive_data_acceptance", "--max-examples", str(MAX_EXAMPLES),
              "--seed", str(SEED), "--workers", "1", "--request-timeout", "20", "--suppress-health-check", "all",
              "--warnings", "off", "--no-color"],
             cwd=ROOT, capture_output=True, text=True, timeout=360)

@@ -15,7 +15,7 @@ import requests
 
 from models.accounts import MessagingAccount
 from models.events import Event
-from models.platform import account_token
+from models.sending.messenger import account_token
 from tests.conftest import Persona
 from tests.faults_fixtures import CORE_EVENTS, Cluster
 from tests.live import env_for, wait_until

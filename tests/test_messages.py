@@ -290,17 +290,49 @@ def test_a_throttled_message_is_retried_in_the_task(client, alice, number):
 
 
 def test_only_a_failed_platform_call_counts_against_the_retry_limit(client, alice, number, customer):
+    from messaging.errors import RetryablePlatformError, ThrottledError
     from models import messages
+    from models.sending.message_store import MessageStore
 
-    # Stored but not handed to the queue: this test plays the sending task.
+    # Stored but not handed to the queue: this test plays the engine.
     message = messages.create_message(alice.id, messages.MessageInput.model_validate(text_body(number, customer)))
+    store = MessageStore()
     start = message.attempts
+
+    def claim_and_answer(token: str, error) -> None:
+        plans = {plan.account_id: plan for plan in store.plan()}
+        [job] = store.claim({number.id: 1}, plans, token)
+        job.error = error
+        store.record([job])
+
     # Waiting for the number's pace, or a throttle, gives the attempt back.
-    assert messages.claim(message.id, "t1") is not None
-    messages.unclaim(message, "t1", failed_attempt=False)
+    claim_and_answer("t1", ThrottledError("slow down", code=130429))
     assert Message.get_by_id(message.id).attempts == start
     # A platform error keeps it: MAX_RETRIES of them fail the message.
-    assert messages.claim(message.id, "t2") is not None
-    messages.unclaim(message, "t2", failed_attempt=True)
+    claim_and_answer("t2", RetryablePlatformError("hiccup", code=131000))
     stored = Message.get_by_id(message.id)
-    assert stored.attempts == start + 1 and stored.claim_token is None
+    assert stored.attempts == start + 1 and stored.claim_token is None and stored.status == "queued"
+
+
+def test_a_message_whose_window_closed_while_it_waited_fails_unsent(client, alice, number, sim):
+    import datetime as dt
+
+    from jobs.sending import dispatch
+    from models import messages
+    from models.accounts import ContactWindow
+    from models.clock import utcnow
+
+    to = wa()
+    let_write(number, to)
+    # Stored while the window was open; the engine reaches it after the window closed.
+    message = messages.create_message(alice.id, messages.MessageInput.model_validate(text_body(number, to)))
+    ContactWindow.update(last_inbound_at=utcnow() - dt.timedelta(hours=25)).where(
+        (ContactWindow.account == number.id) & (ContactWindow.wa_id == to)).execute()
+    dispatch()
+    stored = Message.get_by_id(message.id)
+    assert (stored.status, stored.error_code, stored.wam_id) == ("failed", "outside_24h_window", None)
+    assert [item for item in sim.sent() if item["to"] == to] == []
+    assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (1000, 0)
+    assert replay_ledger(alice.id) == (1000, 0)
+    failed = Event.get((Event.tenant == alice.id) & (Event.name == "message.failed")).payload
+    assert failed["error"]["code"] == "outside_24h_window" and failed["message_id"] == message.public_id

@@ -12,7 +12,7 @@ from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
 from models.events import Event
 from models.onboarding import OnboardingAttempt
-from models.platform import account_token
+from models.sending.messenger import account_token
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import (
     REDIRECT_URL,

@@ -7,44 +7,16 @@ missing browser skips; in CI (`CI=true`) it fails.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
 import requests
 
 from models.accounts import MessagingAccount
 from models.events import Event
 from tests.accounts_fixtures import REDIRECT_URL, sqlite_only
+from tests.browser_fixtures import *  # noqa: F403
 from tests.live import wait_until
 from tests.live_fixtures import *  # noqa: F403
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-@pytest.fixture
-def browser():
-    problem = None
-    if not CHROMIUM.exists():
-        problem = f"{CHROMIUM} is missing (scripts/install-test-deps installs it)"
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        problem = "playwright is not installed (pip install -e '.[test]')"
-    if problem:
-        if IN_CI:
-            pytest.fail(problem)
-        pytest.skip(problem)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def connected_events(account_id: str) -> list[Event]:

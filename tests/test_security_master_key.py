@@ -109,6 +109,10 @@ def test_nothing_shown_or_logged_reveals_the_master_key(demo_installation):
         if where not in {"verify token", "app secret"}:
             assert settings.app_secret not in text, f"the app secret is shown in the {where}"
     assert "app_secret" not in requests.get(sim + "/_sim/config", timeout=5).json()
+    # No control endpoint hands out a secret: the numbers come without their platform tokens.
+    requests.post(sim + "/_sim/signup", json={}, timeout=5).raise_for_status()
+    numbers = requests.get(sim + "/_sim/numbers", timeout=5).json()["data"]
+    assert numbers and all("token" not in number for number in numbers)
 
 
 def test_derived_secrets_are_independent_of_each_other_and_of_the_key():
@@ -126,3 +130,60 @@ def test_derived_secrets_are_independent_of_each_other_and_of_the_key():
     for purpose in ("platform webhook verify token", "simulated platform app secret"):
         mine, theirs = derive_secret(key, purpose), derive_secret(neighbour, purpose)
         assert sum(a == b for a, b in zip(mine, theirs, strict=True)) < len(mine) // 2
+
+
+def test_an_installation_on_the_old_defaults_gets_a_new_key_and_keeps_every_secret(tmp_path):
+    """The upgrade of an installation whose key could be rebuilt: a generated key and both derived
+    values left to their defaults. Every secret stored under the old key still opens, under a new
+    key that nothing the old release showed tells anything about."""
+    from cryptography.fernet import InvalidToken
+
+    from config import get_settings, use_settings
+    from models import secrets
+    from models.accounts import MessagingAccount
+    from models.db import connection, db, init_db, upgrade
+    from models.idempotency import IdempotencyRecord
+    from models.ids import new_id
+    from models.sending.messenger import account_token
+    from models.tenants import create_tenant
+    from models.webhooks import WebhookEndpoint
+
+    env = {"SVC_DATA_DIR": str(tmp_path / "data")}
+    settings = use_settings(load_settings(env))
+    init_db(settings)
+    assert "0009_security" in upgrade()  # on a fresh installation it finds nothing to do
+    old_key = settings.secret_key
+    assert load_settings(env).secret_key == old_key
+    with connection():
+        tenant = create_tenant("Old Co")
+        account = MessagingAccount.create(public_id=new_id("wacc_"), tenant=tenant.id, phone_id="pn-1",
+                                          access_token=secrets.encrypt("EAAG-platform-token"))
+        endpoint = WebhookEndpoint.create(public_id=new_id("whend_"), tenant=tenant.id, url="https://hooks.test/a",
+                                          events=["message.sent"], secret_ciphertext=secrets.encrypt("whsec_abc"),
+                                          secret_preview="whsec_a…")
+        replay = IdempotencyRecord.create(tenant=tenant.id, key="k1", method="POST", path="/x", body_hash="h",
+                                          state="done", status=201, body=secrets.encrypt('{"secret": "s"}'))
+        plain_replay = IdempotencyRecord.create(tenant=tenant.id, key="k2", method="POST", path="/y",
+                                                body_hash="h", state="done", status=200, body='{"ok": true}')
+        # As the earlier release left it: this migration not applied yet.
+        db.execute_sql(f'DELETE FROM "schema_migration" WHERE "name" = {db.param}', ("0009_security",))
+
+    assert upgrade() == ["0009_security"]
+    new_key = load_settings(env).secret_key
+    assert new_key != old_key and get_settings().secret_key == new_key
+    assert get_settings().verify_token == load_settings(env).verify_token
+    data_dir = tmp_path / "data"
+    assert sorted(path.name for path in data_dir.iterdir() if path.name.startswith("secret")) == ["secret.key"]
+    assert oct((data_dir / "secret.key").stat().st_mode & 0o777) == "0o600"
+    # The old release's verify token was the key's first 16 characters: it says nothing of the new key.
+    assert not _leaks(new_key, "vt_" + old_key[:16] + " as_" + old_key[16:40])
+
+    with connection():
+        assert account_token(MessagingAccount.get_by_id(account.id)) == "EAAG-platform-token"
+        assert WebhookEndpoint.get_by_id(endpoint.id).signing_secret == "whsec_abc"
+        assert secrets.decrypt(IdempotencyRecord.get_by_id(replay.id).body) == '{"secret": "s"}'
+        assert IdempotencyRecord.get_by_id(plain_replay.id).body == '{"ok": true}'
+        stored = MessagingAccount.get_by_id(account.id).access_token
+    with pytest.raises(InvalidToken):
+        Fernet(old_key.encode()).decrypt(stored.encode())
+    db.close_all()

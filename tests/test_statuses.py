@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from models import campaigns as campaigns_module
-from models.campaigns import Campaign, CampaignRecipient, create_campaign
+from models.campaigns import Campaign, CampaignRecipient, campaign_credits, create_campaign
 from models.credits import LedgerEntry
 from models.db import connection
 from models.events import Event
@@ -107,7 +107,8 @@ def test_a_late_failure_refunds_the_credit(alice, number):
     assert (failing.status, failing.error_code) == ("failed", "131026")
     assert failing.last_error == "The recipient could not be reached."
     campaign = Campaign.get_by_id(campaign.id)
-    assert (campaign.consumed_credits, campaign.released_credits, campaign.refunded_credits) == (2, 0, 1)
+    money = campaign_credits(campaign)
+    assert (money.consumed, money.released, money.refunded) == (2, 0, 1)
     refund = LedgerEntry.get((LedgerEntry.tenant == alice.id) & (LedgerEntry.type == "refund"))
     assert (refund.amount, refund.campaign_id) == (1, campaign.id)
     assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (999, 0)
@@ -140,7 +141,7 @@ def test_a_queued_recipient_is_found_by_its_callback_data(alice, number, immedia
     assert (row.status, row.wam_id, row.claim_token) == ("read", "wamid.lost-answer", None)
     assert row.message_id.startswith("msg_")
     campaign = Campaign.get_by_id(campaign.id)
-    assert (campaign.status, campaign.consumed_credits) == ("completed", 1)
+    assert (campaign.status, campaign_credits(campaign).consumed) == ("completed", 1)
     assert names(alice.id) == ["message.sent", "message.read"]
 
 
@@ -202,7 +203,7 @@ def test_evidence_after_recovery_accepts_the_send_late_and_charges_it(alice, num
     rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id))
     earlier = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=5)
     CampaignRecipient.update(status="queued", claim_token="deadengine.1", claimed_at=earlier).execute()
-    from models.dispatch import recover_stuck
+    from models.sending.recovery import recover_stuck
 
     assert recover_stuck() == 2
     assert Campaign.get_by_id(campaign.id).status == "completed"
@@ -211,8 +212,9 @@ def test_evidence_after_recovery_accepts_the_send_late_and_charges_it(alice, num
     late = reload(rows[0])
     assert (late.status, late.wam_id, late.error_code) == ("delivered", "wamid.late", None)
     campaign = Campaign.get_by_id(campaign.id)
-    assert (campaign.reserved_credits, campaign.consumed_credits, campaign.released_credits) == (3, 1, 2)
-    assert campaign.reserved_credits == campaign.consumed_credits + campaign.released_credits
+    money = campaign_credits(campaign)
+    assert (money.reserved, money.consumed, money.released) == (3, 1, 2)
+    assert money.reserved == money.consumed + money.released
     assert (wallet(alice.id).balance, wallet(alice.id).reserved) == (999, 0)
     assert replay_ledger(alice.id) == (999, 0)
     assert names(alice.id) == ["message.failed", "message.failed", "message.sent", "message.delivered"]

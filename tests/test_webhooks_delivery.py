@@ -60,11 +60,8 @@ SAMPLES = {
 
 
 def emit(tenant_id: int, name: str = "message.sent", count: int = 1, notify: bool = True) -> list[Event]:
-    with atomic():
-        emitted = [events.emit(tenant_id, name, SAMPLES[name]) for _ in range(count)]
-    if notify:
-        jobs.notify_new_events()
-    return emitted
+    with events.listening([jobs.fan_out_task] if notify else []), atomic():
+        return [events.emit(tenant_id, name, SAMPLES[name]) for _ in range(count)]
 
 
 def stored_bytes(event: Event) -> bytes:

@@ -1,13 +1,13 @@
 """Send pacing by slots: each number's next free send slot replaces its token bucket."""
 
-from peewee import BigIntegerField, CharField, FloatField, Model
+from peewee import BigIntegerField, CharField, DoubleField, Model
 
 
 class PacingSlot(Model):
     """Frozen copy of models.counters.PacingSlot as this migration creates it."""
 
     key = CharField(max_length=200, primary_key=True)
-    next_free = FloatField()
+    next_free = DoubleField()
     version = BigIntegerField(default=0)
 
     class Meta:

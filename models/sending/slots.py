@@ -1,5 +1,5 @@
-"""A thread pool that starts each task at its time: the dispatch engine sends every message at
-the slot pacing granted it (models/counters.py), not when the recipients were claimed."""
+"""A thread pool that starts each task at its time: the sending engine sends every message at
+the slot pacing granted it (models/counters.py), not when it was claimed."""
 
 from __future__ import annotations
 

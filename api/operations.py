@@ -1,0 +1,158 @@
+"""What the API tells an operator: a request id on every response and log line, HTTP metrics,
+and the endpoints outside /api/v1 that a load balancer and Prometheus call.
+
+- `GET /healthz`: the process answers (no storage touched).
+- `GET /readyz`: the database, the queue and Redis answer and every migration is applied; 503
+  with the failing checks otherwise.
+- `GET /metrics`: the Prometheus text format, every gunicorn worker counted (config/metrics.py),
+  plus the state gauges read at scrape time; behind `SVC_METRICS_TOKEN` when it is set.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+
+import falcon
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+
+from config import get_settings, logs
+from config.metrics import multiprocess_dir
+
+log = logging.getLogger("api")
+
+REQUEST_ID_HEADER = "X-Request-Id"
+METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
+HTTP_REQUESTS = Counter("svc_http_requests_total", "HTTP requests answered, by route template, method and status",
+                        ["route", "method", "status"])
+HTTP_SECONDS = Histogram("svc_http_request_duration_seconds", "Time to answer an HTTP request",
+                         ["route", "method"],
+                         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+RATE_LIMITED = Counter("svc_http_rate_limited_total", "Requests refused by a rate limit (429)", ["route"])
+
+
+class RequestTelemetry:
+    """Falcon middleware: the request id (the client's own when sane, else a new one) on the
+    response and on every log line written while the request runs; counted and timed by route."""
+
+    def __init__(self):
+        # Children are looked up once per label set: labels() costs more than the increment.
+        self._children: dict[tuple, tuple] = {}
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        request_id = logs.sane_request_id(req.env.get("HTTP_X_REQUEST_ID"))
+        context = req.context
+        context.request_id = request_id
+        context.started = time.perf_counter()
+        # The tenant is known once the key is checked, later in the request: resolved per line.
+        context.log_tokens = (logs.request_id.set(request_id),
+                              logs.tenant_id.set(lambda: getattr(context, "tenant_id", None)))
+        resp.set_header(REQUEST_ID_HEADER, request_id)
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource, req_succeeded: bool) -> None:
+        context = req.context
+        started = getattr(context, "started", None)
+        if started is None:
+            return
+        method = req.method if req.method in METHODS else "OTHER"
+        key = (req.uri_template, method, resp.status)
+        children = self._children.get(key)
+        if children is None:
+            route, status = req.uri_template or "unmatched", str(resp.status_code)
+            children = (HTTP_REQUESTS.labels(route, method, status), HTTP_SECONDS.labels(route, method),
+                        RATE_LIMITED.labels(route) if status == "429" else None)
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(time.perf_counter() - started)
+        if children[2] is not None:
+            children[2].inc()
+        # For the access log line, written by gunicorn once the response is sent.
+        req.env[logs.TENANT_ENVIRON_KEY] = getattr(context, "tenant_id", None)
+        request_token, tenant_token = context.log_tokens
+        logs.tenant_id.reset(tenant_token)
+        logs.request_id.reset(request_token)
+
+
+def _json(resp: falcon.Response, status: int, body: dict) -> None:
+    resp.status = status
+    resp.content_type = falcon.MEDIA_JSON
+    resp.data = orjson.dumps(body)
+    resp.cache_control = ["no-store"]
+
+
+class Healthz:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        _json(resp, 200, {"status": "ok"})
+
+
+def readiness() -> dict[str, str]:
+    """Each dependency's state: "ok", or what is wrong (an error class, never a connection string)."""
+    from jobs.queue import huey
+    from models import operations
+    from models.db import connection, counters, db
+
+    checks: dict[str, str] = {}
+    try:
+        with connection():
+            db.execute_sql("SELECT 1")
+            pending = operations.migrations_pending()
+            checks["migrations"] = "ok" if not pending else f"pending: {', '.join(pending)}"
+        checks["database"] = "ok"
+    except Exception as error:
+        checks["database"] = f"unreachable ({type(error).__name__})"
+    try:
+        huey.pending_count()
+        checks["queue"] = "ok"
+    except Exception as error:
+        checks["queue"] = f"unreachable ({type(error).__name__})"
+    if get_settings().redis_url:
+        try:
+            counters().client.ping()
+            checks["redis"] = "ok"
+        except Exception as error:
+            checks["redis"] = f"unreachable ({type(error).__name__})"
+    return checks
+
+
+class Readyz:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        checks = readiness()
+        ready = all(state == "ok" for state in checks.values())
+        _json(resp, 200 if ready else 503, {"status": "ready" if ready else "not_ready", "checks": checks})
+
+
+class _ThisProcess:
+    """The default registry as one collector, for a process outside multiprocess mode."""
+
+    def collect(self):
+        return REGISTRY.collect()
+
+
+class Metrics:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        token = get_settings().metrics_token
+        if token:
+            offered = req.get_header("Authorization") or ""
+            if not hmac.compare_digest(offered.encode(), f"Bearer {token}".encode()):
+                _json(resp, 401, {"status": "unauthorized"})
+                return
+        from jobs.operations import StateCollector
+
+        registry = CollectorRegistry(auto_describe=False)
+        if multiprocess_dir():
+            from prometheus_client import multiprocess
+
+            multiprocess.MultiProcessCollector(registry)
+        else:
+            registry.register(_ThisProcess())
+        registry.register(StateCollector())
+        resp.content_type = CONTENT_TYPE_LATEST
+        resp.data = generate_latest(registry)
+
+
+# Answered without a database connection from the pool: a stopped database must not stop them.
+NO_DATABASE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+ROUTES: list = []
+ROOT_ROUTES = [("/healthz", Healthz()), ("/readyz", Readyz()), ("/metrics", Metrics())]

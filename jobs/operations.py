@@ -1,0 +1,147 @@
+"""What the queue side tells an operator: task outcomes and durations (huey's signals), webhook
+deliveries, the consumer's metrics port, and the scrape-time state collector.
+
+Labels are bounded by construction: task names, outcomes, status classes, endpoint-free error
+classes. No recipient, event id, URL or secret is ever a label value.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from huey import signals
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from jobs.queue import huey, task_name
+from models import operations
+from models.db import connection, storage_unavailable
+
+log = logging.getLogger("operations")
+
+TASK_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+TASKS = Counter("svc_tasks_total", "Queue tasks finished, by task and outcome", ["task", "outcome"])
+TASK_SECONDS = Histogram("svc_task_duration_seconds", "Time a queue task ran", ["task"], buckets=TASK_BUCKETS)
+WEBHOOK_DELIVERIES = Counter("svc_webhook_deliveries_total",
+                             "Webhook delivery attempts, by outcome and attempt number (1, 2, 3, 4+)",
+                             ["outcome", "attempt"])
+WEBHOOK_SECONDS = Histogram("svc_webhook_delivery_duration_seconds", "Time a webhook delivery attempt took",
+                            ["outcome"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+# Huey's signals name what became of a run; "executing" starts the clock.
+_OUTCOMES = {signals.SIGNAL_COMPLETE: "ok", signals.SIGNAL_ERROR: "error", signals.SIGNAL_RETRYING: "retrying",
+             signals.SIGNAL_CANCELED: "canceled", signals.SIGNAL_REVOKED: "revoked",
+             signals.SIGNAL_EXPIRED: "expired", signals.SIGNAL_LOCKED: "locked",
+             signals.SIGNAL_TIMEOUT: "timeout", signals.SIGNAL_INTERRUPTED: "interrupted",
+             signals.SIGNAL_RATE_LIMITED: "rate_limited"}
+_started: dict[str, float] = {}
+
+
+@huey.signal(signals.SIGNAL_EXECUTING)
+def _task_started(signal, task, *args, **kwargs) -> None:
+    _started[task.id] = time.perf_counter()
+
+
+@huey.signal(*_OUTCOMES)
+def _task_finished(signal, task, *args, **kwargs) -> None:
+    started = _started.pop(task.id, None)
+    name = task_name(task)
+    TASKS.labels(name, _OUTCOMES[signal]).inc()
+    if started is not None and signal != signals.SIGNAL_RETRYING:
+        TASK_SECONDS.labels(name).observe(time.perf_counter() - started)
+
+
+def observe_webhook_delivery(ok: bool, status_code: int | None, unreachable: bool, latency_ms: int | None,
+                             attempt: int) -> None:
+    if ok:
+        outcome = "delivered"
+    elif unreachable or status_code is None:
+        outcome = "unreachable"
+    else:
+        outcome = f"http_{status_code // 100}xx"
+    WEBHOOK_DELIVERIES.labels(outcome, str(attempt) if attempt < 4 else "4+").inc()
+    if latency_ms is not None:
+        WEBHOOK_SECONDS.labels(outcome).observe(latency_ms / 1000)
+
+
+# --- the state collector: counted when scraped ----------------------------------------------
+
+
+def _gauge(name: str, documentation: str, value: float | None = None, labels: list[str] | None = None,
+           samples: dict | None = None) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, value=value, labels=labels)
+    for key, sample in (samples or {}).items():
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], sample)
+    return family
+
+
+class StateCollector:
+    """Gauges read from the database and the queue at scrape time (prometheus_client custom
+    collector). A store that cannot be read makes `svc_state_up` 0 and the rest absent."""
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        try:
+            with connection():
+                families = list(self._families())
+        except Exception as error:
+            if not storage_unavailable(error):
+                log.exception("reading the service's state for metrics failed")
+            yield _gauge("svc_state_up", "1 when the state gauges could be read", 0)
+            return
+        yield _gauge("svc_state_up", "1 when the state gauges could be read", 1)
+        yield from families
+
+    @staticmethod
+    def _families():
+        yield _gauge("svc_queue_depth", "Tasks waiting in the queue", huey.pending_count())
+        yield _gauge("svc_queue_scheduled", "Tasks scheduled for later (retries, delays)", huey.scheduled_count())
+        states = {(kind, state): 0 for kind in (operations.API, operations.WORKER)
+                  for state in ("alive", "dead", "stopped")}
+        for process in operations.processes():
+            states[(process.kind, process.state)] += 1
+        yield _gauge("svc_processes", "API workers and queue consumers (worker) by heartbeat state "
+                     "(dead: none for 15 s)", labels=["kind", "state"], samples=states)
+        yield _gauge("svc_campaigns", "Campaigns by status", labels=["status"],
+                     samples=operations.campaigns_by_status())
+        yield _gauge("svc_campaign_recipients", "Recipients of running campaigns, by status", labels=["status"],
+                     samples=operations.active_recipients_by_status())
+        yield _gauge("svc_messages_in_flight", "Single messages not handed to the platform yet (waiting, sending)",
+                     labels=["state"], samples=operations.messages_in_flight())
+        reserved = operations.credits_reserved_by_tenant()
+        yield _gauge("svc_credits_reserved", "Credits reserved by campaigns and messages in flight",
+                     sum(reserved.values()))
+        outbox = operations.outbox()
+        yield _gauge("svc_outbox_events_pending", "Events not fanned out to webhook endpoints yet",
+                     outbox["events_pending"])
+        yield _gauge("svc_outbox_oldest_event_age_seconds", "Age of the oldest event not fanned out",
+                     outbox["oldest_event_age_seconds"])
+        yield _gauge("svc_webhook_deliveries_pending", "Webhook deliveries not delivered yet (pending or retrying)",
+                     outbox["deliveries_pending"])
+        yield _gauge("svc_webhook_oldest_undelivered_age_seconds", "Age of the oldest undelivered webhook delivery",
+                     outbox["oldest_delivery_age_seconds"])
+        yield _gauge("svc_number_send_cap", "A connected number's send cap, messages per second, by its phone "
+                     "number id (compare with rate(svc_number_sends_total))", labels=["number"],
+                     samples=operations.number_caps())
+        platform = operations.platform_webhooks()
+        yield _gauge("svc_platform_batches_pending", "Platform webhook batches received and not processed yet",
+                     platform["batches_pending"])
+        yield _gauge("svc_platform_oldest_batch_age_seconds", "Age of the oldest unprocessed platform batch",
+                     platform["oldest_batch_age_seconds"])
+        yield _gauge("svc_debts", "Receivable debts by status", labels=["status"],
+                     samples=operations.debts_by_status())
+
+
+# --- the consumer's metrics port ----------------------------------------------------------
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """This consumer's own metrics: its tasks, sends and deliveries. (The state gauges come from
+    the API's /metrics: read once per API node rather than once per process.)"""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=host)
+    log.info("metrics on http://%s:%s/metrics", host, port)

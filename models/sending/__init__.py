@@ -1,0 +1,41 @@
+"""The sending core: one engine for campaign recipients and single messages.
+
+The shape of listmonk's manager: an engine loop (`engine.py`) pulls work from stores
+(`work.py`'s `Store`: `campaign_store.py` for campaign recipients, `message_store.py` for single
+messages), paces every number through its shared schedule of send slots, hands each message to the
+messenger (`messenger.py`: the Graph client and the error policy) and records the outcomes back
+through the store; `recovery.py` settles claims nobody will answer, and `fairness.py` shares an
+engine's capacity between companies and numbers.
+
+The queue only triggers it: `work_arrived()` runs after the commit that created work and calls
+what the queue registered with `on_work` (jobs/sending.py: wake the process's engine, or start
+one). This module imports none of its submodules, so importing any of them stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from models.db import after_commit
+
+# The error code of a send nobody can confirm reached the platform: failed, never sent again.
+UNCONFIRMED = "send_unconfirmed"
+UNCONFIRMED_TEXT = "the platform never confirmed this send; it was not retried, to avoid a duplicate"
+
+_wakers: list[Callable[[], None]] = []
+
+
+def on_work(waker: Callable[[], None]) -> None:
+    """Call `waker` after every commit that created work for the engine."""
+    if waker not in _wakers:
+        _wakers.append(waker)
+
+
+def _wake() -> None:
+    for waker in list(_wakers):
+        waker()
+
+
+def work_arrived() -> None:
+    """New work is being committed in the current transaction: wake the engine once it is."""
+    after_commit(_wake)

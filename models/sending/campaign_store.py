@@ -1,0 +1,469 @@
+"""The campaign store: campaign recipients as the engine's work.
+
+- `plan`: numbers with active campaigns and how many recipients are due; campaigns whose number
+  or wallet is paused, or whose number reached its daily limit, are held (`pending`); those whose
+  number is gone fail.
+- `claim`: a number's share split evenly between its campaigns, pending -> queued with a claim
+  token, in one transaction.
+- `record`: a sent batch's outcomes with their credits and events, in one transaction.
+
+Every transaction here keeps the lock order of docs/reliability.md: campaign rows (state changes
+only), then recipient rows (ascending id), then business sends, credit counters and wallets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from typing import Any
+
+import orjson
+from peewee import Case, fn
+
+from models import accounts
+from models.accounts import MessagingAccount, record_business_sends_many
+from models.campaigns import (
+    ACTIVE_STATUSES,
+    Campaign,
+    CampaignRecipient,
+    case_by_id,
+    emit_rows,
+    fail_campaign,
+    finish_after_commit,
+    finish_if_done,
+    message_event,
+    move_credits_many,
+    placeholders,
+    public_ids,
+    run_sql,
+)
+from models.clock import utcnow
+from models.credits import Wallet
+from models.db import atomic, db, lock_in_order, lock_rows, skip_locked
+from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
+from models.sending.fairness import split_evenly
+from models.sending.messenger import Verdict, account_token, error_code, error_text, template_payload, verdict
+from models.sending.work import BatchResult, Job, NumberPlan
+
+CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
+_PICK_SQL: dict[type, str] = {}
+
+
+class CampaignStore:
+    name = "campaign"
+
+    def __init__(self):
+        self._tokens: dict[tuple[int, str], str] = {}  # (account id, ciphertext) -> token
+        self._campaign_cache: dict[int, Campaign] = {}
+        self.in_flight = 0  # recipients `queued` in active campaigns at the last plan, anyone's
+
+    def _token(self, account: MessagingAccount) -> str:
+        key = (account.id, account.access_token)
+        if key not in self._tokens:
+            self._tokens[key] = account_token(account)
+        return self._tokens[key]
+
+    # 1. The plan.
+
+    def plan(self, now: dt.datetime | None = None) -> list[NumberPlan]:
+        """Numbers with active campaigns and what they may send now; holds, resumes and fails."""
+        now = now or utcnow()
+        rows = list(Campaign.select(Campaign.id, Campaign.tenant, Campaign.account, Campaign.status,
+                                    Campaign.hold_reason, Wallet.status.alias("wallet_status"))
+                    .join(Wallet, on=(Wallet.tenant == Campaign.tenant))
+                    .where(Campaign.status.in_(ACTIVE_STATUSES)).order_by(Campaign.id).objects())
+        if not rows:
+            self.in_flight = 0
+            return []
+        R = CampaignRecipient
+        self.in_flight = R.select().where(R.campaign.in_([row.id for row in rows]) & (R.status == "queued")).count()
+        by_account: dict[int, list] = defaultdict(list)
+        for row in rows:
+            by_account[row.account_id].append(row)
+        numbers = {a.id: a for a in MessagingAccount.select().where(MessagingAccount.id.in_(list(by_account)))}
+        limited = [a.id for a in numbers.values() if a.daily_limit is not None]
+        sent_today = accounts.messages_sent_today_by_account(limited, now) if limited else {}
+        due = self._due(rows, now)
+        plans: list[NumberPlan] = []
+        holds: dict[str, list[int]] = defaultdict(list)
+        for account_id, campaigns in by_account.items():
+            account = numbers[account_id]
+            ids = [c.id for c in campaigns]
+            if not account.ready:
+                for campaign_id in ids:
+                    fail_campaign(campaign_id, "account_disconnected", "the number is no longer connected")
+                continue
+            if account.status != "active":
+                holds["account_paused"] += ids
+                continue
+            if campaigns[0].wallet_status != "active":
+                holds["wallet_paused"] += ids
+                continue
+            allowance = None
+            if account.daily_limit is not None:
+                allowance = account.daily_limit - sent_today.get(account_id, 0)
+                if allowance <= 0:
+                    # Recipients beyond the limit wait; the plan resumes them as the moving
+                    # 24-hour window frees up (and a periodic task re-queues held campaigns).
+                    holds["daily_limit"] += ids
+                    continue
+            waiting = sum(due.get(campaign_id, 0) for campaign_id in ids)
+            if not waiting:
+                # Nothing due: finished, or everything in flight or waiting for a retry time.
+                finish_if_done(ids)
+                continue
+            plans.append(NumberPlan(account_id, account.tenant_id, account.public_id, account.mps or 1, waiting,
+                                    [c for c in ids if due.get(c)], allowance))
+        for reason, ids in holds.items():
+            self._hold(ids, reason)
+        return plans
+
+    @staticmethod
+    def _due(rows: list, now: dt.datetime) -> dict[int, int]:
+        R = CampaignRecipient
+        query = (R.select(R.campaign, fn.COUNT(R.id))
+                 .where(R.campaign.in_([row.id for row in rows]) & (R.status == "pending")
+                        & (R.not_before.is_null() | (R.not_before <= now)))
+                 .group_by(R.campaign).tuples())
+        return dict(query)
+
+    def hold(self, plan: NumberPlan, reason: str) -> None:
+        self._hold(plan.campaigns, reason)
+
+    @staticmethod
+    def _hold(campaign_ids: list[int], reason: str) -> None:
+        """Mark campaigns `pending` while their number cannot send; the next claim resumes them."""
+        changing = (Campaign.id.in_(campaign_ids) & Campaign.status.in_(ACTIVE_STATUSES)
+                    & ((Campaign.status != "pending") | (Campaign.hold_reason != reason)
+                       | Campaign.hold_reason.is_null()))
+        if not campaign_ids or not Campaign.select().where(changing).exists():
+            return
+        with atomic():
+            lock_in_order(Campaign.select(Campaign.id).where(changing).order_by(Campaign.id)).execute()
+            Campaign.update(status="pending", hold_reason=reason).where(changing).execute()
+
+    # 2. Claims.
+
+    def claim(self, grants: dict[int, int], plans: dict[int, NumberPlan], claim_token: str,
+              now: dt.datetime | None = None) -> list[Job]:
+        """Claim up to `grants[account]` due recipients per number, in one transaction.
+
+        A number's share is split evenly between its campaigns; what one campaign cannot use goes
+        to the others. The campaign rows move to `processing` first, with a conditional UPDATE that
+        a concurrent cancel also makes: whichever commits first wins, so a cancelled campaign is
+        never claimed from. Recipients are taken with SKIP LOCKED, which never waits. However
+        many numbers, this is a handful of statements.
+        """
+        now = now or utcnow()
+        with atomic():
+            campaign_ids = [c for account_id in grants for c in plans[account_id].campaigns]
+            # Only campaigns changing state are written (a row lock each, in id order): a campaign
+            # already `processing` is left alone, so concurrent claims do not queue on its row.
+            starting = Campaign.id.in_(campaign_ids) & Campaign.status.in_(("queued", "pending"))
+            if Campaign.select().where(starting).exists():
+                lock_in_order(Campaign.select(Campaign.id).where(starting).order_by(Campaign.id)).execute()
+                (Campaign.update(status="processing", hold_reason=None,
+                                 started_at=fn.COALESCE(Campaign.started_at, now))
+                 .where(starting).execute())
+            started = {row_id for (row_id,) in Campaign.select(Campaign.id).where(
+                Campaign.id.in_(campaign_ids) & (Campaign.status == "processing")).tuples()}
+            if not started:
+                return []
+            campaigns = self._campaign_rows(started)
+            numbers = {a.id: a for a in MessagingAccount.select().where(MessagingAccount.id.in_(list(grants)))}
+            wanted = dict(grants)
+            live = {account_id: [c for c in plans[account_id].campaigns if c in started] for account_id in grants}
+            rows: list[tuple] = []
+            limited = [a for a in grants if plans[a].allowance is not None]
+            for account_id in limited:
+                ids = []
+                for campaign_id in live[account_id]:
+                    take = wanted[account_id] - len(ids)
+                    if take > 0:
+                        ids += self._pick_limited(campaign_id, take, plans[account_id], account_id, now)
+                marked = self._mark(ids, claim_token, now)
+                plans[account_id].allowance -= len({row[3] for row in marked})
+                rows += marked
+            open_numbers = {a: live[a] for a in grants if a not in limited and live[a]}
+            for _round in range(3):
+                takes = split_evenly(open_numbers, wanted)
+                if not takes:
+                    break
+                marked = self._mark(self._pick(takes, now), claim_token, now)
+                rows += marked
+                got: dict[int, int] = defaultdict(int)
+                for row in marked:
+                    got[row[2]] += 1
+                # Campaigns that gave all they were asked for may have more: they share what is left.
+                still = {}
+                for account_id, ids in open_numbers.items():
+                    wanted[account_id] -= sum(got[c] for c in ids)
+                    fuller = [c for c in ids if got[c] == dict(takes).get(c, 0) and got[c] > 0]
+                    if wanted[account_id] > 0 and fuller:
+                        still[account_id] = fuller
+                open_numbers = still
+            jobs: list[Job] = []
+            for row_id, public_id, campaign_id, wa_id, contact, variables, throttled, retries in rows:
+                campaign = campaigns[campaign_id]
+                account = numbers[campaign.account_id]
+                variables = orjson.loads(variables) if isinstance(variables, (str, bytes)) else variables
+                jobs.append(Job(
+                    store=self.name, id=row_id, public_id=public_id, tenant_id=campaign.tenant_id,
+                    account_id=account.id, account_public_id=account.public_id, phone_id=account.phone_id,
+                    token=self._token(account), wa_id=wa_id, throttled=throttled, retries=retries,
+                    payload=template_payload(campaign, wa_id, variables, public_id), claim_token=claim_token,
+                    campaign_id=campaign_id, campaign_public_id=campaign.public_id,
+                    external_contact_id=contact))
+        return jobs
+
+    def _campaign_rows(self, ids) -> dict[int, Campaign]:
+        """Campaign rows for building payloads; what is read from them never changes, so they are kept."""
+        missing = [campaign_id for campaign_id in ids if campaign_id not in self._campaign_cache]
+        if missing:
+            for campaign in Campaign.select().where(Campaign.id.in_(missing)):
+                self._campaign_cache[campaign.id] = campaign
+        return self._campaign_cache
+
+    @staticmethod
+    def _pick_template() -> str:
+        """One campaign's due recipients, oldest first, `LIMIT n`: the SQL of the peewee query,
+        built once per engine kind (row locks with SKIP LOCKED where the engine has them)."""
+        kind = type(db.obj)
+        if kind not in _PICK_SQL:
+            R = CampaignRecipient
+            query = skip_locked(R.select(R.id).where(
+                (R.campaign == 0) & (R.status == "pending") & (R.not_before.is_null() | (R.not_before <= utcnow())))
+                .order_by(R.id).limit(1))
+            sql, _params = query.sql()  # params: campaign id, status, now, limit
+            _PICK_SQL[kind] = sql.replace(db.obj.param, "?") if db.obj.param != "?" else sql
+        return _PICK_SQL[kind]
+
+    def _pick(self, takes: list[tuple[int, int]], now: dt.datetime) -> list[int]:
+        """The ids of up to `n` due recipients of each `(campaign, n)`, in one statement."""
+        template = self._pick_template()
+        parts, params = [], []
+        for index, (campaign_id, take) in enumerate(takes):
+            parts.append(f"SELECT c{index}.id FROM ({template}) AS c{index}")
+            params += [campaign_id, "pending", now, take]
+        return [row[0] for row in run_sql(" UNION ALL ".join(parts), params).fetchall()]
+
+    @staticmethod
+    def _pick_limited(campaign_id: int, take: int, plan: NumberPlan, account_id: int,
+                      now: dt.datetime) -> list[int]:
+        """Under a daily limit: users already messaged today freely, new ones while it allows."""
+        R = CampaignRecipient
+        due = ((R.campaign == campaign_id) & (R.status == "pending")
+               & (R.not_before.is_null() | (R.not_before <= now)))
+        candidates = list(skip_locked(R.select(R.id, R.wa_id).where(due).order_by(R.id).limit(take * 4)).tuples())
+        known = accounts.recently_messaged(account_id, list({wa_id for _, wa_id in candidates}), utcnow())
+        picked, new_users = [], set()
+        for row_id, wa_id in candidates:
+            if wa_id not in known and wa_id not in new_users:
+                if len(new_users) >= max(0, plan.allowance or 0):
+                    continue
+                new_users.add(wa_id)
+            picked.append(row_id)
+            if len(picked) >= take:
+                break
+        return picked
+
+    @staticmethod
+    def _mark(ids: list[int], claim_token: str, now: dt.datetime) -> list[tuple]:
+        """pending -> queued for these ids (those still pending), with the claim; returns what a job needs."""
+        table = CampaignRecipient._meta.table_name
+        rows: list[tuple] = []
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start:start + CHUNK]
+            rows += run_sql(
+                f'UPDATE "{table}" SET status = ?, claim_token = ?, claimed_at = ?, attempts = attempts + 1, '
+                f"last_error = NULL WHERE id IN ({placeholders(len(chunk))}) AND status = ? "
+                "RETURNING id, public_id, campaign_id, wa_id, external_contact_id, vars, throttled, retries",
+                ["queued", claim_token, now, *chunk, "pending"]).fetchall()
+        return rows
+
+    # 3. Outcomes.
+
+    def record(self, jobs: list[Job]) -> BatchResult:
+        """Write a sent batch's outcomes, credit movements and events in one transaction: the
+        recipient rows locked in ascending id, then written; then the business sends, the events,
+        and last the credit counters and wallets (the rows every other batch shares)."""
+        result = BatchResult()
+        verdicts = {job.id: verdict(job) for job in jobs}
+        accepted, failed, retry = [], [], []
+        for job in jobs:
+            kind = verdicts[job.id]
+            if kind is Verdict.ACCEPTED:
+                accepted.append(job)
+                result.accepted_numbers.add(job.account_id)
+            elif kind is Verdict.UNANSWERED:
+                result.unanswered += 1
+                result.unanswered_numbers.add(job.account_id)
+            elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED):
+                retry.append(job)
+                if kind in (Verdict.THROTTLED, Verdict.RETRY):
+                    result.throttled_numbers.add(job.account_id)  # the platform struggles: slow down
+            else:
+                failed.append(job)
+                if kind is Verdict.DISCONNECTED:
+                    result.disconnected[job.account_id] = str(job.error)
+                elif kind is Verdict.TEMPLATE_REFUSED:
+                    result.template_refused[job.campaign_id] = str(job.error)
+        now = utcnow()
+        with atomic():
+            lock_rows(CampaignRecipient, [job.id for job in accepted + failed + retry])
+            sent = self._record_accepted(accepted, now)
+            gone = self._record_failed(failed, now)
+            result.retried = self._record_retry(retry, verdicts, now)
+            result.accepted, result.failed = len(sent), len(gone)
+            record_business_sends_many({(job.account_id, job.wa_id) for job in sent}, now)
+            emit_rows("message.sent", [(job.tenant_id, message_event(job.campaign_public_id, job.account_public_id,
+                                                                      job, "sent", now)) for job in sent], now)
+            emit_rows("message.failed", [(job.tenant_id, message_event(
+                job.campaign_public_id, job.account_public_id, job, "failed", now,
+                {"code": error_code(job.error), "message": error_text(job.error)})) for job in gone], now)
+            moves: dict[int, dict[str, int]] = defaultdict(lambda: {"consume": 0, "release": 0})
+            for job in sent:
+                moves[job.campaign_id]["consume"] += 1
+            for job in gone:
+                moves[job.campaign_id]["release"] += 1
+            move_credits_many(dict(moves), description=error_text(gone[0].error) if gone else None)
+        return result
+
+    def _record_accepted(self, jobs: list[Job], now: dt.datetime) -> list[Job]:
+        if not jobs:
+            return []
+        by_id = {job.id: job for job in jobs}
+        moved: list[Job] = []
+        table = CampaignRecipient._meta.table_name
+        for token, group in _by_token(jobs).items():
+            for start in range(0, len(group), CHUNK):
+                chunk = group[start:start + CHUNK]
+                ids = [job.id for job in chunk]
+                wam_sql, wam_params = case_by_id("wam_id", [(job.id, job.wam_id) for job in chunk])
+                msg_sql, msg_params = case_by_id("message_id", list(zip(ids, public_ids("msg_", len(ids)),
+                                                                        strict=True)))
+                # Only rows still queued under this claim move: a row a status webhook settled first
+                # (and charged) is left alone, so nothing is consumed twice.
+                query = (f'UPDATE "{table}" SET status = ?, sent_at = ?, claim_token = NULL, last_error = NULL, '
+                         f"error_code = NULL, {wam_sql}, {msg_sql} "
+                         f"WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? RETURNING id")
+                returned = run_sql(query, ["sent", now, *wam_params, *msg_params, *ids, "queued", token]).fetchall()
+                moved += [by_id[row[0]] for row in returned]
+        return moved
+
+    def _record_failed(self, jobs: list[Job], now: dt.datetime) -> list[Job]:
+        if not jobs:
+            return []
+        by_id = {job.id: job for job in jobs}
+        moved: list[Job] = []
+        table = CampaignRecipient._meta.table_name
+        for token, group in _by_token(jobs).items():
+            for start in range(0, len(group), CHUNK):
+                chunk = group[start:start + CHUNK]
+                ids = [job.id for job in chunk]
+                code_sql, code_params = case_by_id("error_code", [(j.id, error_code(j.error)[:32]) for j in chunk])
+                text_sql, text_params = case_by_id("last_error", [(j.id, error_text(j.error)) for j in chunk])
+                query = (f'UPDATE "{table}" SET status = ?, failed_at = ?, claim_token = NULL, {code_sql}, '
+                         f"{text_sql} WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? "
+                         "RETURNING id")
+                returned = run_sql(query, ["failed", now, *code_params, *text_params, *ids, "queued",
+                                           token]).fetchall()
+                moved += [by_id[row[0]] for row in returned]
+        return moved
+
+    @staticmethod
+    def _record_retry(jobs: list[Job], verdicts: dict[int, Verdict], now: dt.datetime) -> int:
+        """Give throttled and transiently failed recipients back to the queue (not failures)."""
+        if not jobs:
+            return 0
+        R = CampaignRecipient
+        changed = 0
+        for token, group in _by_token(jobs).items():
+            number_wide = [j for j in group if verdicts[j.id] in (Verdict.THROTTLED, Verdict.SLOT_MISSED)]
+            pair = [j for j in group if verdicts[j.id] is Verdict.PAIR_THROTTLED]
+            transient = [j for j in group if verdicts[j.id] is Verdict.RETRY]
+            kinds = (
+                # The whole number is throttled (its schedule is held), or the send missed its slot:
+                # the recipient is due again, for a new slot.
+                (number_wide, {}),
+                # Too many messages to this user: only this recipient waits, 4^X seconds.
+                (pair, {R.throttled: R.throttled + 1, R.not_before: Case(R.id, [
+                    (j.id, now + dt.timedelta(seconds=4 ** (j.throttled + 1))) for j in pair])}),
+                # A platform hiccup: back off 2, 4, 8... seconds, a bounded number of times.
+                (transient, {R.retries: R.retries + 1, R.not_before: Case(R.id, [
+                    (j.id, now + dt.timedelta(seconds=2 ** (j.retries + 1))) for j in transient])}),
+            )
+            for chosen, extra in kinds:
+                if not chosen:
+                    continue
+                ids = [j.id for j in chosen]
+                changes = {R.status: "pending", R.claim_token: None, R.claimed_at: None,
+                           R.last_error: Case(R.id, [(j.id, error_text(j.error)) for j in chosen]), **extra}
+                changed += (R.update(changes)
+                            .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token)).execute())
+        return changed
+
+    def settle(self, jobs: list[Job], result: BatchResult) -> None:
+        """Campaigns whose number can send no more, or whose template was refused, fail; those with
+        nothing left complete."""
+        campaigns = {job.campaign_id for job in jobs}
+        disconnected = {job.campaign_id: result.disconnected[job.account_id] for job in jobs
+                        if job.account_id in result.disconnected}
+        for campaign_id, reason in disconnected.items():
+            fail_campaign(campaign_id, "account_disconnected", reason)
+        for campaign_id, reason in result.template_refused.items():
+            if campaign_id in campaigns:
+                fail_campaign(campaign_id, "template_not_approved", reason)
+        finish_if_done(campaigns)
+
+    # 4. Recovery.
+
+    def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime]]:
+        R = CampaignRecipient
+        return list(R.select(R.id, R.claim_token, R.claimed_at)
+                    .where((R.status == "queued") & (R.claimed_at < when)).order_by(R.id).limit(5000).tuples())
+
+    def fail_unconfirmed(self, claims: list[tuple[int, str | None]], now: dt.datetime) -> int:
+        """Fail these claims (still queued under the same token) as unconfirmed, releasing their
+        credit, in the lock order; their campaigns complete after commit if nothing is left."""
+        if not claims:
+            return 0
+        R = CampaignRecipient
+        error = {"code": UNCONFIRMED, "message": UNCONFIRMED_TEXT}
+        failed: list[Any] = []
+        with atomic():
+            lock_rows(R, [row_id for row_id, _ in claims])
+            by_token: dict[str | None, list[int]] = defaultdict(list)
+            for row_id, token in claims:
+                by_token[token].append(row_id)
+            for token, ids in by_token.items():
+                query = (R.update(status="failed", failed_at=now, claim_token=None, error_code=UNCONFIRMED,
+                                  last_error=UNCONFIRMED_TEXT)
+                         .where(R.id.in_(ids) & (R.status == "queued")
+                                & (R.claim_token.is_null() if token is None else R.claim_token == token))
+                         .returning(R.id, R.public_id, R.campaign, R.wa_id, R.external_contact_id, R.wam_id))
+                failed += list(query.execute())
+            if not failed:
+                return 0
+            per_campaign: dict[int, list[Any]] = defaultdict(list)
+            for row in failed:
+                per_campaign[row.campaign_id].append(row)
+            campaigns = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(per_campaign)))}
+            numbers = dict(MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id).where(
+                MessagingAccount.id.in_(list({c.account_id for c in campaigns.values()}))).tuples())
+            emit_rows("message.failed", [
+                (campaigns[campaign_id].tenant_id, message_event(
+                    campaigns[campaign_id].public_id, numbers[campaigns[campaign_id].account_id], row, "failed", now,
+                    error))
+                for campaign_id, rows in per_campaign.items() for row in rows], now)
+            move_credits_many({campaign_id: {"release": len(rows)} for campaign_id, rows in per_campaign.items()},
+                              description=UNCONFIRMED_TEXT)
+            finish_after_commit(per_campaign)
+        return len(failed)
+
+
+def _by_token(jobs: list[Job]) -> dict[str, list[Job]]:
+    groups: dict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        groups[job.claim_token].append(job)
+    return groups

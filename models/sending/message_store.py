@@ -1,0 +1,235 @@
+"""The single-message store: queued single messages as the engine's work.
+
+A message is claimed like a campaign recipient (a claim token set by a conditional UPDATE, rows
+taken with SKIP LOCKED), paced by its number's schedule, sent by the same messenger and judged by
+the same error policy. At claim the 24-hour customer window is checked again: a message whose
+window closed while it waited fails `outside_24h_window` (its credit released), never sent.
+
+Transactions keep the lock order of docs/reliability.md: message rows (ascending id), then
+business sends, then wallets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from typing import Any
+
+from peewee import fn
+
+from models import credits
+from models.accounts import CUSTOMER_WINDOW, ContactWindow, MessagingAccount, record_business_sends_many
+from models.campaigns import emit_rows
+from models.clock import utcnow
+from models.db import atomic, lock_rows, skip_locked
+from models.messages import Message, event_fields
+from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
+from models.sending.messenger import Verdict, account_token, error_text, message_payload, verdict
+from models.sending.work import BatchResult, Job, NumberPlan
+
+
+class MessageStore:
+    name = "message"
+
+    def __init__(self):
+        self.in_flight = 0  # messages claimed and unanswered at the last plan, anyone's
+
+    # 1. The plan.
+
+    def plan(self, now: dt.datetime | None = None) -> list[NumberPlan]:
+        """Numbers with messages due; those of a number that is gone or paused fail."""
+        now = now or utcnow()
+        self.in_flight = Message.select().where((Message.status == "queued")
+                                                & Message.claim_token.is_null(False)).count()
+        due = dict(Message.select(Message.account, fn.COUNT(Message.id)).where(_due(now))
+                   .group_by(Message.account).tuples())
+        if not due:
+            return []
+        plans = []
+        for account in MessagingAccount.select().where(MessagingAccount.id.in_(list(due))):
+            if not account.ready:
+                self._fail_waiting(account.id, "account_not_ready", "the number is no longer connected", now)
+            elif account.status != "active":
+                self._fail_waiting(account.id, "account_inactive", "the number was paused before the send", now)
+            else:
+                plans.append(NumberPlan(account.id, account.tenant_id, account.public_id, account.mps or 1,
+                                        due[account.id]))
+        return plans
+
+    def _fail_waiting(self, account_id: int, code: str, text: str, now: dt.datetime) -> None:
+        waiting = [(row_id, None) for (row_id,) in Message.select(Message.id).where(
+            _due(now) & (Message.account == account_id)).tuples()]
+        self._fail(waiting, code, text, now)
+
+    def hold(self, plan: NumberPlan, reason: str) -> None:
+        """Nothing to show: a waiting message stays `queued`."""
+
+    # 2. Claims.
+
+    def claim(self, grants: dict[int, int], plans: dict[int, NumberPlan], claim_token: str,
+              now: dt.datetime | None = None) -> list[Job]:
+        """Claim up to `grants[number]` due messages per number, oldest first, in one transaction;
+        those whose window closed, or whose content cannot make a payload, fail at once."""
+        now = now or utcnow()
+        with atomic():
+            ids: list[int] = []
+            for account_id, take in grants.items():
+                ids += [row_id for (row_id,) in skip_locked(
+                    Message.select(Message.id).where(_due(now) & (Message.account == account_id))
+                    .order_by(Message.id).limit(take)).tuples()]
+            if not ids:
+                return []
+            claimed = list(Message.update(claim_token=claim_token, claimed_at=now, attempts=Message.attempts + 1)
+                           .where(Message.id.in_(ids) & (Message.status == "queued") & Message.claim_token.is_null())
+                           .returning(Message).execute())
+            numbers = {a.id: a for a in MessagingAccount.select().where(
+                MessagingAccount.id.in_(list({m.account_id for m in claimed})))}
+            open_windows = _open_windows(claimed, now)
+            jobs, closed, broken = [], [], []
+            for message in claimed:
+                account = numbers[message.account_id]
+                if (message.account_id, message.to) not in open_windows:
+                    closed.append((message.id, claim_token))
+                    continue
+                try:
+                    payload, token = message_payload(message), account_token(account)
+                except (ValueError, KeyError) as error:
+                    broken.append(((message.id, claim_token), str(error)))
+                    continue
+                jobs.append(Job(
+                    store=self.name, id=message.id, public_id=message.public_id, tenant_id=message.tenant_id,
+                    account_id=account.id, account_public_id=account.public_id, phone_id=account.phone_id,
+                    token=token, wa_id=message.to, throttled=message.throttled, retries=message.attempts - 1,
+                    payload=payload, claim_token=claim_token))
+            self._fail(closed, "outside_24h_window",
+                       "the customer's 24-hour window closed before the message could be sent", now)
+            for claim, text in broken:
+                self._fail([claim], "invalid_message", text, now)
+        return jobs
+
+    # 3. Outcomes.
+
+    def record(self, jobs: list[Job]) -> BatchResult:
+        """Write a sent batch's outcomes, credit movements and events in one transaction."""
+        result = BatchResult()
+        now = utcnow()
+        verdicts = {job.id: verdict(job) for job in jobs}
+        with atomic():
+            lock_rows(Message, [job.id for job in jobs if verdicts[job.id] is not Verdict.UNANSWERED])
+            sent: list[tuple[Job, Message]] = []
+            failed: list[tuple[Job, str]] = []
+            for job in jobs:
+                kind = verdicts[job.id]
+                mine = (Message.id == job.id) & (Message.status == "queued") & (Message.claim_token == job.claim_token)
+                if kind is Verdict.ACCEPTED:
+                    result.accepted_numbers.add(job.account_id)
+                    sent += [(job, row) for row in Message.update(
+                        status="sent", wam_id=job.wam_id, sent_at=now, claim_token=None).where(mine)
+                        .returning(Message).execute()]
+                elif kind is Verdict.UNANSWERED:
+                    # It may have been accepted: the status webhook (callback data) or recovery
+                    # settles it; sending again could deliver it twice.
+                    result.unanswered += 1
+                    result.unanswered_numbers.add(job.account_id)
+                elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED):
+                    result.retried += _give_back(job, kind, mine, now)
+                    if kind in (Verdict.THROTTLED, Verdict.RETRY):
+                        result.throttled_numbers.add(job.account_id)
+                else:
+                    failed.append((job, _failure_code(job.error, kind)))
+            result.accepted = len(sent)
+            record_business_sends_many({(job.account_id, job.wa_id) for job, _ in sent}, now)
+            moves = [credits.Move(job.tenant_id, "consume", 1,
+                                  {"messaging_account_id": job.account_id, "reference": job.public_id})
+                     for job, _ in sent]
+            emit_rows("message.sent", [(job.tenant_id, event_fields(row, job.account_public_id, "sent", now))
+                                       for job, row in sent], now)
+            result.failed = self._fail([(job.id, job.claim_token) for job, _ in failed], None, None, now,
+                                       {job.id: (code, error_text(job.error)) for job, code in failed}, moves)
+        return result
+
+    def settle(self, jobs: list[Job], result: BatchResult) -> None:
+        """Nothing follows: a message is settled by its own record."""
+
+    # 4. Failing, and recovery.
+
+    def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime]]:
+        return list(Message.select(Message.id, Message.claim_token, Message.claimed_at)
+                    .where((Message.status == "queued") & Message.claim_token.is_null(False)
+                           & (Message.claimed_at < when)).order_by(Message.id).limit(5000).tuples())
+
+    def fail_unconfirmed(self, claims: list[tuple[int, str | None]], now: dt.datetime) -> int:
+        return self._fail(claims, UNCONFIRMED, UNCONFIRMED_TEXT, now)
+
+    @staticmethod
+    def _fail(claims: list[tuple[int, str | None]], code: str | None, text: str | None, now: dt.datetime,
+              errors: dict[int, tuple[str, str]] | None = None, moves: list[credits.Move] | None = None) -> int:
+        """Fail messages still queued under these claims (`None`: unclaimed), their credits
+        released, in one transaction and the lock order: the message rows, then the wallets (with
+        `moves`, the caller's own wallet movements, applied in the same pass)."""
+        moves = list(moves or [])
+        failed: list[Any] = []
+        with atomic():
+            lock_rows(Message, [row_id for row_id, _ in claims])
+            for row_id, token in claims:
+                row_code, row_text = (errors or {}).get(row_id, (code, text))
+                condition = (Message.id == row_id) & (Message.status == "queued")
+                condition &= Message.claim_token.is_null() if token is None else Message.claim_token == token
+                changed = list(Message.update(status="failed", error_code=row_code[:32], last_error=row_text[:1000],
+                                              failed_at=now, claim_token=None)
+                               .where(condition).returning(Message).execute())
+                failed += [(message, row_code, row_text) for message in changed]
+            numbers = dict(MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id).where(
+                MessagingAccount.id.in_(list({m.account_id for m, _, _ in failed}))).tuples()) if failed else {}
+            moves += [credits.Move(m.tenant_id, "release", 1, {"messaging_account_id": m.account_id,
+                                                               "reference": m.public_id,
+                                                               "description": row_text[:1000]})
+                      for m, _, row_text in failed]
+            emit_rows("message.failed", [
+                (m.tenant_id, event_fields(m, numbers[m.account_id], "failed", now,
+                                           {"code": row_code, "message": row_text}))
+                for m, row_code, row_text in failed], now)
+            credits.apply_moves(moves)
+        return len(failed)
+
+
+def _failure_code(error, kind: Verdict) -> str:
+    if kind is Verdict.DISCONNECTED:
+        return "account_disconnected"
+    if error.code is not None:
+        return str(error.code)
+    return "platform_unavailable" if error.retryable else "rejected"
+
+
+def _due(now: dt.datetime):
+    return ((Message.status == "queued") & Message.claim_token.is_null()
+            & (Message.not_before.is_null() | (Message.not_before <= now)))
+
+
+def _open_windows(messages: list[Message], now: dt.datetime) -> set[tuple[int, str]]:
+    by_account: dict[int, set[str]] = defaultdict(set)
+    for message in messages:
+        by_account[message.account_id].add(message.to)
+    found: set[tuple[int, str]] = set()
+    for account_id, wa_ids in by_account.items():
+        found |= set(ContactWindow.select(ContactWindow.account, ContactWindow.wa_id).where(
+            (ContactWindow.account == account_id) & ContactWindow.wa_id.in_(list(wa_ids))
+            & (ContactWindow.last_inbound_at > now - CUSTOMER_WINDOW)).tuples())
+    return found
+
+
+def _give_back(job: Job, kind: Verdict, mine, now: dt.datetime) -> int:
+    """Back to the queue. Only a failed platform call keeps its attempt: waiting for the number's
+    pace or a throttle is not a try, and a busy number would otherwise use up a message's retries
+    before the platform ever answered it."""
+    changes: dict[Any, Any] = {Message.claim_token: None, Message.claimed_at: None,
+                               Message.last_error: error_text(job.error)}
+    if kind is Verdict.RETRY:
+        changes[Message.not_before] = now + dt.timedelta(seconds=2 ** (job.retries + 1))
+    else:
+        changes[Message.attempts] = Message.attempts - 1
+        if kind is Verdict.PAIR_THROTTLED:
+            changes[Message.throttled] = Message.throttled + 1
+            changes[Message.not_before] = now + dt.timedelta(seconds=4 ** (job.throttled + 1))
+    return Message.update(changes).where(mine).execute()
+

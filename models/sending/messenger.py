@@ -1,0 +1,158 @@
+"""How one message goes out, and what the platform's answer means for it.
+
+- The process's Graph client (one pooled session per platform) and a number's decrypted token.
+- `GraphMessenger`: hands a claimed job to the platform; returns the wamid or raises.
+- The payloads: a campaign recipient's template message, a single message's text, media or
+  interactive message; each carries its row's public id as callback data, so a status webhook
+  can name a send whose answer was lost.
+- The error policy, written once for campaign recipients and single messages (`verdict`).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from config import get_settings
+from messaging import payloads
+from messaging.client import GraphClient
+from messaging.errors import PlatformError, PlatformUnavailableError, ThrottledError
+from models.accounts import MessagingAccount
+from models.secrets import decrypt
+
+if TYPE_CHECKING:
+    from models.sending.work import Job
+
+MAX_RETRIES = 5  # transient platform errors per message before it fails
+MAX_PAIR_THROTTLES = 5  # 131056 waits: 4, 16, 64, 256, 1024 s
+
+# The number cannot send any more: expired or revoked token (190), permissions (10, 200),
+# account locked (131031), number deregistered (133010), access denied (131005).
+DISCONNECTED_CODES = frozenset({10, 190, 200, 131005, 131031, 133010})
+# The template itself is refused: every recipient would fail the same way.
+TEMPLATE_CODES = frozenset({132000, 132001, 132005, 132007, 132012, 132015, 132016})
+
+
+# The Graph client and a number's token.
+
+
+def graph_client() -> GraphClient:
+    """The process's Graph API client for the configured platform (one pooled session)."""
+    settings = get_settings()
+    return _client_for(settings.graph_url, settings.graph_version, settings.app_id, settings.app_secret)
+
+
+@functools.lru_cache(maxsize=4)
+def _client_for(graph_url: str, version: str, app_id: str, app_secret: str) -> GraphClient:
+    # Keyed by the settings it is built from: tests (and `svcctl`) switch platforms in one process.
+    return GraphClient(graph_url, version, app_id=app_id, app_secret=app_secret)
+
+
+def account_token(account: MessagingAccount) -> str:
+    """The number's platform access token, decrypted; only ready accounts have one."""
+    if not account.access_token:
+        raise ValueError(f"account {account.public_id} has no access token (onboarding incomplete)")
+    return decrypt(account.access_token)
+
+
+# Sending.
+
+
+class Messenger(Protocol):
+    def send(self, job: Job) -> str:
+        """Hand one message to the platform; returns its wamid or raises PlatformError."""
+
+
+class GraphMessenger:
+    def __init__(self, client_factory: Callable[[], Any] = graph_client):
+        self.client_factory = client_factory
+
+    def send(self, job: Job) -> str:
+        return self.client_factory().send_message(job.phone_id, job.token, job.payload)
+
+
+def template_payload(campaign: Any, wa_id: str, variables: list[str] | None, callback: str) -> dict:
+    """A campaign recipient's template message (`campaign` is the campaign row)."""
+    header = {"type": campaign.header_type, "link": campaign.header_url} if campaign.header_type else None
+    return payloads.template_message(wa_id, campaign.template_name, campaign.template_language, variables or (),
+                                     header=header, callback_data=callback)
+
+
+def message_payload(message: Any) -> dict:
+    """A single message's Graph API body (`message` is the message row); raises ValueError or
+    KeyError when its stored content cannot make one."""
+    content, to, callback = message.content, message.to, message.public_id
+    if message.type == "text":
+        return payloads.text_message(to, content["body"], callback_data=callback)
+    if message.type == "interactive":
+        if content["kind"] == "buttons":
+            return payloads.interactive_buttons(to, content["body"], content["buttons"], header=content.get("header"),
+                                                footer=content.get("footer"), callback_data=callback)
+        return payloads.interactive_list(to, content["body"], content["button"], content["sections"],
+                                         header=content.get("header"), footer=content.get("footer"),
+                                         callback_data=callback)
+    return payloads.media_message(to, message.type, link=content.get("url"), media_id=content.get("media_id"),
+                                  caption=content.get("caption"), filename=content.get("filename"),
+                                  callback_data=callback)
+
+
+# The error policy.
+
+
+class SlotMissed(ThrottledError):
+    """The engine held a send back itself: its turn came too long after its pacing slot."""
+
+
+class Verdict(enum.Enum):
+    ACCEPTED = "accepted"
+    UNANSWERED = "unanswered"  # may have been accepted: only a status webhook can tell; never resent
+    THROTTLED = "throttled"  # the number is over its pace: back to the queue, the number's bucket held
+    PAIR_THROTTLED = "pair_throttled"  # too many messages to this user: only this one waits, 4^n s
+    RETRY = "retry"  # a platform hiccup: back to the queue after 2^n s, a bounded number of times
+    FAILED = "failed"  # refused for good: failed, its credit released
+    DISCONNECTED = "disconnected"  # failed, and the number can send no more
+    TEMPLATE_REFUSED = "template_refused"  # failed, and the template can send no more
+    SLOT_MISSED = "slot_missed"  # never sent (late for its slot): back to the queue, nothing held or counted
+
+
+def verdict(job: Job) -> Verdict:
+    """What the platform's answer to a sent job means for it."""
+    error = job.error
+    if error is None:
+        return Verdict.ACCEPTED
+    if isinstance(error, PlatformUnavailableError) and error.ambiguous:
+        return Verdict.UNANSWERED
+    if isinstance(error, SlotMissed):
+        return Verdict.SLOT_MISSED
+    if isinstance(error, ThrottledError):
+        if not error.pair_rate_limited:
+            return Verdict.THROTTLED
+        return Verdict.PAIR_THROTTLED if job.throttled + 1 <= MAX_PAIR_THROTTLES else Verdict.FAILED
+    if error.retryable:
+        return Verdict.RETRY if job.retries + 1 <= MAX_RETRIES else Verdict.FAILED
+    if error.code in DISCONNECTED_CODES or _object_gone(error):
+        return Verdict.DISCONNECTED
+    if error.code in TEMPLATE_CODES:
+        return Verdict.TEMPLATE_REFUSED
+    return Verdict.FAILED
+
+
+def _object_gone(error: PlatformError) -> bool:
+    # (#100) subcode 33: the phone number id does not exist (any more) for this token.
+    return error.code == 100 and error.details.get("error_subcode") == 33
+
+
+def error_code(error: PlatformError | None) -> str:
+    if error is None:
+        return "unknown"
+    return str(error.code) if error.code is not None else type(error).__name__
+
+
+def error_text(error: PlatformError | None) -> str:
+    if error is None:
+        return ""
+    details = error.details.get("details") if isinstance(error.details, dict) else None
+    text = f"{error.message}: {details}" if details else error.message
+    return text[:1000]

@@ -1,0 +1,81 @@
+"""Recovery: claims nobody will answer, in both stores.
+
+A message is handed to the platform only by the engine that claimed it, and a claim is only
+ever given up here -- which fails the message (releasing its credit) rather than sending it
+again, once its engine is known dead (no heartbeat) and the platform has had time to report it
+through a status webhook.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from models.clock import utcnow
+from models.db import counters
+from models.platform import MAX_ATTEMPTS, PlatformWebhookBatch
+from models.sending.campaign_store import CampaignStore
+from models.sending.message_store import MessageStore
+from models.sending.work import Store
+
+log = logging.getLogger(__name__)
+
+# How long a claim may stay unanswered before it is settled here. A live engine answers within
+# the client's timeout (13 s) plus one transaction; a dead engine's claims get a grace period for
+# the platform's status webhooks to name them.
+DEAD_ENGINE_GRACE = dt.timedelta(seconds=15)
+STUCK_AFTER = dt.timedelta(minutes=2)
+# Platform webhooks received this long ago and not yet processed are a backlog: the evidence for a
+# claim may be in it, so recovery waits for it to drain.
+WEBHOOK_BACKLOG = dt.timedelta(seconds=3)
+
+
+def engine_key(engine_id: str) -> str:
+    return f"engine:{engine_id}"
+
+
+def recover_stuck(pacer=None, now: dt.datetime | None = None, stuck_after: dt.timedelta = STUCK_AFTER,
+                  grace: dt.timedelta = DEAD_ENGINE_GRACE, stores: list[Store] | None = None) -> int:
+    """Settle claims nobody will answer; returns how many were failed.
+
+    A claim older than `grace` whose engine has stopped beating, or any claim older than
+    `stuck_after`, gets no answer any more. Status webhooks carrying the row's callback data have
+    had that long to settle it (they move `queued` rows to `sent` and on); what is still `queued`
+    has no evidence of reaching the platform, and sending it again could duplicate it. So it fails
+    with `send_unconfirmed` and its credit is released.
+    """
+    pacer = pacer or counters()
+    now = now or utcnow()
+    if not webhooks_caught_up(now):
+        return 0
+    settled = 0
+    for store in stores or [CampaignStore(), MessageStore()]:
+        claims = store.claims_before(now - grace)
+        if not claims:
+            continue
+        engines = {token.split(".")[0] for _, token, _ in claims if token}
+        live = {key.split(":", 1)[1] for key in pacer.alive([engine_key(e) for e in engines])}
+        stuck = [(row_id, token) for row_id, token, claimed_at in claims
+                 if claimed_at < now - stuck_after or not token or token.split(".")[0] not in live]
+        failed = store.fail_unconfirmed(stuck, now) if stuck else 0
+        if failed:
+            log.warning("recovered %d unconfirmed sends (%s store)", failed, store.name)
+        settled += failed
+    return settled
+
+
+def webhooks_caught_up(now: dt.datetime | None = None) -> bool:
+    """No platform webhook received before the last few seconds is still waiting to be applied.
+
+    Recovery must not decide a claim got no answer while the answer sits unprocessed in the
+    intake (a worker that died also stopped processing webhooks). Batches being processed do not
+    count (one held by a dead worker waits minutes for the intake's own sweep), nor do batches
+    the intake gave up on: should they name a row recovery failed, the status update accepts it
+    late (models/statuses.py), so the record still ends as the platform says.
+    """
+    now = now or utcnow()
+    return not (PlatformWebhookBatch.select(PlatformWebhookBatch.id)
+                .where(PlatformWebhookBatch.processed_at.is_null() & PlatformWebhookBatch.claimed_at.is_null()
+                       & (PlatformWebhookBatch.attempts < MAX_ATTEMPTS)
+                       & (PlatformWebhookBatch.received_at < now - WEBHOOK_BACKLOG))
+                .exists())

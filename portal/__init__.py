@@ -1,0 +1,27 @@
+"""The company portal: server-rendered pages under /portal over the same domain operations as the API."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import falcon
+
+from portal.web import BASE, HEADERS, error_page
+
+PAGES = ("signin", "overview", "keys", "webhooks", "numbers", "campaigns", "credits", "receivables", "team")
+STATIC = Path(__file__).with_name("static")
+
+
+def not_found(req: falcon.Request, resp: falcon.Response, **_params) -> None:
+    resp.set_headers(HEADERS)
+    error_page(req, resp, 404, "Not found", "There is no such page in the portal.")
+
+
+def mount(app: falcon.App) -> None:
+    for name in PAGES:
+        for path, resource in importlib.import_module(f"portal.{name}").ROUTES:
+            app.add_route(BASE + path, resource)
+    app.add_static_route(f"{BASE}/static", STATIC)
+    # A sink is matched before static routes: it leaves the static prefix to them.
+    app.add_sink(not_found, rf"{BASE}/(?!static/)")

@@ -1,0 +1,120 @@
+"""Campaigns: the list, a campaign's counters, a chart of its sends over time, its recipients
+with a status filter, and cancelling a queued one."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import falcon
+import orjson
+
+from models import campaigns
+from models.campaigns import CAMPAIGN_STATUSES, RECIPIENT_STATUSES, CampaignRecipient
+from models.db import atomic
+from models.errors import Invalid
+from portal.web import BASE, audit, ctx, page, paginate, redirect, render
+
+CHART_WIDTH, CHART_HEIGHT, CHART_BARS = 640, 160, 60
+
+
+def _choice(req, name: str, allowed: tuple[str, ...]) -> str | None:
+    value = req.get_param(name) or None
+    if value is not None and value not in allowed:
+        raise Invalid(f"unknown {name} {value!r}")
+    return value
+
+
+class Campaigns:
+    @page()
+    def on_get(self, req, resp):
+        status = _choice(req, "status", CAMPAIGN_STATUSES)
+        listing = paginate(req, campaigns.campaigns_of(ctx(req).tenant_id, status, source=None))
+        listing.items = campaigns.campaign_dicts(listing.items)
+        render(req, resp, "campaigns.html", listing=listing, chosen=status, statuses=CAMPAIGN_STATUSES)
+
+
+@dataclass
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    label: str
+
+
+@dataclass
+class Chart:
+    bars: list[Bar]
+    peak: int
+    start: str
+    end: str
+    total: int
+
+
+def sends_chart(campaign_id: int) -> Chart | None:
+    """Recipients handed to the platform per interval, as bars scaled to the chart's box.
+
+    The interval is the campaign's span split into at most CHART_BARS whole seconds or minutes.
+    """
+    times = [row[0] for row in CampaignRecipient.select(CampaignRecipient.sent_at)
+             .where((CampaignRecipient.campaign == campaign_id) & CampaignRecipient.sent_at.is_null(False)).tuples()]
+    if not times:
+        return None
+    times = [value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value) for value in times]
+    first, last = min(times), max(times)
+    span = (last - first).total_seconds()
+    step = int(span // CHART_BARS) + 1
+    if step > 60:
+        step = (step + 59) // 60 * 60
+    counts = [0] * (int(span // step) + 1)
+    for value in times:
+        counts[int((value - first).total_seconds() // step)] += 1
+    peak = max(counts)
+    width = CHART_WIDTH / len(counts)
+    unit = f"{step // 60} min" if step >= 60 else f"{step} s"
+    bars = [Bar(i * width, CHART_HEIGHT - count / peak * CHART_HEIGHT, max(1.0, width - 1), count / peak * CHART_HEIGHT,
+                f"{count} sent in {unit} from {(first + dt.timedelta(seconds=i * step)).strftime('%H:%M:%S')}")
+            for i, count in enumerate(counts)]
+    return Chart(bars, peak, first.strftime("%H:%M:%S"), last.strftime("%H:%M:%S UTC"), len(times))
+
+
+class Campaign:
+    @page()
+    def on_get(self, req, resp, campaign_id: str):
+        campaign = campaigns.get_campaign(ctx(req).tenant_id, campaign_id)
+        status = _choice(req, "status", RECIPIENT_STATUSES)
+        render(req, resp, "campaign.html", campaign=campaigns.campaign_dict(campaign), chart=sends_chart(campaign.id),
+               recipients=paginate(req, campaigns.recipients_of(campaign, status)), chosen=status,
+               statuses=RECIPIENT_STATUSES, chart_width=CHART_WIDTH, chart_height=CHART_HEIGHT)
+
+
+class CampaignProgress:
+    """The counters alone, for the page's live refresh while the campaign runs."""
+
+    @page()
+    def on_get(self, req, resp, campaign_id: str):
+        data = campaigns.campaign_dict(campaigns.get_campaign(ctx(req).tenant_id, campaign_id))
+        progress = {name: data[name] for name in ("status", "total_recipients", *campaigns.COUNTERS)}
+        # What the progress bar and the overview's "sent" column show.
+        progress["done"] = sum(data[name] for name in ("sent", "delivered", "read", "failed", "cancelled"))
+        progress["handed_over"] = data["sent"] + data["delivered"] + data["read"]
+        resp.content_type = falcon.MEDIA_JSON
+        resp.data = orjson.dumps(progress)
+
+
+class CampaignCancel:
+    @page(write="campaigns")
+    def on_post(self, req, resp, campaign_id: str):
+        with atomic():
+            campaign = campaigns.cancel_campaign(ctx(req).tenant_id, campaign_id)
+            audit(req, "campaign.cancelled", campaign.public_id)
+        redirect(resp, f"{BASE}/campaigns/{campaign.public_id}", "campaign_cancelled")
+
+
+ROUTES = [
+    ("/campaigns", Campaigns()),
+    ("/campaigns/{campaign_id}", Campaign()),
+    ("/campaigns/{campaign_id}/progress", CampaignProgress()),
+    ("/campaigns/{campaign_id}/cancel", CampaignCancel()),
+]

@@ -1,0 +1,306 @@
+"""What every portal page shares: templates, the session cookie, CSRF, roles, forms and errors.
+
+`@page(...)` wraps a responder the way `@operation` wraps an API one:
+1. security headers on every answer (no caching, no framing, a strict Content-Security-Policy);
+2. the session from its cookie (no session: to the sign-in page), a pending two-factor session
+   only reaches the code page, and a company that requires two-factor sends a user without it
+   to the security page;
+3. every POST carries the CSRF token of its session (or, before sign-in, of the pre-session
+   cookie) or is refused with 403;
+4. the role: a write needs the area in the user's role (else the 403 page);
+5. the handler; a domain error becomes a page with its status (404 for a foreign or unknown id).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hmac
+import logging
+import math
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode
+
+import falcon
+import jinja2
+
+from api.auth import client_ip
+from config import get_settings
+from models import portal
+from models.db import storage_unavailable
+from models.errors import DomainError
+
+log = logging.getLogger(__name__)
+
+BASE = "/portal"
+COOKIE = "svc_portal"
+# Before sign-in there is no session to hold a CSRF token: the login and invitation forms use a
+# random value kept in this cookie and echoed by the form (double submit).
+PRE_COOKIE = "svc_portal_pre"
+MAX_FORM_BYTES = 64 * 1024
+MAX_FORM_FIELDS = 200
+PER_PAGE = 50
+HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                                "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
+}
+
+templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _when(value: dt.datetime | str | None) -> str:
+    if not value:
+        return "—"
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value.strftime("%Y-%m-%d %H:%M UTC")
+
+
+templates.filters["when"] = _when
+templates.filters["number"] = lambda value: f"{value:,}" if isinstance(value, int) else value
+
+
+class Refused(Exception):
+    """An answer that is a page of its own: 403 (role, CSRF), 429 (throttled)."""
+
+    def __init__(self, status: int, title: str, message: str):
+        super().__init__(message)
+        self.status, self.title, self.message = status, title, message
+
+
+class Form:
+    def __init__(self, fields: dict[str, list[str]]):
+        self.fields = fields
+
+    def get(self, name: str, default: str = "") -> str:
+        values = self.fields.get(name)
+        return values[0].strip() if values else default
+
+    def raw(self, name: str) -> str:
+        """Unstripped (passwords)."""
+        values = self.fields.get(name)
+        return values[0] if values else ""
+
+    def getlist(self, name: str) -> list[str]:
+        return [value.strip() for value in self.fields.get(name, []) if value.strip()]
+
+
+def read_form(req: falcon.Request) -> Form:
+    if req.content_length is not None and req.content_length > MAX_FORM_BYTES:
+        raise Refused(413, "Form too large", f"forms are limited to {MAX_FORM_BYTES // 1024} KiB")
+    raw = req.bounded_stream.read(MAX_FORM_BYTES + 1)
+    if len(raw) > MAX_FORM_BYTES:
+        raise Refused(413, "Form too large", f"forms are limited to {MAX_FORM_BYTES // 1024} KiB")
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise Refused(400, "Unreadable form", "the form could not be read") from None
+    try:
+        fields = parse_qs(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:
+        raise Refused(400, "Unreadable form", f"a form has at most {MAX_FORM_FIELDS} fields") from None
+    # PostgreSQL text cannot hold NUL: refused for every field, on every engine.
+    if any("\x00" in value for values in fields.values() for value in values):
+        raise Refused(400, "Unreadable form", "the form could not be read")
+    return Form(fields)
+
+
+@dataclass
+class Context:
+    user: portal.PortalUser | None
+    session: portal.PortalSession | None
+    csrf: str
+    ip: str
+
+    @property
+    def tenant_id(self) -> int:
+        return self.user.tenant_id
+
+
+def set_session_cookie(resp: falcon.Response, token: str) -> None:
+    secure = get_settings().public_url.startswith("https://")
+    resp.set_cookie(COOKIE, token, path=BASE, secure=secure, http_only=True, same_site="Lax",
+                    max_age=int(portal.SESSION_TTL.total_seconds()))
+
+
+def clear_session_cookie(resp: falcon.Response) -> None:
+    resp.unset_cookie(COOKIE, path=BASE, same_site="Lax")
+
+
+def _pre_token(req: falcon.Request, resp: falcon.Response) -> str:
+    token = req.cookies.get(PRE_COOKIE)
+    if not token or len(token) > 100:
+        token = secrets.token_urlsafe(32)
+        resp.set_cookie(PRE_COOKIE, token, path=BASE, secure=get_settings().public_url.startswith("https://"),
+                        http_only=True, same_site="Strict")
+    return token
+
+
+def _check_csrf(expected: str | None, form: Form) -> None:
+    given = form.get("csrf_token")
+    if not expected or not given or not hmac.compare_digest(expected.encode(), given.encode()):
+        raise Refused(403, "Form expired", "This form is no longer valid (its security token is missing or "
+                                           "wrong). Go back, reload the page and try again.")
+
+
+def render(req: falcon.Request, resp: falcon.Response, template: str, status: int = 200, **values) -> None:
+    ctx: Context | None = getattr(req.context, "portal", None)
+    resp.status = falcon.code_to_http_status(status)
+    resp.content_type = falcon.MEDIA_HTML
+    # Halfway through a two-factor sign-in the user is not shown as signed in.
+    signed_in = ctx is not None and ctx.session is not None and not ctx.session.pending_totp
+    resp.text = templates.get_template(template).render(
+        user=ctx.user if signed_in else None, csrf=ctx.csrf if ctx else "", path=req.path,
+        notice=NOTICES.get(req.get_param("ok") or ""), **values)
+
+
+def redirect(resp: falcon.Response, location: str, notice: str | None = None) -> None:
+    resp.status = falcon.HTTP_303
+    resp.location = f"{location}{'&' if '?' in location else '?'}ok={notice}" if notice else location
+
+
+def error_page(req: falcon.Request, resp: falcon.Response, status: int, title: str, message: str) -> None:
+    render(req, resp, "error.html", status=status, title=title, message=message)
+
+
+def page(write: str | None = None, public: bool = False, pending: bool = False, setup: bool = False):
+    """Declare a portal responder.
+
+    `public`: no session needed (sign-in, invitations); `pending`: a session still waiting for its
+    two-factor code may reach it; `setup`: reachable before a required two-factor is set up;
+    `write`: the area a POST changes (keys, webhooks, ...), checked against the user's role.
+    """
+
+    def decorate(handler: Callable) -> Callable:
+        @functools.wraps(handler)
+        def responder(resource, req: falcon.Request, resp: falcon.Response, **params):
+            resp.set_headers(HEADERS)
+            try:
+                if _admit(req, resp, write, public, pending, setup):
+                    handler(resource, req, resp, **params)
+            except Refused as refused:
+                error_page(req, resp, refused.status, refused.title, refused.message)
+            except DomainError as error:
+                title = {404: "Not found", 409: "Not possible now"}.get(error.status, "Check the form")
+                message = "There is nothing here, or it belongs to another company." if error.status == 404 \
+                    else error.message
+                error_page(req, resp, error.status, title, message)
+            except Exception as error:
+                if not storage_unavailable(error):
+                    log.exception("portal error on %s %s", req.method, req.path)
+                error_page(req, resp, 503 if storage_unavailable(error) else 500, "Something went wrong",
+                           "The request was not completed. Try again in a moment.")
+
+        return responder
+
+    return decorate
+
+
+def _admit(req, resp, write, public, pending, setup) -> bool:
+    ip = client_ip(req)
+    session = portal.session_for(req.cookies.get(COOKIE))
+    if public:
+        req.context.portal = Context(session.user if session and not session.pending_totp else None, session,
+                                     _pre_token(req, resp), ip)
+        if req.method == "POST":
+            req.context.form = read_form(req)
+            _check_csrf(req.cookies.get(PRE_COOKIE), req.context.form)
+        return True
+    if session is None or (session.pending_totp and not pending):
+        if session is None and req.cookies.get(COOKIE):
+            clear_session_cookie(resp)
+        target = req.path + (f"?{req.query_string}" if req.query_string and req.method == "GET" else "")
+        redirect(resp, f"{BASE}/login?{urlencode({'next': target})}")
+        return False
+    req.context.portal = Context(session.user, session, session.csrf_token, ip)
+    if req.method == "POST":
+        req.context.form = read_form(req)
+        _check_csrf(session.csrf_token, req.context.form)
+    if pending:
+        return True
+    if not setup and not session.user.has_totp and portal.policy_of(session.user.tenant_id).require_totp:
+        redirect(resp, f"{BASE}/security", "two_factor_required")
+        return False
+    if write and req.method == "POST" and not session.user.may(write):
+        raise Refused(403, "Not allowed", f"Your role ({session.user.role}) cannot change {write}. "
+                                          "Ask an owner of your company.")
+    return True
+
+
+def ctx(req: falcon.Request) -> Context:
+    return req.context.portal
+
+
+def form(req: falcon.Request) -> Form:
+    return req.context.form
+
+
+def audit(req: falcon.Request, action: str, target: str | None = None, details: dict | None = None) -> None:
+    context = ctx(req)
+    portal.audit(context.tenant_id, context.user, action, target, details, context.ip)
+
+
+def require(req: falcon.Request, area: str) -> None:
+    """For GET pages that only a role may see (users, the audit log)."""
+    if not ctx(req).user.may(area):
+        raise Refused(403, "Not allowed", f"Your role ({ctx(req).user.role}) cannot see this page.")
+
+
+@dataclass
+class Paged:
+    items: list
+    page: int
+    pages: int
+    total: int
+    prev_url: str | None
+    next_url: str | None
+
+
+def paginate(req: falcon.Request, query, per_page: int = PER_PAGE) -> Paged:
+    try:
+        number = max(1, int(req.get_param("page") or 1))
+    except ValueError:
+        number = 1
+    total = query.count()
+    pages = max(1, math.ceil(total / per_page))
+    number = min(number, pages)
+    items = list(query.paginate(number, per_page))
+    others = {name: value for name, value in req.params.items() if name not in {"page", "ok"} and value}
+
+    def link(target: int) -> str:
+        return f"{req.path}?{urlencode({**others, 'page': target})}"
+
+    return Paged(items, number, pages, total, link(number - 1) if number > 1 else None,
+                 link(number + 1) if number < pages else None)
+
+
+NOTICES = {
+    "key_revoked": "The key is revoked: the API refuses it from now on.",
+    "endpoint_disabled": "The endpoint is disabled; deliveries still pending for it are cancelled.",
+    "replayed": "Replay queued: the deliveries appear in the log below.",
+    "campaign_cancelled": "The campaign is cancelled and its reserved credits released.",
+    "payment_recorded": "The payment is recorded and debt.payment_received emitted.",
+    "invited": "Invitation created.",
+    "role_changed": "Role changed.",
+    "user_removed": "User removed; their sessions ended.",
+    "two_factor_on": "Two-factor sign-in is on for your user.",
+    "two_factor_off": "Two-factor sign-in is off for your user.",
+    "policy_saved": "Company sign-in policy saved.",
+    "two_factor_required": "Your company requires two-factor sign-in: set it up to continue.",
+    "password_changed": "Password changed; your other sessions have ended.",
+    "signed_out": "Signed out.",
+    "signed_out_everywhere": "Every session of your user has ended; sign in again.",
+}

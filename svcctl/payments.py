@@ -1,0 +1,154 @@
+"""svcctl payments: connect a company's payment gateway, reconcile, run the gateway simulator;
+and `svcctl cartera payments export`, the ERP's nightly feed."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import orjson
+import requests
+import typer
+
+from svcctl.output import JSON_OPTION, err, fail, record, show, table, with_database
+
+app = typer.Typer(help="The payment gateway: credentials, reconciliation, the simulator.", no_args_is_help=True)
+export_app = typer.Typer(help="Payments made in the service, for the ERP.", no_args_is_help=True)
+
+DEFAULT_SIM_BIND = "127.0.0.1:8091"
+EXPORT_COLUMNS = ("cursor", "tipo", "boty_payment_id", "reverso_id", "motivo", "deuda_external_id", "transaction_id",
+                  "monto", "moneda", "metodo", "ocurrido_en", "saldo_pendiente", "monto_sin_asignar", "registrado_en")
+
+
+def _moment(name: str, raw: str | None) -> dt.datetime | None:
+    if raw is None:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        fail(f"{name}: expected an ISO 8601 date or date-time, got {raw!r}")
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+@app.command("connect")
+@with_database
+def connect(tenant: str = typer.Option(..., "--tenant"),
+            sim: bool = typer.Option(False, "--sim", help="Make a seller on the running gateway simulator."),
+            as_json: bool = JSON_OPTION):
+    """Store the company's gateway credentials (encrypted). Reads the access token and the webhook
+    secret from standard input, one a line, or asks for them; secrets never go on a command line."""
+    from config import get_settings
+    from models import payments
+    from models.tenants import get_tenant
+
+    tenant_row = get_tenant(tenant)
+    if sim:
+        url = get_settings().payments_gateway_url
+        try:
+            seller = requests.post(f"{url}/_sim/sellers", timeout=(3.05, 10)).json()
+        except (requests.RequestException, ValueError):
+            fail(f"no gateway simulator answers at {url}")
+        token, secret = seller["access_token"], seller["webhook_secret"]
+    elif sys.stdin.isatty():
+        token = typer.prompt("Access token", hide_input=True)
+        secret = typer.prompt("Webhook secret (secret signature)", hide_input=True)
+    else:
+        lines = sys.stdin.read().splitlines()
+        if len(lines) < 2:
+            fail("expected the access token and the webhook secret on standard input, one a line")
+        token, secret = lines[0], lines[1]
+    payments.connect_gateway(tenant_row.id, token, secret)
+    data = {"tenant": tenant_row.public_id, "provider": payments.PROVIDER,
+            "notification_url": payments.notification_url(tenant_row.public_id)}
+    show(data, as_json, lambda: record(data, "payment gateway connected"))
+
+
+@app.command("reconcile")
+@with_database
+def reconcile(tenant: str = typer.Option(..., "--tenant"),
+              since: str = typer.Option(None, "--since", help="ISO date-time (default: SVC_PAYMENTS_RECONCILE_HOURS "
+                                                              "ago)."),
+              as_json: bool = JSON_OPTION):
+    """Compare the gateway's transactions with recorded payments; record what is missing."""
+    from models import payments
+    from models.tenants import get_tenant
+
+    report = payments.reconcile(get_tenant(tenant).id, _moment("--since", since))
+    show(report, as_json, lambda: table(f"{len(report)} transaction(s) recorded or refused",
+                                        ("transaction", "status", "outcome"),
+                                        [(item["transaction_id"], item["status"], item["outcome"]) for item in report]))
+
+
+@app.command("sim")
+def sim(bind: str = typer.Option(DEFAULT_SIM_BIND, "--bind", help="HOST:PORT to listen on."),
+        duplicates: int = typer.Option(1, "--duplicates", min=0, help="Extra copies of each notification."),
+        max_delay: float = typer.Option(0.5, "--max-delay", min=0, help="Seconds a notification may be late."),
+        no_shuffle: bool = typer.Option(False, "--no-shuffle", help="Deliver notifications in order.")):
+    """Run the payment gateway simulator in the foreground."""
+    from gateway.simulator import GatewaySimulator, parse_bind
+
+    try:
+        host, port = parse_bind(bind)
+    except ValueError as error:
+        fail(str(error))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    signal.signal(signal.SIGTERM, _interrupt)
+    simulator = GatewaySimulator(host, port, duplicates=duplicates, max_delay=max_delay, shuffle=not no_shuffle)
+    try:
+        simulator.serve_forever(lambda s: err.print(f"[green]payment gateway simulator[/green] {s.base_url}"))
+    except OSError as error:
+        fail(f"cannot listen on {bind}: {error}")
+    except KeyboardInterrupt:
+        err.print("payment gateway simulator stopped")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@export_app.command("export")
+@with_database
+def export(tenant: str = typer.Option(..., "--tenant"),
+           since: str = typer.Option(None, "--since", help="Only what was recorded at or after this ISO time."),
+           after: int = typer.Option(None, "--after", min=0, help="Only what follows this cursor."),
+           cursor_file: Path = typer.Option(None, "--cursor-file",
+                                            help="Read the cursor from this file, and write the last one back "
+                                                 "once everything is out: a nightly job gets exactly what is new."),
+           fmt: str = typer.Option("csv", "--format", help="csv or jsonl")):
+    """Stream every payment and reversal made in the service (gateway and manual) to stdout."""
+    from models import payments
+    from models.tenants import get_tenant
+
+    if fmt not in ("csv", "jsonl"):
+        fail(f"--format must be csv or jsonl, got {fmt!r}")
+    start = _moment("--since", since)
+    cursor = after or 0
+    if cursor_file is not None and after is None and cursor_file.exists():
+        text = cursor_file.read_text().strip()
+        if not text.isdigit():
+            fail(f"{cursor_file} does not hold a cursor")
+        cursor = int(text)
+    writer = csv.writer(sys.stdout, lineterminator="\n") if fmt == "csv" else None
+    if writer is not None:
+        writer.writerow(EXPORT_COLUMNS)
+    count, last = 0, cursor
+    for row in payments.export_rows(get_tenant(tenant).id, since=start, after=cursor):
+        if writer is not None:
+            writer.writerow(["" if row[name] is None else str(row[name]) for name in EXPORT_COLUMNS])
+        else:
+            sys.stdout.write(orjson.dumps({name: str(row[name]) if name in ("monto", "saldo_pendiente",
+                                                                              "monto_sin_asignar") else row[name]
+                                           for name in EXPORT_COLUMNS}).decode() + "\n")
+        count, last = count + 1, row["cursor"]
+    sys.stdout.flush()
+    if cursor_file is not None:
+        # Written whole or not at all, and only after the rows are out.
+        partial = cursor_file.with_name(cursor_file.name + ".tmp")
+        partial.write_text(f"{last}\n")
+        os.replace(partial, cursor_file)
+    err.print(f"{count} row(s); cursor {last}", highlight=False)

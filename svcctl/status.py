@@ -1,0 +1,88 @@
+"""svcctl status: the service at a glance, live (or once as JSON)."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+from rich.console import Group
+from rich.live import Live
+
+from svcctl.output import JSON_OPTION, err, out, print_json, table, with_database
+
+
+def snapshot() -> dict:
+    """Everything the view shows, read now: processes, queue, campaigns, pace, webhooks, credits."""
+    from jobs.queue import huey
+    from models import operations
+
+    now = time.time()
+    return {
+        "processes": [process.as_dict(now) for process in operations.processes(now)],
+        "queue": {"pending": huey.pending_count(), "scheduled": huey.scheduled_count()},
+        "campaigns": operations.running_campaigns(),
+        "numbers": operations.number_pace(),
+        "outbox": operations.outbox(),
+        "webhooks": operations.webhook_backlog_by_endpoint(),
+        "platform": operations.platform_webhooks(),
+        "credits_reserved": [{"tenant": tenant, "reserved": reserved}
+                             for tenant, reserved in operations.credits_reserved_by_tenant().items()],
+    }
+
+
+def _seconds(value: float) -> str:
+    value = float(value)
+    if value < 120:
+        return f"{value:.0f}s"
+    if value < 7200:
+        return f"{value / 60:.0f}m"
+    return f"{value / 3600:.1f}h"
+
+
+def render(data: dict) -> Group:
+    state_style = {"alive": "green", "dead": "bold red", "stopped": "dim"}
+    processes = table("processes", ("name", "kind", "state", "last beat", "threads", "periodic"),
+                      [(item["name"], item["kind"], f"[{state_style[item['state']]}]{item['state']}[/]",
+                        f"{_seconds(item['seconds_since_beat'])} ago", item["threads"],
+                        "yes" if item["periodic"] else "")
+                       for item in data["processes"]])
+    outbox, platform = data["outbox"], data["platform"]
+    queue = table("queue", ("pending", "scheduled"), [(data["queue"]["pending"], data["queue"]["scheduled"])])
+    backlog = table("outbox and platform webhooks", ("events", "oldest", "deliveries", "oldest", "batches"),
+                    [(outbox["events_pending"], _seconds(outbox["oldest_event_age_seconds"]),
+                      outbox["deliveries_pending"], _seconds(outbox["oldest_delivery_age_seconds"]),
+                      platform["batches_pending"])])
+    campaigns = table("campaigns running", ("campaign", "tenant", "done", "total", "msg/s"),
+                      [(item["campaign"], item["tenant"], item["done"], item["total"], item["rate"])
+                       for item in data["campaigns"]])
+    numbers = table("per-number pace (last 10 s)", ("number", "phone id", "msg/s", "cap"),
+                    [(item["number"], item["phone_id"], item["rate"], item["cap"]) for item in data["numbers"]])
+    webhooks = table("webhook backlog by endpoint", ("endpoint", "tenant", "open", "failing", "oldest",
+                                                     "last failure", "url"),
+                     [(item["endpoint"], item["tenant"], item["pending"], item["failing"],
+                       _seconds(item["oldest_age_seconds"]), item["last_failure_at"], item["url"])
+                      for item in data["webhooks"]])
+    credits = table("credits reserved by company", ("tenant", "reserved"),
+                    [(item["tenant"], item["reserved"]) for item in data["credits_reserved"]])
+    return Group(processes, queue, backlog, campaigns, numbers, webhooks, credits)
+
+
+@with_database
+def status(as_json: bool = JSON_OPTION,
+           interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between reads."),
+           once: bool = typer.Option(False, "--once", help="Print one view and exit.")):
+    """The service at a glance: API workers and consumers with their heartbeats, queue depth, running campaigns,
+    per-number pace, webhook backlog, credits reserved. Live until Ctrl-C; --json prints once."""
+    if as_json:
+        print_json(snapshot())
+        return
+    if once or not out.is_terminal:
+        out.print(render(snapshot()), crop=False)
+        return
+    try:
+        with Live(render(snapshot()), console=out, refresh_per_second=4, screen=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render(snapshot()))
+    except KeyboardInterrupt:
+        err.print("stopped watching")

@@ -1,0 +1,86 @@
+"""A signed-in browser for the portal over the real Falcon app: keeps cookies like a browser does
+(path /portal) and posts each form with the CSRF token of the last page it read.
+
+`from tests.portal_fixtures import *` brings the fixtures; helpers are imported by name.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import count
+from urllib.parse import urlencode
+
+import pytest
+from falcon import testing
+
+from models import portal
+
+__all__ = ["owner", "portal_client"]
+
+PASSWORD = "correct horse battery staple"
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+_serial = count(1)
+
+
+class PortalClient:
+    def __init__(self, client: testing.TestClient, remote_addr: str = "203.0.113.10"):
+        self.client = client
+        self.cookies: dict[str, str] = {}
+        self.csrf: str | None = None
+        self.remote_addr = remote_addr
+
+    def _keep(self, result: testing.Result) -> testing.Result:
+        for name, cookie in result.cookies.items():
+            if cookie.value:  # unset_cookie sends an empty value that has expired
+                self.cookies[name] = cookie.value
+            else:
+                self.cookies.pop(name, None)
+        if found := _CSRF.search(result.text or ""):
+            self.csrf = found.group(1)
+        return result
+
+    def get(self, path: str, **params) -> testing.Result:
+        return self._keep(self.client.simulate_get(path, params=params or None, cookies=self.cookies,
+                                                   remote_addr=self.remote_addr))
+
+    def post(self, path: str, fields: dict | list | None = None, csrf: str | None | bool = True) -> testing.Result:
+        pairs = list(fields.items()) if isinstance(fields, dict) else list(fields or [])
+        if csrf is True:
+            pairs.append(("csrf_token", self.csrf or ""))
+        elif isinstance(csrf, str):
+            pairs.append(("csrf_token", csrf))
+        body = urlencode(pairs, doseq=True)
+        return self._keep(self.client.simulate_post(
+            path, body=body, cookies=self.cookies, remote_addr=self.remote_addr,
+            headers={"Content-Type": "application/x-www-form-urlencoded"}))
+
+    def sign_in(self, email: str, password: str = PASSWORD) -> testing.Result:
+        self.get("/portal/login")
+        return self.post("/portal/login", {"email": email, "password": password, "next": "/portal"})
+
+
+def shown_secret(html: str) -> str:
+    """The secret a page shows once (a key, a signing secret, an invitation link)."""
+    return re.search(r'id="secret-value">([^<]+)<', html).group(1)
+
+
+def make_user(tenant_id: int, role: str = "owner", email: str | None = None) -> portal.PortalUser:
+    return portal.create_user(tenant_id, email or f"user{next(_serial)}@example.com", role, PASSWORD)
+
+
+@pytest.fixture
+def owner(alice) -> portal.PortalUser:
+    return make_user(alice.id, "owner", "owner@alice.example.com")
+
+
+@pytest.fixture
+def portal_client(client) -> PortalClient:
+    return PortalClient(client)
+
+
+def signed_in(client: testing.TestClient, user: portal.PortalUser) -> PortalClient:
+    browser = PortalClient(client)
+    result = browser.sign_in(user.email)
+    assert result.status_code == 303, result.text
+    browser.get("/portal")
+    return browser

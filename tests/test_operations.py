@@ -1,0 +1,199 @@
+"""Operations in-process, on SQLite and PostgreSQL + Redis: request ids, /healthz, /readyz,
+/metrics and its token, rate-limit refusals counted, JSON log lines, the id carried into a task,
+settings, and re-encrypting stored secrets under a new key."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+from cryptography.fernet import Fernet
+
+from config import ConfigError, load_settings, logs
+from models import payments, portal, secrets
+from models.accounts import MessagingAccount
+from models.db import db
+from models.idempotency import IdempotencyRecord
+from models.webhooks import WebhookEndpoint
+from tests.campaigns_fixtures import campaign_body, make_number
+from tests.operations_fixtures import parse, total
+from tests.webhooks_fixtures import configure
+
+
+def metric(client, name: str, **labels) -> float:
+    return total(parse(client.simulate_get("/metrics").text), name, **labels)
+
+
+def test_every_response_carries_a_request_id(client, alice):
+    kept = client.simulate_get("/api/v1/credits/balance", headers={**alice.headers, "X-Request-Id": "erp-run-7:42"})
+    assert kept.headers["X-Request-Id"] == "erp-run-7:42"
+    made = client.simulate_get("/api/v1/credits/balance", headers=alice.headers)
+    assert made.headers["X-Request-Id"].startswith("req_")
+    assert made.headers["X-Request-Id"] != client.simulate_get("/healthz").headers["X-Request-Id"]
+    # A value that could forge a log line or flood it is replaced, never echoed.
+    for insane in ("a b", "x" * 129, "id\u00e9", "<script>"):
+        answer = client.simulate_get("/api/v1/credits/balance", headers={**alice.headers, "X-Request-Id": insane})
+        assert answer.headers["X-Request-Id"].startswith("req_")
+    for status, answer in ((401, client.simulate_get("/api/v1/credits/balance")),
+                           (404, client.simulate_get("/no/such/page"))):
+        assert answer.status_code == status and answer.headers["X-Request-Id"].startswith("req_")
+
+
+def test_healthz_and_readyz(client, storage):
+    assert client.simulate_get("/healthz").json == {"status": "ok"}
+    ready = client.simulate_get("/readyz")
+    expected = {"database": "ok", "migrations": "ok", "queue": "ok"}
+    if storage.redis_url:
+        expected["redis"] = "ok"
+    assert (ready.status_code, ready.json) == (200, {"status": "ready", "checks": expected})
+
+
+def test_readyz_names_a_migration_not_applied(client, storage):
+    db.execute_sql("DELETE FROM schema_migration WHERE name = '0012_operations'")
+    answer = client.simulate_get("/readyz")
+    assert answer.status_code == 503
+    assert answer.json["checks"]["migrations"] == "pending: 0012_operations"
+
+
+def test_metrics_are_behind_the_token_when_one_is_set(client, storage):
+    configure(storage, metrics_token="s3cret-scrape")
+    assert client.simulate_get("/metrics").status_code == 401
+    assert client.simulate_get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    answer = client.simulate_get("/metrics", headers={"Authorization": "Bearer s3cret-scrape"})
+    assert answer.status_code == 200 and "svc_state_up 1.0" in answer.text
+    assert "s3cret-scrape" not in answer.text
+
+
+def test_requests_and_rate_limit_refusals_are_counted_by_route_template(client, alice, storage):
+    headers = alice.with_key(["all"], rate_limit=2)
+    route = "/api/v1/campaigns/{campaign_id}"
+    before = (metric(client, "svc_http_requests_total", route=route, status="404"),
+              metric(client, "svc_http_rate_limited_total", route=route))
+    answers = [client.simulate_get("/api/v1/campaigns/cmp_nope", headers=headers).status_code for _ in range(3)]
+    assert answers == [404, 404, 429]
+    after = (metric(client, "svc_http_requests_total", route=route, status="404"),
+             metric(client, "svc_http_rate_limited_total", route=route))
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
+    # The template, never the id the client sent.
+    assert "cmp_nope" not in client.simulate_get("/metrics").text
+
+
+def test_log_lines_are_json_with_the_ids_they_were_written_under():
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.JsonFormatter())
+    handler.addFilter(logs.ContextFilter())
+    logger = logging.getLogger("test.operations")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with logs.bound(request="req_abc", tenant=lambda: 42, task="jobs.x.y"):
+            logger.info("sent %s", "one\nline")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logger.removeHandler(handler)
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert {key: first[key] for key in ("level", "logger", "message", "request_id", "tenant_id", "task")} == {
+        "level": "info", "logger": "test.operations", "message": "sent one\nline", "request_id": "req_abc",
+        "tenant_id": 42, "task": "jobs.x.y"}
+    assert second["request_id"] is None and "ValueError: boom" in second["error"]
+
+
+def test_a_task_enqueued_by_a_request_carries_its_id(client, alice, storage, immediate_queue):
+    immediate_queue.immediate = False
+    immediate_queue.flush()
+    account = make_number(alice.id)
+    answer = client.simulate_post("/api/v1/campaigns", json=campaign_body(account, ["5215550001117"]),
+                                  headers={**alice.headers, "X-Request-Id": "complaint-99"})
+    assert answer.status_code == 201, answer.text
+    tasks = immediate_queue.pending()
+    assert tasks and all(task.kwargs.get("_request_id") == "complaint-99" for task in tasks)
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(logs.request_id.get())
+    huey_log = logging.getLogger("huey")
+    level, huey_log.level = huey_log.level, logging.INFO
+    huey_log.addHandler(handler)
+    try:
+        immediate_queue.execute(immediate_queue.dequeue())
+    finally:
+        huey_log.removeHandler(handler)
+        huey_log.setLevel(level)
+    assert seen and set(seen) == {"complaint-99"}  # huey's own lines about the task included
+    assert logs.request_id.get() is None
+    immediate_queue.flush()
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("not-a-key", "SVC_SECRET_KEY: key 1 is not"),
+    (f"{Fernet.generate_key().decode()},nope", "SVC_SECRET_KEY: key 2 is not"),
+    ("{key},{key}", "SVC_SECRET_KEY: a key is listed twice"),
+])
+def test_a_bad_secret_key_list_is_one_line(raw, message, tmp_path):
+    key = Fernet.generate_key().decode()
+    with pytest.raises(ConfigError, match=message):
+        load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEY": raw.format(key=key)})
+
+
+def test_operations_settings(tmp_path):
+    first, second = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings = load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEY": f" {first} , {second} ",
+                              "SVC_LOG_FORMAT": "JSON", "SVC_METRICS_PORT": "9105", "SVC_ACCESS_LOG": "off"})
+    assert (settings.secret_key, settings.secret_keys) == (first, (first, second))
+    assert (settings.log_format, settings.metrics_bind, settings.access_log) == ("json", ("127.0.0.1", 9105), False)
+    assert load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEY": first,
+                          "SVC_METRICS_PORT": "0.0.0.0:9200"}).metrics_bind == ("0.0.0.0", 9200)
+    for name, raw in (("SVC_LOG_FORMAT", "xml"), ("SVC_METRICS_PORT", "ninety"), ("SVC_METRICS_PORT", "70000")):
+        with pytest.raises(ConfigError, match=name):
+            load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEY": first, name: raw})
+
+
+def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alice, storage):
+    old_key, new_key = storage.secret_key, Fernet.generate_key().decode()
+    account = make_number(alice.id, token="EAAG-platform-token")
+    created = client.simulate_post("/api/v1/webhooks/endpoints", headers={**alice.headers, "Idempotency-Key": "k1"},
+                                   json={"url": "https://example.com/hooks", "events": ["message.sent"]})
+    assert created.status_code == 201, created.text
+    signing_secret = created.json["data"]["signing_secret"]
+    # A stored response that shows no secret is plain JSON beside the ciphertexts, and stays so.
+    IdempotencyRecord.create(tenant=alice.id, key="k2", method="POST", path="/api/v1/x", body_hash="0" * 64,
+                             state="done", status=200, body='{"success":true}')
+    payments.connect_gateway(alice.id, "APP_USR-gateway-token", "gateway-webhook-secret")
+    owner = portal.create_user(alice.id, "owner@alice.example", "owner", "a long enough password 1")
+    totp_secret = portal.begin_totp(owner)
+
+    configure(storage, secret_keys=(new_key, old_key), secret_key=new_key)
+    assert account.access_token and MessagingAccount.get_by_id(account.id).access_token == account.access_token
+    report = secrets.rotate(batch=1)
+    columns = {column.column: column for column in report.columns}
+    assert columns["messaging_account.access_token"].rotated == 1
+    assert columns["webhook_endpoint.secret_ciphertext"].rotated == 1
+    assert columns["payment_gateway.access_token_ciphertext"].rotated == 1
+    assert columns["payment_gateway.webhook_secret_ciphertext"].rotated == 1
+    assert columns["portal_user.totp_pending_ciphertext"].rotated == 1
+    assert report.unreadable == 0
+    assert secrets.rotate().rotated == 0  # run again: nothing left under the old key
+
+    configure(storage, secret_keys=(new_key,), secret_key=new_key)  # the old key removed
+    assert secrets.decrypt(MessagingAccount.get_by_id(account.id).access_token) == "EAAG-platform-token"
+    assert WebhookEndpoint.get(WebhookEndpoint.tenant == alice.id).signing_secret == signing_secret
+    assert payments.webhook_secret_of(alice.id) == "gateway-webhook-secret"
+    assert portal.pending_totp_secret(portal.PortalUser.get_by_id(owner.id)) == totp_secret
+    # The idempotent replay of the creation (its body holds the secret, encrypted) still answers.
+    replay = client.simulate_post("/api/v1/webhooks/endpoints", headers={**alice.headers, "Idempotency-Key": "k1"},
+                                  json={"url": "https://example.com/hooks", "events": ["message.sent"]})
+    assert replay.json["data"]["signing_secret"] == signing_secret
+    assert columns["idempotency_record.body"].plain == 1
+    assert IdempotencyRecord.get(IdempotencyRecord.key == "k2").body == '{"success":true}'
+
+
+def test_a_secret_no_key_opens_is_reported_not_lost(alice, storage):
+    make_number(alice.id, token="EAAG-other")
+    configure(storage, secret_keys=(Fernet.generate_key().decode(),))
+    report = secrets.rotate()
+    assert report.unreadable == 1 and report.rotated == 0

@@ -1,0 +1,143 @@
+"""End to end on the live stack (gunicorn, the consumer, the platform simulator and the payment
+gateway simulator as processes): a collection reminder carries a payment link; opened in the
+system Chromium it pays on the simulated checkout; the debt's balance drops, the company's
+receiver gets `debt.payment_received` once, signed, and the ERP's export lists the payment once,
+however many times, late and out of order, the gateway notifies it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from config import get_settings
+from messaging.client import GraphClient
+from models import cartera, payments, webhooks
+from models.cartera import Debt, Payment
+from models.cartera_input import parse_debt
+from models.events import Event
+from models.payments import GatewayNotification
+from tests.campaigns_fixtures import TEMPLATES, make_number
+from tests.cartera_fixtures import debt_body
+from tests.live import ROOT, LiveService, env_for, free_port, wait_until
+from tests.payments_fixtures import LINK_TEMPLATE_ROW, add_link_template
+from tests.test_onboarding_browser import browser  # noqa: F401  (the Chromium fixture)
+from tests.webhooks_fixtures import *  # noqa: F403  (receiver, webhook_ca, webhook_settings)
+from tests.webhooks_fixtures import verify
+
+pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+
+DEBTOR_PHONE = "573001234567"
+
+
+class PaymentsLiveService(LiveService):
+    """The live stack plus `svcctl payments sim`, which the API is pointed at."""
+
+    def __init__(self, env: dict[str, str], log_dir):
+        super().__init__(env, log_dir)
+        self.gateway_url = f"http://127.0.0.1:{free_port()}"
+        self.env["SVC_PAYMENTS_GATEWAY_URL"] = self.gateway_url
+
+    def start(self) -> PaymentsLiveService:
+        self._spawn("gateway", ["payments", "sim", "--bind", self.gateway_url.removeprefix("http://"),
+                                "--duplicates", "1", "--max-delay", "0.4"])
+        super().start()
+        wait_until(lambda: self._answers(f"{self.gateway_url}/_sim/health"), message="the gateway simulator")
+        return self
+
+    def svcctl(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "svcctl.main", *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def service(storage, tmp_path, immediate_queue, webhook_ca, webhook_settings):
+    immediate_queue.immediate = False
+    # The whole day is inside the sending window, so the reminder goes out whenever this runs.
+    env = {**env_for(storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1], "SVC_QUIET_HOURS_START": "00:00",
+           "SVC_QUIET_HOURS_END": "00:00"}
+    live = PaymentsLiveService(env, tmp_path).start()
+    yield live
+    live.stop()
+
+
+def sent_to(service: LiveService, wa_id: str) -> list[dict]:
+    sent = requests.get(f"{service.sim_url}/_sim/sent", timeout=5).json()["data"]
+    return [item for item in sent if item["to"] == wa_id]
+
+
+def link_in(message: dict) -> str:
+    [body] = [c for c in message["components"] if c["type"] == "body"]
+    return body["parameters"][2]["text"]
+
+
+@pytest.mark.timeout(120)
+def test_a_reminder_is_paid_from_the_phone_and_reaches_the_erp_once(service, alice, receiver, browser):  # noqa: F811
+    add_link_template(service.sim_url)
+    signup = requests.post(f"{service.sim_url}/_sim/signup", json={"mps": 20}, timeout=5).json()
+    with GraphClient(service.sim_url, app_id=get_settings().app_id, app_secret=service.env["SVC_APP_SECRET"]) as graph:
+        token = graph.exchange_code(signup["code"])
+    number = make_number(alice.id, phone_id=signup["phone_number_id"], token=token,
+                         templates=[*TEMPLATES, LINK_TEMPLATE_ROW])
+    seller = requests.post(f"{service.gateway_url}/_sim/sellers", timeout=5).json()
+    payments.connect_gateway(alice.id, seller["access_token"], seller["webhook_secret"])
+    _endpoint, secret = webhooks.set_payment_endpoint(alice.id, receiver.url())
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    body = debt_body(number.public_id, "E2E-1", moneda="COP", monto_original=150000, saldo_pendiente=150000,
+                     auto_send=True, deudor={"nombre": "Ana", "documento": "CC-1", "telefono": DEBTOR_PHONE},
+                     cuotas=[{"external_id": "E2E-1-1", "numero": 1, "monto": 150000, "vence": today}])
+    cartera.upsert_debt(alice.id, parse_debt(body))
+
+    # The periodic task's work, run now: the reminder goes out as a campaign with the link.
+    reminded = service.svcctl("cartera", "remind", "--json")
+    assert reminded.returncode == 0, reminded.stderr
+    assert len(json.loads(reminded.stdout)["campaigns"]) == 1
+    [message] = wait_until(lambda: sent_to(service, DEBTOR_PHONE), message="the reminder")
+    assert message["template"] == "payment_reminder_link"
+    url = link_in(message)
+    assert url.startswith(f"{service.api_url}/pay/plk_")
+
+    # The debtor taps the link: the service sends the browser to the gateway's checkout.
+    page = browser.new_page()
+    page.goto(url)
+    assert page.url.startswith(service.gateway_url) and "COP 150000" in page.inner_text("#amount")
+    page.click("#pay")
+    page.wait_for_selector("#result")
+    assert page.inner_text("#result") == "approved"
+    transaction_id = page.inner_text("#payment-id")
+
+    wait_until(lambda: Debt.get(Debt.external_id == "E2E-1").saldo_pendiente == 0, message="the balance to drop")
+    [delivery] = receiver.wait_for(1, timeout=30)
+    assert verify(delivery, secret)
+    event = json.loads(delivery.body)
+    assert event["event"] == "debt.payment_received"
+    assert event["data"]["pago"]["transaction_id"] == transaction_id and event["data"]["status"] == "paid"
+
+    # The gateway reports the payment three more times, late and out of order.
+    requests.post(f"{service.gateway_url}/_sim/payments/{transaction_id}/notify", timeout=5,
+                  json={"times": 3, "delay": 0.5, "shuffle": True})
+
+    def all_delivered_and_processed():
+        deliveries = requests.get(f"{service.gateway_url}/_sim/notifications", timeout=5).json()
+        # payment.created twice (one copy a redelivery), then the three reports.
+        done = len(deliveries) == 5 and all(item["status"] == 200 for item in deliveries)
+        waiting = GatewayNotification.select().where(GatewayNotification.status == "received").count()
+        return done and waiting == 0
+
+    wait_until(all_delivered_and_processed, message="every notification to be processed")
+    assert GatewayNotification.select().count() == 4  # the redelivered copy was dropped at the door
+    assert Payment.select().count() == 1
+    assert Event.select().where(Event.name == "debt.payment_received").count() == 1
+    assert len(receiver.requests) == 1
+
+    exported = service.svcctl("cartera", "payments", "export", "--tenant", alice.tenant.public_id,
+                              "--since", today, "--format", "jsonl")
+    assert exported.returncode == 0, exported.stderr
+    [row] = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert (row["transaction_id"], row["monto"], row["moneda"], row["tipo"]) == (transaction_id, "150000.00",
+                                                                                  "COP", "pago")
