@@ -28,13 +28,14 @@ A record the database rolled back to break a lock conflict is written again (`ou
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import math
 import threading
 import time
 import uuid
-from collections import defaultdict, deque
+from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -123,7 +124,7 @@ class Engine:
         self._refresh_now = threading.Event()
         self._numbers: dict[int, _Number] = {}
         self._in_flight = 0  # claimed and not yet recorded
-        self._unstarted: deque[list] = deque()  # [claimed at, jobs not yet sent] per batch, oldest first
+        self._unstarted: list[float] = []  # slot times of the claimed sends not yet started (a heap)
         self._batches: set = set()
         self._rotation = 0
         self._last_plan = 0.0
@@ -240,7 +241,7 @@ class Engine:
             # Slots are taken when work is claimed, so claim more only when the send pool keeps
             # up: while sends due more than a burst ago still wait for a thread (the platform
             # hangs, or the pool is slower than the pace), claiming more would send them late in one burst.
-            backlog = bool(self._unstarted) and now - self._unstarted[0][0] > settings.burst_seconds
+            backlog = bool(self._unstarted) and now - self._unstarted[0] > settings.burst_seconds
         if capacity <= 0 or not ready or backlog:
             return
         wants = {n.account_id: min(n.due, max(1, math.ceil(max(1.0, n.mps * settings.burst_seconds))))
@@ -290,7 +291,8 @@ class Engine:
             job.send_at = first + next(slots[job.account_id]) * slot_interval(float(self._numbers[job.account_id].mps))
         with self._lock:
             self._in_flight += len(jobs)
-            self._unstarted.append([min(job.send_at for job in jobs), len(jobs)])
+            for job in jobs:
+                heapq.heappush(self._unstarted, job.send_at)
         # Scheduled here, not by the batch: a batch waits for a free batch thread (others may be
         # recording), and its sends must not wait with it past their slots.
         sends = [sender.submit_at(job.send_at, self._send_one, job) for job in jobs]
@@ -339,11 +341,9 @@ class Engine:
 
     def _send_one(self, job: Job) -> None:
         with self._lock:
-            # The pool starts jobs in the order batches were queued: the oldest batch is first.
+            # Sends start in the order of their slots: this one was the earliest still waiting.
             if self._unstarted:
-                self._unstarted[0][1] -= 1
-                if self._unstarted[0][1] <= 0:
-                    self._unstarted.popleft()
+                heapq.heappop(self._unstarted)
         if time.monotonic() - job.send_at > LATE_SEND:
             job.error = SlotMissed("not sent: the engine fell behind its pacing slot")
             return
