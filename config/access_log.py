@@ -4,6 +4,7 @@ access line with the request's id (the response's X-Request-Id)."""
 from __future__ import annotations
 
 import logging
+import re
 
 from gunicorn import glogging
 
@@ -12,6 +13,16 @@ from config.settings import get_settings
 
 # Apache's combined format and the request id, which is what matches a company's complaint to a line.
 TEXT_ACCESS_FORMAT = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %(L)ss rid=%({x-request-id}o)s'
+
+
+# A URL may carry a credential: the portal's invitation links have their token in the path, and the
+# platform's verification request its verify token in the query. A logged path has the token
+# replaced and no query, so a line still matches its request without holding the secret.
+_SECRET_IN_PATH = re.compile(r"(/portal/invitations/)[^/]+")
+
+
+def loggable_path(path: str) -> str:
+    return _SECRET_IN_PATH.sub(r"\1…", path.split("?", 1)[0])
 
 
 def _header(resp, name: str) -> str | None:
@@ -31,6 +42,13 @@ class ServiceLogger(glogging.Logger):
                 if self.json:
                     handler.setFormatter(JsonFormatter())
 
+    def atoms(self, resp, req, environ, request_time):
+        atoms = super().atoms(resp, req, environ, request_time)
+        path = loggable_path(req.path)
+        atoms.update({"r": f"{req.method} {path} {environ.get('SERVER_PROTOCOL', '')}", "U": path, "q": "",
+                      "f": loggable_path(atoms.get("f", "-"))})  # the page before may be an invitation
+        return atoms
+
     def access(self, resp, req, environ, request_time):
         if not self.json:
             super().access(resp, req, environ, request_time)
@@ -38,10 +56,10 @@ class ServiceLogger(glogging.Logger):
         if not self.access_log_enabled:
             return
         status = resp.status.split(None, 1)[0] if isinstance(resp.status, str) else resp.status
-        # The path without its query string: a query is the client's to fill, the log line is ours.
-        http = {"method": req.method, "path": req.path, "status": int(status),
+        path = loggable_path(req.path)
+        http = {"method": req.method, "path": path, "status": int(status),
                 "bytes": getattr(resp, "sent", None), "duration_ms": round(request_time.total_seconds() * 1000, 2),
                 "remote": environ.get("REMOTE_ADDR"), "user_agent": environ.get("HTTP_USER_AGENT")}
-        self.access_log.log(logging.INFO, "%s %s %s", req.method, req.path, status,
+        self.access_log.log(logging.INFO, "%s %s %s", req.method, path, status,
                             extra={"request_id": _header(resp, "x-request-id"), "http": http,
                                    "tenant_id": environ.get(TENANT_ENVIRON_KEY)})

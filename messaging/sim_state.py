@@ -53,8 +53,8 @@ class SimStateFiles:
         self._replace(self.state_path, json.dumps(state, separators=(",", ":")))
 
     def append_sent(self, records: list[dict[str, Any]]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with self.sent_path.open("a", encoding="utf-8") as out:
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with _open_private(self.sent_path, append=True) as out:
             out.write(_lines(records))
             out.flush()
             os.fsync(out.fileno())
@@ -66,9 +66,9 @@ class SimStateFiles:
         self.sent_lines = len(records)
 
     def _replace(self, path: Path, text: str) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         temporary = path.with_name(path.name + ".tmp")
-        with temporary.open("w", encoding="utf-8") as out:
+        with _open_private(temporary, append=False) as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
@@ -82,3 +82,10 @@ class SimStateFiles:
 
 def _lines(records: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(record, separators=(",", ":")) + "\n" for record in records)
+
+
+def _open_private(path: Path, append: bool):
+    """The state holds the numbers' tokens: its files are readable by the simulator's user only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o600)
+    os.fchmod(fd, 0o600)  # an older file keeps its mode through os.open: close it up too
+    return os.fdopen(fd, "w", encoding="utf-8")

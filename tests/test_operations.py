@@ -12,6 +12,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from config import ConfigError, load_settings, logs
+from config.access_log import loggable_path
 from models import payments, portal, secrets
 from models.accounts import MessagingAccount
 from models.db import db
@@ -197,3 +198,10 @@ def test_a_secret_no_key_opens_is_reported_not_lost(alice, storage):
     configure(storage, secret_keys=(Fernet.generate_key().decode(),))
     report = secrets.rotate()
     assert report.unreadable == 1 and report.rotated == 0
+
+
+def test_a_logged_path_holds_no_credential():
+    # The portal's invitation token is in its path; the platform's verify token in a query.
+    assert loggable_path("/portal/invitations/pinv_s3cr3t") == "/portal/invitations/…"
+    assert loggable_path("/platform/webhook?hub.mode=subscribe&hub.verify_token=vt_x") == "/platform/webhook"
+    assert loggable_path("/api/v1/campaigns/cmp_1/recipients") == "/api/v1/campaigns/cmp_1/recipients"

@@ -132,7 +132,7 @@ def test_metrics_count_a_campaign_across_workers_and_the_consumer(service, stora
     worker_lines = json_lines(service.log("worker"))
     carried = [line for line in worker_lines if line["request_id"] == "complaint-4711"]
     assert carried and all(line["task"] for line in carried)
-    assert {"jobs.campaigns.dispatch", "jobs.webhooks.fan_out_task"} <= {line["task"] for line in carried}
+    assert {"jobs.sending.dispatch", "jobs.webhooks.fan_out_task"} <= {line["task"] for line in carried}
     assert {"time", "level", "logger", "message", "request_id", "tenant_id", "task"} <= set(worker_lines[0])
 
 

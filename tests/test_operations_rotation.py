@@ -104,6 +104,6 @@ def test_sends_and_deliveries_keep_working_through_a_key_rotation(storage, webho
         # The default, readable logs carry the request ids too: the access log and the tasks.
         created_ids = re.findall(r'"POST /api/v1/campaigns HTTP/1.1" 201 .* rid=(req_[0-9a-f]+)', service.log("api"))
         assert len(created_ids) == 4  # one line per campaign created
-        assert re.search(rf"\[request_id={created_ids[-1]} task=jobs\.campaigns\.dispatch\]", service.log("worker"))
+        assert re.search(rf"\[request_id={created_ids[-1]} task=jobs\.sending\.dispatch\]", service.log("worker"))
     finally:
         service.stop()

@@ -11,7 +11,7 @@ from models.payments import PaymentLink
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)
-from tests.payments_fixtures import LINK_TEMPLATE_ROW
+from tests.payments_fixtures import LINK_TEMPLATE_ROW, add_link_template
 from tests.test_cartera_collection import DAY, NOON, sync
 
 pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
@@ -24,6 +24,7 @@ def recipients(campaign_public_id: str) -> dict[str, CampaignRecipient]:
 
 
 def test_a_reminder_carries_a_link_that_opens_the_checkout(client, alice, sim, gateway):
+    add_link_template(sim.base_url)
     number = make_number(alice.id, sim, templates=[*TEMPLATES, LINK_TEMPLATE_ROW])
     sync(alice, number, "A", [NOON.date()], telefono="56911120001")
     [campaign] = send_due_reminders(NOON)

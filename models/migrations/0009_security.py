@@ -71,7 +71,7 @@ def up(migrator, db):
 
     # This process goes on with the new key (`svcctl up` starts the service next).
     derived = {name: derived_default(new, name) for name in defaults}
-    use_settings(dataclasses.replace(settings, secret_key=new, **derived))
+    use_settings(dataclasses.replace(settings, secret_key=new, secret_keys=(new,), **derived))
     log.warning("the master key in %s was replaced and every stored secret re-encrypted under the new one; "
                 "the default verify token changed with it: set SVC_VERIFY_TOKEN and SVC_APP_SECRET explicitly",
                 key_file)
