@@ -1,15 +1,24 @@
 """Counters shared by every process: fixed-window rate limits and other per-window tallies,
 send slots for pacing, and engine heartbeats.
 
-Two stores with one interface: rows in the database (the embedded default) or keys in Redis.
+Stores with one interface: keys in Redis when configured, else rows in the database; on the
+embedded (SQLite) profile the per-window tallies live in a shared-memory table next to the
+database file instead, so counting a request never takes the database's single write lock.
 `models.db.counters()` picks one; nothing else knows which.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import math
+import mmap
+import os
+import struct
+import threading
 import time
 import zlib
+from pathlib import Path
 
 from peewee import BigIntegerField, Case, CharField, DoubleField, IntegerField
 
@@ -182,6 +191,89 @@ class DatabaseCounters:
         cutoff = time.time() - older_than_seconds
         removed = PacingSlot.delete().where(PacingSlot.next_free < cutoff).execute()
         return removed + Heartbeat.delete().where(Heartbeat.expires < cutoff).execute()
+
+
+class SharedMemoryCounters(DatabaseCounters):
+    """The embedded profile's store: tallies (`incr`) in a file-backed shared-memory table that every
+    process on the host maps (gunicorn workers, the queue consumer, `svcctl`); pacing and heartbeats
+    stay in the database.
+
+    The table is exact across processes: each call holds an exclusive `flock` on the file (and a
+    thread lock, since threads of one process share its open file) while it reads and bumps its
+    slots. A slot is `(key hash, window start, expiry, count)`; a key is found by linear probing
+    from its 64-bit hash, and a slot whose window has expired is reused. The one tolerance: when
+    every slot of a probe run is live (more than ~PROBE live keys hashing together, far beyond the
+    table's 65536 slots' worth of keys per window), the slot closest to expiring is taken over and
+    that key restarts at 1.
+    """
+
+    SLOTS = 65536
+    PROBE = 64
+    _SLOT = struct.Struct("<QqqQ")  # key hash, window start, expires (unix seconds), count
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+
+    def _table(self) -> tuple[int, mmap.mmap]:
+        # Opened per process: an open file inherited across fork would share its flock with the parent.
+        if self._pid != os.getpid() or self._map is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            size = self.SLOTS * self._SLOT.size
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            self._fd, self._map, self._pid = fd, mmap.mmap(fd, size), os.getpid()
+        return self._fd, self._map
+
+    def __del__(self):
+        if self._map is not None and self._pid == os.getpid():
+            self._map.close()
+            os.close(self._fd)
+
+    @staticmethod
+    def _hash(key: str) -> int:
+        return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") or 1
+
+    def incr(self, keys: list[str], window_seconds: int, now: float | None = None) -> dict[str, int]:
+        now = time.time() if now is None else now
+        start = window_start(window_seconds, now)
+        expires = start + window_seconds
+        slot, size = self._SLOT, self._SLOT.size
+        counts: dict[str, int] = {}
+        with self._lock:
+            fd, table = self._table()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                for key in keys:
+                    wanted = self._hash(key)
+                    home = wanted % self.SLOTS
+                    free = None
+                    oldest = (None, math.inf)
+                    for step in range(self.PROBE):
+                        offset = ((home + step) % self.SLOTS) * size
+                        found, window, until, count = slot.unpack_from(table, offset)
+                        if found == wanted and window == start:
+                            counts[key] = count + 1
+                            slot.pack_into(table, offset, wanted, start, expires, count + 1)
+                            break
+                        if found == 0 or until <= now:
+                            if free is None:
+                                free = offset
+                        elif until < oldest[1]:
+                            oldest = (offset, until)
+                    else:
+                        offset = free if free is not None else oldest[0]
+                        slot.pack_into(table, offset, wanted, start, expires, 1)
+                        counts[key] = 1
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        return counts
+
+    def purge(self, older_than_seconds: int = 3600) -> int:
+        return 0  # expired slots are reused in place
 
 
 class RedisCounters:

@@ -98,14 +98,17 @@ def init_db(settings: Settings) -> Database:
 
         _counters = RedisCounters(redis.Redis.from_url(settings.redis_url), settings.queue_name)
     else:
-        from models.counters import DatabaseCounters
+        from models.counters import DatabaseCounters, SharedMemoryCounters
 
-        _counters = DatabaseCounters()
+        # SQLite is one host's database: a shared-memory table next to it counts for every process.
+        _counters = (DatabaseCounters() if settings.database_url
+                     else SharedMemoryCounters(settings.sqlite_path.with_name(settings.sqlite_path.name + ".counters")))
     return engine
 
 
 def counters():
-    """The shared counter store: Redis when configured, else the database."""
+    """The shared counter store: Redis when configured, else the database (whose tallies, on SQLite,
+    live in shared memory beside it)."""
     if _counters is None:
         raise RuntimeError("init_db() has not been called")
     return _counters

@@ -24,6 +24,10 @@ from models.ids import new_id
 KEY_PREFIX = "svc_live_"
 DEFAULT_KEY_RATE_LIMIT = 120
 USED_EVERY = 60.0
+# How long a process answers from its copy of a key row: a revocation, rotation or suspension made
+# anywhere (API, portal, svcctl, another host) refuses the old key within a second.
+KEY_CACHE_SECONDS = 0.9
+KEY_CACHE_SIZE = 10_000
 
 SCOPES = (
     "accounts:read",
@@ -160,6 +164,7 @@ def rotate_key(public_id: str, tenant_id: int | None = None) -> tuple[ApiKey, st
     key.secret_hash = _hash_secret(secret)
     key.rotated_at = utcnow()
     key.save()
+    _cached_rows.pop(public_id, None)
     return key, f"{KEY_PREFIX}{key.public_id}.{secret}"
 
 
@@ -168,6 +173,7 @@ def revoke_key(public_id: str, tenant_id: int | None = None) -> ApiKey:
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         key.save()
+    _cached_rows.pop(public_id, None)  # this process at once; the others within KEY_CACHE_SECONDS
     return key
 
 
@@ -184,20 +190,42 @@ def authenticate(token: str) -> ApiKey | None:
     public_id, _, secret = token[len(KEY_PREFIX):].partition(".")
     if not public_id or not secret:
         return None
-    # Every request runs this: fixed SQL rather than a query rebuilt per call. The outer join
-    # answers one row (of nulls) for an unknown id too.
-    row = execute(
-        'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit", t."status" '
-        'FROM (SELECT 1 AS "one") AS o LEFT JOIN "api_key" AS k ON k."public_id" = ? AND k."revoked_at" IS NULL '
-        'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,)).fetchone()
-    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = row
+    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = _key_row(public_id)
     matches = hmac.compare_digest(secret_hash or _NO_SUCH_KEY, _hash_secret(secret))
     if not matches or key_id is None or tenant_status != "active":
         return None
     _mark_used(public_id, key_id)
     return ApiKey(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
-                  scopes=orjson.loads(scopes), allowed_ips=orjson.loads(allowed_ips) if allowed_ips else None,
-                  rate_limit=rate_limit)
+                  scopes=scopes, allowed_ips=allowed_ips, rate_limit=rate_limit)
+
+
+# key public id -> (monotonic time read, the row as `_key_row` answers it). Only live keys are kept:
+# an unknown or revoked id is read every time, so a miss costs what it always did.
+_cached_rows: dict[str, tuple[float, tuple]] = {}
+
+
+def _key_row(public_id: str) -> tuple:
+    """The key's row and its tenant's status (all None for no live key), read at most once per
+    KEY_CACHE_SECONDS per process."""
+    now = time.monotonic()
+    cached = _cached_rows.get(public_id)
+    if cached is not None and now - cached[0] < KEY_CACHE_SECONDS:
+        return cached[1]
+    # Fixed SQL rather than a query rebuilt per call. The outer join answers one row (of nulls)
+    # for an unknown id too.
+    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = execute(
+        'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit", t."status" '
+        'FROM (SELECT 1 AS "one") AS o LEFT JOIN "api_key" AS k ON k."public_id" = ? AND k."revoked_at" IS NULL '
+        'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,)).fetchone()
+    row = (key_id, tenant_id, secret_hash, orjson.loads(scopes) if scopes else None,
+           orjson.loads(allowed_ips) if allowed_ips else None, rate_limit, tenant_status)
+    if key_id is None:
+        _cached_rows.pop(public_id, None)
+    else:
+        if len(_cached_rows) >= KEY_CACHE_SIZE:
+            _cached_rows.clear()
+        _cached_rows[public_id] = (now, row)
+    return row
 
 
 # key public id -> monotonic time this process last wrote its last_used_at.
