@@ -105,18 +105,20 @@ def window_start(window_seconds: int, now: float | None = None) -> int:
 
 
 class DatabaseCounters:
-    def incr(self, keys: list[str], window_seconds: int, now: float | None = None) -> dict[str, int]:
-        """Count one hit on each key in the current window; returns the new counts.
+    def incr(self, keys: list[str], window_seconds: int, now: float | None = None,
+             amounts: dict[str, int] | None = None) -> dict[str, int]:
+        """Count one hit (or `amounts[key]` hits) on each key in the current window; returns the
+        new counts.
 
         One INSERT .. ON CONFLICT .. RETURNING statement for all keys, so a request costs one
         round trip and one short write whatever the number of limits it is under.
         """
         start = window_start(window_seconds, now)
-        values = ", ".join(["(?, ?, 1)"] * len(keys))
-        params = [value for key in keys for value in (key, start)]
+        values = ", ".join(["(?, ?, ?)"] * len(keys))
+        params = [value for key in keys for value in (key, start, (amounts or {}).get(key, 1))]
         cursor = execute(
             f'INSERT INTO "rate_counter" ("key", "window", "count") VALUES {values} '
-            'ON CONFLICT ("key", "window") DO UPDATE SET "count" = "rate_counter"."count" + 1 '
+            'ON CONFLICT ("key", "window") DO UPDATE SET "count" = "rate_counter"."count" + excluded."count" '
             'RETURNING "key", "count"', params)
         return dict(cursor.fetchall())
 
@@ -204,7 +206,7 @@ class SharedMemoryCounters(DatabaseCounters):
     from its 64-bit hash, and a slot whose window has expired is reused. The one tolerance: when
     every slot of a probe run is live (more than ~PROBE live keys hashing together, far beyond the
     table's 65536 slots' worth of keys per window), the slot closest to expiring is taken over and
-    that key restarts at 1.
+    that key restarts from this call's hits.
     """
 
     SLOTS = 65536
@@ -237,7 +239,8 @@ class SharedMemoryCounters(DatabaseCounters):
     def _hash(key: str) -> int:
         return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") or 1
 
-    def incr(self, keys: list[str], window_seconds: int, now: float | None = None) -> dict[str, int]:
+    def incr(self, keys: list[str], window_seconds: int, now: float | None = None,
+             amounts: dict[str, int] | None = None) -> dict[str, int]:
         now = time.time() if now is None else now
         start = window_start(window_seconds, now)
         expires = start + window_seconds
@@ -248,7 +251,7 @@ class SharedMemoryCounters(DatabaseCounters):
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 for key in keys:
-                    wanted = self._hash(key)
+                    wanted, hits = self._hash(key), (amounts or {}).get(key, 1)
                     home = wanted % self.SLOTS
                     free = None
                     oldest = (None, math.inf)
@@ -256,8 +259,8 @@ class SharedMemoryCounters(DatabaseCounters):
                         offset = ((home + step) % self.SLOTS) * size
                         found, window, until, count = slot.unpack_from(table, offset)
                         if found == wanted and window == start:
-                            counts[key] = count + 1
-                            slot.pack_into(table, offset, wanted, start, expires, count + 1)
+                            counts[key] = count + hits
+                            slot.pack_into(table, offset, wanted, start, expires, count + hits)
                             break
                         if found == 0 or until <= now:
                             if free is None:
@@ -266,8 +269,8 @@ class SharedMemoryCounters(DatabaseCounters):
                             oldest = (offset, until)
                     else:
                         offset = free if free is not None else oldest[0]
-                        slot.pack_into(table, offset, wanted, start, expires, 1)
-                        counts[key] = 1
+                        slot.pack_into(table, offset, wanted, start, expires, hits)
+                        counts[key] = hits
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         return counts
@@ -281,12 +284,13 @@ class RedisCounters:
         self.client = client
         self.prefix = prefix
 
-    def incr(self, keys: list[str], window_seconds: int, now: float | None = None) -> dict[str, int]:
+    def incr(self, keys: list[str], window_seconds: int, now: float | None = None,
+             amounts: dict[str, int] | None = None) -> dict[str, int]:
         start = window_start(window_seconds, now)
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             name = f"{self.prefix}:rl:{key}:{start}"
-            pipe.incr(name)
+            pipe.incrby(name, (amounts or {}).get(key, 1))
             pipe.expire(name, window_seconds * 2)
         results = pipe.execute()
         return {key: int(results[index * 2]) for index, key in enumerate(keys)}
