@@ -45,10 +45,12 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
                     count = min(50_000, rows - start)
                     for chunk in range(0, count, 500):
                         size = min(500, count - chunk)
+                        first = start + chunk + 2  # after the grant's entry, which is the first
                         execute('INSERT INTO "ledger_entry" ("tenant_id", "type", "amount", "balance_after", '
-                                '"reserved_after", "created_at") VALUES '
-                                + ", ".join(["(?, 'grant', 1, 1000, 0, ?)"] * size),
-                                [value for _ in range(size) for value in (tenant.id, now)])
+                                '"reserved_after", "created_at", "position") VALUES '
+                                + ", ".join(["(?, 'manual_grant', 0, 1000, 0, ?, ?)"] * size),
+                                [value for index in range(size) for value in (tenant.id, now, first + index)])
+            execute('UPDATE "wallet" SET "ledger_entries" = ? WHERE "tenant_id" = ?', (rows + 1, tenant.id))
             if name == "big":
                 account = MessagingAccount.create(public_id=new_id("wacc_"), tenant=tenant.id)
                 campaign = Campaign.create(public_id=new_id("cmp_"), tenant=tenant.id, account=account.id,
