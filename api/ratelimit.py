@@ -27,8 +27,8 @@ WINDOW = 60
 LOCAL_FLOOR = 1000
 FLUSH_SECONDS = 0.1
 
-# (key, window start) -> [count the store last answered, hits not yet added to it, monotonic time
-# of that answer]. Only the current window is kept. Keyed by store too: tests switch stores.
+# key -> [count the store last answered, hits not yet added to it, monotonic time of that answer],
+# for the window (and store: tests switch stores) in `_tallies_window`; a new window starts empty.
 _tallies: dict[tuple, list] = {}
 _tallies_window: list = [None]
 _tallies_lock = threading.Lock()
