@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from api.operation import Reply, ok, operation
-from api.pagination import page_params, page_rows
+from api.pagination import page_params
 from api.schemas import PAGE_QUERY, Output, Success
 from models import credits
 
@@ -56,9 +56,8 @@ class LedgerResource:
                errors=(401, 403, 422, 429), query=PAGE_QUERY, tags=("credits",))
     def on_get(self, req, resp) -> Reply:
         page, per_page = page_params(req)
-        query = credits.ledger(req.context.tenant_id)
-        total = query.count()
-        entries = [entry.as_dict() for entry in page_rows(query, page, per_page, total)]
+        rows, total = credits.ledger_page(req.context.tenant_id, page, per_page)
+        entries = [entry.as_dict() for entry in rows]
         return ok(entries, meta={"current_page": page, "per_page": per_page, "total": total,
                                  "last_page": max(1, math.ceil(total / per_page))})
 

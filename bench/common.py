@@ -70,7 +70,29 @@ def wrk(url: str, seconds: int, connections: int, threads: int = 1, headers: dic
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
     return {"rps": rps, "p50_ms": latency("50%"), "p99_ms": latency("99%"),
-            "non_2xx": int(non_2xx.group(1)) if non_2xx else 0}
+            "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
+            "requests": int(re.search(r"(\d+) requests in", output).group(1))}
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu_seconds(group: int) -> float:
+    """User + system CPU seconds of the live processes of a process group (a server started with
+    `start_new_session`: its master and workers). On two shared cores, CPU per unit is the steady
+    figure; wall-clock throughput swings with whatever else runs."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:  # fields after the name: state, ppid, pgrp, ..., utime (11), stime (12)
+            total += int(fields[11]) + int(fields[12])
+    return total / _TICK
 
 
 def peak_rss_mb_of_children() -> float:

@@ -313,14 +313,18 @@ def main() -> None:
             company = companies[0]
             fast = make_number(stack, company[0], 1000, "internal")
             throttled = sim_throttled(stack)
+            worker_cpu = sum(cpu_seconds(worker.pid) for worker in stack.workers)
             _, big_id = post_campaign(stack, company[1], fast.public_id, recipients("53", args.big))
             wait_finished([big_id], timeout=300)
+            worker_cpu = sum(cpu_seconds(worker.pid) for worker in stack.workers) - worker_cpu
             sent = sim_sent(stack)
             count, seconds, rate = achieved_rate(sent, {fast.phone_id})
             fullest = fullest_second(sent, {fast.phone_id: 1000})
             print(f"1 number at 1000 msg/s x {args.big}: {count} sent in {seconds:.2f} s = {rate:.0f} msg/s "
                   f"of 1000 ({rate / 1000:.2f}); {sim_throttled(stack) - throttled} throttled by the platform, "
                   f"{resent([big_id])} resent; fullest one-second window {fullest:.2f} of its cap", flush=True)
+            print(f"  CPU per message: workers {worker_cpu / max(1, count) * 1000:.2f} ms (running already: "
+                  "the steady cost)", flush=True)
             peaks = stack.stop_workers()
             print("worker peak memory: " + ", ".join(f"{peak:.0f} MiB" for peak in peaks), flush=True)
 

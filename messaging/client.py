@@ -16,7 +16,6 @@ from typing import Any
 
 import requests
 from prometheus_client import Counter, Histogram
-from requests.adapters import HTTPAdapter
 
 from messaging.errors import (
     PermanentPlatformError,
@@ -25,6 +24,7 @@ from messaging.errors import (
     error_from_exception,
     error_from_response,
 )
+from messaging.http_adapter import PreparedTLSAdapter
 
 PHONE_NUMBER_FIELDS = (
     "display_phone_number,verified_name,quality_rating,messaging_limit_tier,"
@@ -69,7 +69,7 @@ class GraphClient:
         self.session = requests.Session()
         # max_retries=0: a retried POST /messages could send the message twice; retrying
         # is the caller's decision, made with the typed error in hand.
-        adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+        adapter = PreparedTLSAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         # Proxy and CA settings from the environment are resolved once for base_url instead

@@ -1,15 +1,24 @@
 """Counters shared by every process: fixed-window rate limits and other per-window tallies,
 send slots for pacing, and engine heartbeats.
 
-Two stores with one interface: rows in the database (the embedded default) or keys in Redis.
+Stores with one interface: keys in Redis when configured, else rows in the database; on the
+embedded (SQLite) profile the per-window tallies live in a shared-memory table next to the
+database file instead, so counting a request never takes the database's single write lock.
 `models.db.counters()` picks one; nothing else knows which.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import math
+import mmap
+import os
+import struct
+import threading
 import time
 import zlib
+from pathlib import Path
 
 from peewee import BigIntegerField, Case, CharField, DoubleField, IntegerField
 
@@ -96,18 +105,20 @@ def window_start(window_seconds: int, now: float | None = None) -> int:
 
 
 class DatabaseCounters:
-    def incr(self, keys: list[str], window_seconds: int, now: float | None = None) -> dict[str, int]:
-        """Count one hit on each key in the current window; returns the new counts.
+    def incr(self, keys: list[str], window_seconds: int, now: float | None = None,
+             amounts: dict[str, int] | None = None) -> dict[str, int]:
+        """Count one hit (or `amounts[key]` hits) on each key in the current window; returns the
+        new counts.
 
         One INSERT .. ON CONFLICT .. RETURNING statement for all keys, so a request costs one
         round trip and one short write whatever the number of limits it is under.
         """
         start = window_start(window_seconds, now)
-        values = ", ".join(["(?, ?, 1)"] * len(keys))
-        params = [value for key in keys for value in (key, start)]
+        values = ", ".join(["(?, ?, ?)"] * len(keys))
+        params = [value for key in keys for value in (key, start, (amounts or {}).get(key, 1))]
         cursor = execute(
             f'INSERT INTO "rate_counter" ("key", "window", "count") VALUES {values} '
-            'ON CONFLICT ("key", "window") DO UPDATE SET "count" = "rate_counter"."count" + 1 '
+            'ON CONFLICT ("key", "window") DO UPDATE SET "count" = "rate_counter"."count" + excluded."count" '
             'RETURNING "key", "count"', params)
         return dict(cursor.fetchall())
 
@@ -184,17 +195,102 @@ class DatabaseCounters:
         return removed + Heartbeat.delete().where(Heartbeat.expires < cutoff).execute()
 
 
+class SharedMemoryCounters(DatabaseCounters):
+    """The embedded profile's store: tallies (`incr`) in a file-backed shared-memory table that every
+    process on the host maps (gunicorn workers, the queue consumer, `svcctl`); pacing and heartbeats
+    stay in the database.
+
+    The table is exact across processes: each call holds an exclusive `flock` on the file (and a
+    thread lock, since threads of one process share its open file) while it reads and bumps its
+    slots. A slot is `(key hash, window start, expiry, count)`; a key is found by linear probing
+    from its 64-bit hash, and a slot whose window has expired is reused. The one tolerance: when
+    every slot of a probe run is live (more than ~PROBE live keys hashing together, far beyond the
+    table's 65536 slots' worth of keys per window), the slot closest to expiring is taken over and
+    that key restarts from this call's hits.
+    """
+
+    SLOTS = 65536
+    PROBE = 64
+    _SLOT = struct.Struct("<QqqQ")  # key hash, window start, expires (unix seconds), count
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+
+    def _table(self) -> tuple[int, mmap.mmap]:
+        # Opened per process: an open file inherited across fork would share its flock with the parent.
+        if self._pid != os.getpid() or self._map is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            size = self.SLOTS * self._SLOT.size
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            self._fd, self._map, self._pid = fd, mmap.mmap(fd, size), os.getpid()
+        return self._fd, self._map
+
+    def __del__(self):
+        if self._map is not None and self._pid == os.getpid():
+            self._map.close()
+            os.close(self._fd)
+
+    @staticmethod
+    def _hash(key: str) -> int:
+        return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") or 1
+
+    def incr(self, keys: list[str], window_seconds: int, now: float | None = None,
+             amounts: dict[str, int] | None = None) -> dict[str, int]:
+        now = time.time() if now is None else now
+        start = window_start(window_seconds, now)
+        expires = start + window_seconds
+        slot, size = self._SLOT, self._SLOT.size
+        counts: dict[str, int] = {}
+        with self._lock:
+            fd, table = self._table()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                for key in keys:
+                    wanted, hits = self._hash(key), (amounts or {}).get(key, 1)
+                    home = wanted % self.SLOTS
+                    free = None
+                    oldest = (None, math.inf)
+                    for step in range(self.PROBE):
+                        offset = ((home + step) % self.SLOTS) * size
+                        found, window, until, count = slot.unpack_from(table, offset)
+                        if found == wanted and window == start:
+                            counts[key] = count + hits
+                            slot.pack_into(table, offset, wanted, start, expires, count + hits)
+                            break
+                        if found == 0 or until <= now:
+                            if free is None:
+                                free = offset
+                        elif until < oldest[1]:
+                            oldest = (offset, until)
+                    else:
+                        offset = free if free is not None else oldest[0]
+                        slot.pack_into(table, offset, wanted, start, expires, hits)
+                        counts[key] = hits
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        return counts
+
+    def purge(self, older_than_seconds: int = 3600) -> int:
+        return 0  # expired slots are reused in place
+
+
 class RedisCounters:
     def __init__(self, client, prefix: str):
         self.client = client
         self.prefix = prefix
 
-    def incr(self, keys: list[str], window_seconds: int, now: float | None = None) -> dict[str, int]:
+    def incr(self, keys: list[str], window_seconds: int, now: float | None = None,
+             amounts: dict[str, int] | None = None) -> dict[str, int]:
         start = window_start(window_seconds, now)
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             name = f"{self.prefix}:rl:{key}:{start}"
-            pipe.incr(name)
+            pipe.incrby(name, (amounts or {}).get(key, 1))
             pipe.expire(name, window_seconds * 2)
         results = pipe.execute()
         return {key: int(results[index * 2]) for index, key in enumerate(keys)}

@@ -33,6 +33,9 @@ class Wallet(BaseModel):
     status = CharField(max_length=16, default="active")
     low_balance_threshold = IntegerField(default=0)
     updated_at = DateTimeField(default=utcnow)
+    # Entries in the company's ledger: counted under the wallet's row lock as each is written,
+    # so the ledger's total is read here rather than counted.
+    ledger_entries = IntegerField(default=0)
 
     class Meta:
         constraints = [SQL("CHECK (reserved >= 0)"), SQL("CHECK (balance >= reserved)")]
@@ -62,6 +65,7 @@ class LedgerEntry(BaseModel):
     campaign_id = IntegerField(null=True)
     messaging_account_id = IntegerField(null=True)
     created_at = DateTimeField(default=utcnow, index=True)
+    position = IntegerField(null=True)  # 1, 2, ... within the tenant's ledger: its pages are index seeks
 
     def as_dict(self) -> dict:
         from models.clock import isoformat
@@ -100,6 +104,7 @@ def _apply(tenant_id: int, entry_type: str, amount: int, balance_delta: int, res
         query = Wallet.update(
             balance=Wallet.balance + balance_delta,
             reserved=Wallet.reserved + reserved_delta,
+            ledger_entries=Wallet.ledger_entries + 1,
             updated_at=utcnow(),
         ).where(Wallet.tenant == tenant_id)
         if condition is not None:
@@ -114,6 +119,7 @@ def _apply(tenant_id: int, entry_type: str, amount: int, balance_delta: int, res
             amount=amount,
             balance_after=wallet.balance,
             reserved_after=wallet.reserved,
+            position=wallet.ledger_entries,
             reference=reference,
             description=description,
             campaign_id=campaign_id,
@@ -162,7 +168,7 @@ def reserve(tenant_id: int, amount: int, *, campaign_id: int | None = None,
     amount = _positive(amount)
     with atomic():
         query = Wallet.update(
-            reserved=Wallet.reserved + amount, updated_at=utcnow()
+            reserved=Wallet.reserved + amount, ledger_entries=Wallet.ledger_entries + 1, updated_at=utcnow()
         ).where(
             (Wallet.tenant == tenant_id)
             & (Wallet.status == "active")
@@ -173,8 +179,8 @@ def reserve(tenant_id: int, amount: int, *, campaign_id: int | None = None,
         wallet = Wallet.get(Wallet.tenant == tenant_id)
         return LedgerEntry.create(
             tenant=tenant_id, type="reserve", amount=-amount, balance_after=wallet.balance,
-            reserved_after=wallet.reserved, reference=reference, campaign_id=campaign_id,
-            messaging_account_id=messaging_account_id,
+            reserved_after=wallet.reserved, position=wallet.ledger_entries, reference=reference,
+            campaign_id=campaign_id, messaging_account_id=messaging_account_id,
         )
 
 
@@ -228,6 +234,20 @@ def apply_moves(moves: list[Move]) -> None:
     operations = {"reserve": reserve, "consume": consume, "release": release, "refund": refund}
     for move in sorted(moves, key=lambda m: m.tenant_id):
         operations[move.kind](move.tenant_id, move.amount, **move.options)
+
+
+def ledger_page(tenant_id: int, page: int, per_page: int) -> tuple[list[LedgerEntry], int]:
+    """One page of the ledger, newest first, and the number of entries: an index seek on the
+    entries' positions and a read of the wallet's count, whatever the ledger's size or the page."""
+    row = execute('SELECT "ledger_entries" FROM "wallet" WHERE "tenant_id" = ?', (tenant_id,)).fetchone()
+    total = row[0] if row is not None else 0
+    newest = total - (page - 1) * per_page
+    if newest < 1:
+        return [], total
+    entries = list(LedgerEntry.select().where(
+        (LedgerEntry.tenant == tenant_id) & LedgerEntry.position.between(max(1, newest - per_page + 1), newest))
+        .order_by(LedgerEntry.position.desc()))
+    return entries, total
 
 
 def set_status(tenant_id: int, status: str) -> Wallet:

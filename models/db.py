@@ -45,9 +45,33 @@ SQLITE_PRAGMAS = {
 }
 
 
+class _PostgresPool(PooledPostgresqlDatabase):
+    """peewee's pool probes the server (`SELECT 1`, a round trip) every time it hands out an idle
+    connection: on a short read that doubled the round trips. A connection given back to the pool
+    idle less than PROBE_AFTER seconds ago is handed out without the probe; one idle longer is
+    probed as before, so a server restart is noticed on the first use after a quiet spell."""
+
+    PROBE_AFTER = 1.0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._returned: dict[int, float] = {}  # connection key -> monotonic time it was given back idle
+
+    def _is_closed(self, conn):
+        returned = self._returned.pop(self.conn_key(conn), None)
+        if (returned is not None and time.monotonic() - returned < self.PROBE_AFTER
+                and not conn.closed and self._adapter.txn_status(conn) == self._adapter.txn_idle):
+            return False
+        return super()._is_closed(conn)
+
+    def _close(self, conn, close_conn=False):
+        super()._close(conn, close_conn)
+        self._returned[self.conn_key(conn)] = time.monotonic()
+
+
 def _postgres(url: str, pool_size: int) -> PooledPostgresqlDatabase:
     parts = urlsplit(url)
-    return PooledPostgresqlDatabase(
+    return _PostgresPool(
         unquote(parts.path.lstrip("/")) or "postgres",
         user=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password else None,
@@ -98,14 +122,17 @@ def init_db(settings: Settings) -> Database:
 
         _counters = RedisCounters(redis.Redis.from_url(settings.redis_url), settings.queue_name)
     else:
-        from models.counters import DatabaseCounters
+        from models.counters import DatabaseCounters, SharedMemoryCounters
 
-        _counters = DatabaseCounters()
+        # SQLite is one host's database: a shared-memory table next to it counts for every process.
+        _counters = (DatabaseCounters() if settings.database_url
+                     else SharedMemoryCounters(settings.sqlite_path.with_name(settings.sqlite_path.name + ".counters")))
     return engine
 
 
 def counters():
-    """The shared counter store: Redis when configured, else the database."""
+    """The shared counter store: Redis when configured, else the database (whose tallies, on SQLite,
+    live in shared memory beside it)."""
     if _counters is None:
         raise RuntimeError("init_db() has not been called")
     return _counters

@@ -24,6 +24,10 @@ from models.ids import new_id
 KEY_PREFIX = "svc_live_"
 DEFAULT_KEY_RATE_LIMIT = 120
 USED_EVERY = 60.0
+# How long a process answers from its copy of a key row: a revocation, rotation or suspension made
+# anywhere (API, portal, svcctl, another host) refuses the old key within a second.
+KEY_CACHE_SECONDS = 0.9
+KEY_CACHE_SIZE = 10_000
 
 SCOPES = (
     "accounts:read",
@@ -160,6 +164,7 @@ def rotate_key(public_id: str, tenant_id: int | None = None) -> tuple[ApiKey, st
     key.secret_hash = _hash_secret(secret)
     key.rotated_at = utcnow()
     key.save()
+    _forget_passed(public_id)
     return key, f"{KEY_PREFIX}{key.public_id}.{secret}"
 
 
@@ -168,6 +173,7 @@ def revoke_key(public_id: str, tenant_id: int | None = None) -> ApiKey:
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         key.save()
+    _forget_passed(public_id)
     return key
 
 
@@ -178,26 +184,55 @@ _NO_SUCH_KEY = _hash_secret("no such key")
 
 def authenticate(token: str) -> ApiKey | None:
     """The live key this token names, or None. The look-up and the comparison take the same work
-    whether the key id exists or not: one row either way, and the secret compared in constant time."""
+    whether the key id exists or not: one row either way, and the secret compared in constant time.
+
+    A token that passed in this process within KEY_CACHE_SECONDS is answered from memory. The
+    memory is keyed by the id and the hash of the secret presented, so only the right secret can
+    meet it: for anyone without it, every attempt costs the same read, and timing still tells
+    nothing about which key ids exist."""
     if not token.startswith(KEY_PREFIX) or len(token) > 200:
         return None
     public_id, _, secret = token[len(KEY_PREFIX):].partition(".")
     if not public_id or not secret:
         return None
-    # Every request runs this: fixed SQL rather than a query rebuilt per call. The outer join
-    # answers one row (of nulls) for an unknown id too.
-    row = execute(
+    presented, now = _hash_secret(secret), time.monotonic()
+    cached = _passed.get((public_id, presented))
+    if cached is not None and now - cached[0] < KEY_CACHE_SECONDS:
+        row = cached[1]
+    else:
+        row = _key_row(public_id)
+        key_id, _tenant_id, secret_hash, *_rest, tenant_status = row
+        if not hmac.compare_digest(secret_hash or _NO_SUCH_KEY, presented) or key_id is None \
+                or tenant_status != "active":
+            return None
+        if len(_passed) >= KEY_CACHE_SIZE:
+            _passed.clear()
+        _passed[(public_id, presented)] = (now, row)
+    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, _status = row
+    _mark_used(public_id, key_id)
+    return ApiKey(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
+                  scopes=list(scopes), allowed_ips=allowed_ips, rate_limit=rate_limit)
+
+
+# (key public id, hash of the secret presented) -> (monotonic time it passed, its `_key_row`).
+_passed: dict[tuple[str, str], tuple[float, tuple]] = {}
+
+
+def _forget_passed(public_id: str) -> None:
+    """This process stops answering the key from memory at once (the others within KEY_CACHE_SECONDS)."""
+    for entry in [entry for entry in list(_passed) if entry[0] == public_id]:  # list(): threads insert
+        _passed.pop(entry, None)
+
+
+def _key_row(public_id: str) -> tuple:
+    """The live key's row and its tenant's status (all None for no live key). Fixed SQL rather
+    than a query rebuilt per call; the outer join answers one row (of nulls) for an unknown id too."""
+    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = execute(
         'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit", t."status" '
         'FROM (SELECT 1 AS "one") AS o LEFT JOIN "api_key" AS k ON k."public_id" = ? AND k."revoked_at" IS NULL '
         'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,)).fetchone()
-    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = row
-    matches = hmac.compare_digest(secret_hash or _NO_SUCH_KEY, _hash_secret(secret))
-    if not matches or key_id is None or tenant_status != "active":
-        return None
-    _mark_used(public_id, key_id)
-    return ApiKey(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
-                  scopes=orjson.loads(scopes), allowed_ips=orjson.loads(allowed_ips) if allowed_ips else None,
-                  rate_limit=rate_limit)
+    return (key_id, tenant_id, secret_hash, orjson.loads(scopes) if scopes else None,
+            orjson.loads(allowed_ips) if allowed_ips else None, rate_limit, tenant_status)
 
 
 # key public id -> monotonic time this process last wrote its last_used_at.

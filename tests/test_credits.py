@@ -97,6 +97,13 @@ def test_twenty_threads_reserving_never_overspend(alice, storage):
     assert replay_ledger(alice.id) == (wallet.balance, wallet.reserved)
     assert sum(e.amount for e in LedgerEntry.select().where(
         (LedgerEntry.tenant == alice.id) & LedgerEntry.type.in_(credits.BALANCE_TYPES))) == wallet.balance
+    # Written concurrently, the entries still take positions 1..n in the order they were written,
+    # and the wallet counts them: the ledger's pages walk them all, newest first.
+    entries = list(credits.ledger(alice.id))
+    assert [e.position for e in entries] == list(range(len(entries), 0, -1)) == list(
+        range(wallet.ledger_entries, 0, -1))
+    walked = [e.id for page in range(1, len(entries) // 40 + 2) for e in credits.ledger_page(alice.id, page, 40)[0]]
+    assert walked == [e.id for e in entries]
 
 
 def test_the_balance_endpoint_shows_the_wallet(client, alice):
