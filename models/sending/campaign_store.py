@@ -379,13 +379,16 @@ class CampaignStore:
         R = CampaignRecipient
         changed = 0
         for token, group in _by_token(jobs).items():
-            number_wide = [j for j in group if verdicts[j.id] in (Verdict.THROTTLED, Verdict.SLOT_MISSED)]
+            throttled = [j for j in group if verdicts[j.id] is Verdict.THROTTLED]
+            missed = [j for j in group if verdicts[j.id] is Verdict.SLOT_MISSED]
             pair = [j for j in group if verdicts[j.id] is Verdict.PAIR_THROTTLED]
             transient = [j for j in group if verdicts[j.id] is Verdict.RETRY]
             kinds = (
-                # The whole number is throttled (its schedule is held), or the send missed its slot:
-                # the recipient is due again, for a new slot.
-                (number_wide, {}),
+                # The whole number is throttled (its schedule is held): due again, for a new slot.
+                (throttled, {}),
+                # The send missed its slot and never reached the platform: due again, for a new
+                # slot, and its claim was no attempt (`attempts` counts what the platform was handed).
+                (missed, {R.attempts: R.attempts - 1}),
                 # Too many messages to this user: only this recipient waits, 4^X seconds.
                 (pair, {R.throttled: R.throttled + 1, R.not_before: Case(R.id, [
                     (j.id, now + dt.timedelta(seconds=4 ** (j.throttled + 1))) for j in pair])}),
