@@ -40,6 +40,7 @@ may accept a message whose answer the caller never saw.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import re
@@ -622,44 +623,41 @@ class Simulator:
             "shuffle": self.shuffle,
         }
 
-    def inbound(self, from_wa_id: str, phone_number_id: str, text: str, name: str | None = None
-                ) -> dict[str, Any]:
-        """A customer writes to a number: post a `messages` webhook now."""
+    def inbound(self, from_wa_id: str | None, phone_number_id: str, text: str, name: str | None = None,
+                user_id: str | None = None) -> dict[str, Any]:
+        """A customer writes to a number: post a `messages` webhook now. A user given only by
+        `user_id` (a username user who does not share their phone) comes without `from`."""
         number = self._control_number(phone_number_id)
-        wamid = _wamid(from_wa_id)
+        wa_id, user_id = _user_ids(from_wa_id, user_id)
+        wamid = _wamid(wa_id or _digits(user_id))
+        message: dict[str, Any] = {"from_user_id": user_id, "id": wamid,
+                                   "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
+        if wa_id:
+            message = {"from": wa_id, **message}
         value = {
             "messaging_product": "whatsapp",
             "metadata": number.metadata(),
-            "contacts": [{"profile": {"name": name or "Sim Customer"}, "wa_id": from_wa_id}],
-            "messages": [
-                {
-                    "from": from_wa_id,
-                    "id": wamid,
-                    "timestamp": str(int(time.time())),
-                    "type": "text",
-                    "text": {"body": text},
-                }
-            ],
+            "contacts": [sim_contact(wa_id, user_id, name)],
+            "messages": [message],
         }
-        return {"wamid": wamid, "webhook_status": self._post_now(number, "messages", value)}
+        return {"wamid": wamid, "user_id": user_id,
+                "webhook_status": self._post_now(number, "messages", value)}
 
-    def echo(self, phone_number_id: str, to_wa_id: str, text: str) -> dict[str, Any]:
+    def echo(self, phone_number_id: str, to_wa_id: str | None, text: str,
+             user_id: str | None = None) -> dict[str, Any]:
         """The business replies from its own app: post a `smb_message_echoes` webhook now."""
         number = self._control_number(phone_number_id)
-        wamid = _wamid(to_wa_id)
+        wa_id, user_id = _user_ids(to_wa_id, user_id)
+        wamid = _wamid(wa_id or _digits(user_id))
+        echo: dict[str, Any] = {"from": _digits(number.display_phone_number), "to_user_id": user_id, "id": wamid,
+                                "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
+        if wa_id:
+            echo["to"] = wa_id
         value = {
             "messaging_product": "whatsapp",
             "metadata": number.metadata(),
-            "message_echoes": [
-                {
-                    "from": _digits(number.display_phone_number),
-                    "to": to_wa_id,
-                    "id": wamid,
-                    "timestamp": str(int(time.time())),
-                    "type": "text",
-                    "text": {"body": text},
-                }
-            ],
+            "contacts": [sim_contact(wa_id, user_id)],
+            "message_echoes": [echo],
         }
         status = self._post_now(number, "smb_message_echoes", value)
         return {"wamid": wamid, "webhook_status": status}
@@ -865,8 +863,12 @@ class Simulator:
 
     def _send(self, number: SimNumber, body: Any) -> dict[str, Any]:
         self._apply_failure_mode()
+        if isinstance(body, dict) and body.get("status") == "read":
+            return _mark_read(body)
         message = _validate_message(body)
-        to = _digits(message["to"])
+        wa_id, user_id = _recipient(message)
+        # The behaviours by suffix, throttling and wamids go by the phone, or the id's digits.
+        to = wa_id or _digits(user_id)
         template = name = language = None
         if message["type"] == "template":
             name = message["template"]["name"]
@@ -898,7 +900,8 @@ class Simulator:
         wamid = _wamid(to)
         callback_data = message.get("biz_opaque_callback_data")
         record = {
-            "to": to,
+            "to": wa_id or user_id,
+            "recipient": user_id,
             "type": message["type"],
             "template": name,
             "language": language,
@@ -912,15 +915,14 @@ class Simulator:
             self._sent.append(record)
             if self._files is not None:
                 self._unsaved_sent.append(record)
-        self._schedule_statuses(number, wamid, to, callback_data, template)
+        self._schedule_statuses(number, wamid, to, callback_data, template, sim_contact(wa_id, user_id))
         result: dict[str, Any] = {"id": wamid}
         if template is not None:
             result["message_status"] = "accepted"
-        return {
-            "messaging_product": "whatsapp",
-            "contacts": [{"input": message["to"], "wa_id": to}],
-            "messages": [result],
-        }
+        contact: dict[str, Any] = {"input": message.get("to") or message["recipient"], "user_id": user_id}
+        if wa_id:
+            contact["wa_id"] = wa_id
+        return {"messaging_product": "whatsapp", "contacts": [contact], "messages": [result]}
 
     def _apply_failure_mode(self) -> None:
         with self._lock:
@@ -950,6 +952,7 @@ class Simulator:
         to: str,
         callback_data: str | None,
         template: dict[str, Any] | None,
+        contact: dict[str, Any],
     ) -> None:
         if not self.webhook_url:
             return
@@ -962,8 +965,12 @@ class Simulator:
                 "id": wamid,
                 "status": name,
                 "timestamp": str(int(time.time())),
-                "recipient_id": to,
+                "recipient_user_id": contact["user_id"],
+                # Taken out into the value's `contacts` when the batch is posted.
+                "_contact": contact,
             }
+            if contact.get("wa_id"):
+                item["recipient_id"] = contact["wa_id"]
             if callback_data is not None:
                 item["biz_opaque_callback_data"] = callback_data
             item.update(extra)
@@ -985,10 +992,13 @@ class Simulator:
             "id": secrets.token_hex(16),
             "origin": {"type": category},
         }
-        pricing = {"billable": True, "pricing_model": "PMP", "category": category}
+        pricing = {"billable": category != "service", "pricing_model": "PMP",
+                   "type": "regular" if category != "service" else "free_customer_service",
+                   "category": category}
         delivered = status("delivered", conversation=conversation, pricing=pricing)
         self.webhooks.schedule(now + self.delivered_delay, number.waba_id, metadata, delivered)
-        self.webhooks.schedule(now + self.read_delay, number.waba_id, metadata, status("read"))
+        self.webhooks.schedule(now + self.read_delay, number.waba_id, metadata,
+                               status("read", pricing=pricing))
 
     # Control endpoints
 
@@ -1022,12 +1032,13 @@ class Simulator:
             self.clear_sent()
             return {"deleted": True}
         if route == ("POST", "inbound"):
-            _require(args, "from", "to", "text")
-            return self.inbound(str(args["from"]), str(args["to"]), str(args["text"]),
-                                args.get("name"))
+            _require(args, "to", "text")
+            return self.inbound(_opt_str(args.get("from")), str(args["to"]), str(args["text"]),
+                                args.get("name"), _opt_str(args.get("user_id")))
         if route == ("POST", "echo"):
-            _require(args, "from", "to", "text")
-            return self.echo(str(args["from"]), str(args["to"]), str(args["text"]))
+            _require(args, "from", "text")
+            return self.echo(str(args["from"]), _opt_str(args.get("to")), str(args["text"]),
+                             _opt_str(args.get("user_id")))
         if route == ("POST", "fail"):
             _require(args, "mode")
             self.fail(str(args["mode"]), float(args.get("seconds", 60)), args.get("hang"))
@@ -1041,12 +1052,37 @@ class Simulator:
         raise ControlError(404, f"no {method} {path} in this simulator")
 
 
+def _mark_read(body: dict[str, Any]) -> dict[str, Any]:
+    """Mark-as-read (with a typing indicator when asked): no `to`, the message id names the chat."""
+    if body.get("messaging_product") != "whatsapp":
+        raise GraphError(400, 100, "(#100) The parameter messaging_product is required.")
+    if not isinstance(body.get("message_id"), str) or not body["message_id"].startswith("wamid."):
+        raise GraphError(400, 100, "(#100) The parameter message_id is required.")
+    typing = body.get("typing_indicator")
+    if typing is not None and (not isinstance(typing, dict) or typing.get("type") != "text"):
+        raise GraphError(400, 100, "(#100) Invalid parameter", details="typing_indicator.type must be text")
+    return {"success": True}
+
+
+def _recipient(message: dict[str, Any]) -> tuple[str | None, str]:
+    """The phone number (None for a send by business-scoped id) and the user id of a send."""
+    recipient = message.get("recipient")
+    if isinstance(recipient, str) and recipient:
+        if not BSUID.match(recipient):
+            raise GraphError(400, 100, "(#100) Invalid parameter",
+                             details="recipient must be a business-scoped user id")
+        return None, recipient
+    wa_id = _digits(message["to"])
+    return wa_id, user_id_for(wa_id)
+
+
 def _validate_message(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise GraphError(400, 100, "(#100) Invalid parameter", details="body must be JSON")
     if body.get("messaging_product") != "whatsapp":
         raise GraphError(400, 100, "(#100) The parameter messaging_product is required.")
-    if not isinstance(body.get("to"), str) or not _digits(body["to"]):
+    has_to = isinstance(body.get("to"), str) and bool(_digits(body["to"]))
+    if not has_to and not (isinstance(body.get("recipient"), str) and body["recipient"]):
         raise GraphError(400, 100, "(#100) The parameter to is required.")
     kind = body.setdefault("type", "text")
     if kind not in SEND_TYPES:
@@ -1143,6 +1179,20 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def _opt_str(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _user_ids(wa_id: str | None, user_id: str | None) -> tuple[str | None, str]:
+    """A simulated user by phone number, business-scoped id or both."""
+    if wa_id is None and user_id is None:
+        raise ControlError(400, "from (a phone number) or user_id is required")
+    if user_id is not None and not BSUID.match(user_id):
+        raise ControlError(400, f"user_id {user_id!r} is not a business-scoped user id (CC.digits)")
+    wa_id = _digits(wa_id) if wa_id else None
+    return wa_id, user_id or user_id_for(wa_id or "")
+
+
 def _require(args: Mapping[str, Any], *names: str) -> None:
     missing = [name for name in names if args.get(name) in (None, "")]
     if missing:
@@ -1151,6 +1201,34 @@ def _require(args: Mapping[str, Any], *names: str) -> None:
 
 def _digits(value: str) -> str:
     return "".join(ch for ch in value if ch.isdigit())
+
+
+BSUID = re.compile(r"^[A-Z]{2}\.(?:ENT\.)?[A-Za-z0-9]{1,128}$")
+
+
+def user_id_for(wa_id: str) -> str:
+    """The simulated business-scoped user id of a phone number: stable, and ending in the
+    number's last four digits so the behaviours by suffix hold for it too."""
+    digest = hashlib.sha256(f"bsuid:{wa_id}".encode()).hexdigest()
+    return f"US.{int(digest[:12], 16):015d}{wa_id[-4:]}"
+
+
+def username_for(key: str) -> str | None:
+    """About one simulated user in ten (key ending in 7) has a username."""
+    digits = _digits(key)
+    return f"@user{digits[-6:]}" if digits.endswith("7") else None
+
+
+def sim_contact(wa_id: str | None, user_id: str, name: str | None = None) -> dict[str, Any]:
+    """A `contacts` entry as the platform sends it: `wa_id` only when the user shares it."""
+    profile: dict[str, Any] = {"name": name or "Sim Customer"}
+    username = username_for(user_id if wa_id is None else wa_id)
+    if username:
+        profile["username"] = username
+    contact: dict[str, Any] = {"profile": profile, "user_id": user_id}
+    if wa_id:
+        contact["wa_id"] = wa_id
+    return contact
 
 
 def _wamid(to: str) -> str:

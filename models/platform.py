@@ -25,8 +25,10 @@ from prometheus_client import Counter
 from messaging.webhooks import (
     AccountUpdate,
     EchoMessage,
+    HistoryThread,
     InboundMessage,
     PhoneQualityUpdate,
+    PlatformUser,
     StatusUpdate,
     TemplateStatusUpdate,
     parse_notification,
@@ -49,6 +51,11 @@ REDELIVERIES = Counter("svc_platform_redeliveries_total",
 CLAIM_TIMEOUT = dt.timedelta(seconds=15)
 # After this many failed runs a batch is left alone (and logged) instead of failing forever.
 MAX_ATTEMPTS = 20
+
+# What a user sends that opens the 24-hour customer service window; reactions, edits, revokes,
+# system and unsupported messages do not.
+WINDOW_OPENING_TYPES = frozenset({"text", "image", "video", "audio", "document", "sticker", "location",
+                                  "contacts", "interactive", "button", "order"})
 
 QUALITY_FLAGGED = "quality_flagged"
 ACCOUNT_RESTRICTED = "account_restricted"
@@ -195,6 +202,8 @@ def _apply(update: Any, outcome: BatchOutcome) -> None:
         _apply_quality(update, outcome)
     elif isinstance(update, AccountUpdate):
         _apply_account_update(update)
+    elif isinstance(update, HistoryThread):
+        _apply_history(update)
 
 
 def _account_for_number(phone_number_id: str) -> MessagingAccount | None:
@@ -218,15 +227,24 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
     if account is None or not _first_time(message.wamid, "inbound"):
         return
     at = to_utc_naive(message.timestamp)
-    accounts.open_window(account.id, message.from_wa_id, at)
-    emit(account.tenant_id, "message.inbound.created", {
+    sender = message.sender
+    if message.type in WINDOW_OPENING_TYPES:
+        accounts.open_window(account.id, sender.key, at)
+    data = {
         "account_id": account.public_id,
-        "from": message.from_wa_id,
+        # The contract's `from`: the phone number, or the business-scoped id of a user who hides it.
+        "from": sender.key,
         "type": message.type,
         "body": message.body,
         "wam_id": message.wamid,
         "timestamp": isoformat(at),
-    })
+    }
+    data.update(_identity(sender))
+    if message.payload is not None:
+        data["payload"] = message.payload
+    if message.edited_wamid is not None:
+        data["edited_wam_id"] = message.edited_wamid
+    emit(account.tenant_id, "message.inbound.created", data)
     outcome.events += 1
 
 
@@ -237,13 +255,29 @@ def _apply_echo(message: EchoMessage, outcome: BatchOutcome) -> None:
     emit(account.tenant_id, "message.echo.created", {
         "account_id": account.public_id,
         "direction": "outgoing_from_business_app",
-        "to": message.to_wa_id,
+        "to": message.recipient.key,
         "type": message.type,
         "body": message.body,
         "wam_id": message.wamid,
         "timestamp": isoformat(to_utc_naive(message.timestamp)),
+        **_identity(message.recipient),
     })
     outcome.events += 1
+
+
+def _identity(user: PlatformUser) -> dict[str, str]:
+    """The user's platform identity beside the contract fields, where the platform gave it."""
+    fields = {"user_id": user.user_id, "username": user.username}
+    return {name: value for name, value in fields.items() if value}
+
+
+def _apply_history(thread: HistoryThread) -> None:
+    """A chat the business app had before onboarding: only the user's last message counts, so a
+    customer who wrote within 24 hours can be answered at once. Nothing is emitted or sent."""
+    account = _account_for_number(thread.phone_number_id)
+    if account is None or thread.last_inbound_at is None or thread.user.key is None:
+        return
+    accounts.open_window(account.id, thread.user.key, to_utc_naive(thread.last_inbound_at))
 
 
 def _apply_template_status(update: TemplateStatusUpdate, outcome: BatchOutcome) -> None:

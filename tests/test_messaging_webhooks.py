@@ -14,6 +14,7 @@ from messaging.webhooks import (
     EchoMessage,
     InboundMessage,
     PhoneQualityUpdate,
+    PlatformUser,
     StatusUpdate,
     TemplateStatusUpdate,
     parse_notification,
@@ -110,6 +111,7 @@ def test_status_updates_are_parsed():
         recipient_id="5215551234567",
         callback_data="rcp_123",
         errors=[],
+        recipient=PlatformUser(wa_id="5215551234567"),
     )
     assert failed.status == "failed"
     assert failed.callback_data is None
