@@ -18,6 +18,7 @@ import requests
 from prometheus_client import Counter, Histogram
 from requests.adapters import HTTPAdapter
 
+from messaging import payloads
 from messaging.errors import (
     PermanentPlatformError,
     PlatformError,
@@ -102,6 +103,10 @@ class GraphClient:
             ) from None
         NUMBER_SENDS.labels(phone_number_id).inc()
         return wamid
+
+    def mark_read(self, phone_number_id: str, token: str, message_wamid: str, typing: bool = False) -> None:
+        """Mark an inbound message read, with a typing indicator when `typing` (up to 25 s or the reply)."""
+        self._request("POST", f"{phone_number_id}/messages", token, payload=payloads.mark_read(message_wamid, typing))
 
     def list_templates(self, waba_id: str, token: str, limit: int = 100) -> Iterator[dict[str, Any]]:
         """Yield every template of the business account, following the cursor pages."""

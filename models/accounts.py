@@ -38,6 +38,10 @@ class MessagingAccount(BaseModel):
     mps = IntegerField(default=COEXISTENCE_MPS)
     contacts_synced_at = DateTimeField(null=True)
     history_synced_at = DateTimeField(null=True)
+    # Coexistence sync progress: contacts imported, chats imported, the platform's percentage.
+    contacts_imported = IntegerField(default=0)
+    history_threads = IntegerField(default=0)
+    history_progress = IntegerField(null=True)
     templates_synced_at = DateTimeField(null=True)
     created_at = DateTimeField(default=utcnow)
     connected_at = DateTimeField(null=True)
@@ -108,7 +112,7 @@ class ContactWindow(BaseModel):
     """When a customer last wrote to a number: single messages are allowed for 24 hours after."""
 
     account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    wa_id = CharField(max_length=32)
+    wa_id = CharField(max_length=160)  # the phone number, or the business-scoped id of a user who hides it
     last_inbound_at = DateTimeField()
 
     class Meta:
@@ -119,7 +123,7 @@ class BusinessInitiated(BaseModel):
     """A user the number started a conversation with: the messaging tier counts these per moving 24 h."""
 
     account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    wa_id = CharField(max_length=32)
+    wa_id = CharField(max_length=160)
     last_sent_at = DateTimeField(index=True)
 
     class Meta:

@@ -36,8 +36,9 @@ from peewee import (
     IntegerField,
     fn,
 )
-from pydantic import AliasChoices, Field, StringConstraints, field_validator
+from pydantic import AliasChoices, Field, StringConstraints, field_validator, model_validator
 
+from messaging.payloads import USER_ID
 from models import credits
 from models.accounts import MessagingAccount, Template, get_account
 from models.base import BaseModel, JSONField
@@ -75,7 +76,9 @@ Variables = Annotated[list[Variable], Field(max_length=MAX_VARIABLES)]
 
 
 class RecipientInput(Input):
-    wa_id: text(32)
+    # A phone number, or `user_id`: the business-scoped id of a user who hides their phone.
+    wa_id: text(32) | None = None
+    user_id: text(160) | None = None
     external_contact_id: text(160) | None = None
     vars: Variables | None = None
     payload: dict[str, Any] | None = None
@@ -91,6 +94,14 @@ class RecipientInput(Input):
             if size > MAX_PAYLOAD_BYTES:
                 raise ValueError(f"must be at most {MAX_PAYLOAD_BYTES} bytes as JSON, got {size}")
         return value
+
+    @model_validator(mode="after")
+    def _one_identity(self) -> RecipientInput:
+        if (self.wa_id is None) == (self.user_id is None):
+            raise ValueError("give exactly one of wa_id (a phone number) and user_id (a business-scoped user id)")
+        if self.user_id is not None and not USER_ID.match(self.user_id):
+            raise ValueError("user_id must be a business-scoped user id such as MX.1502576394655843")
+        return self
 
 
 class CampaignInput(Input):
@@ -156,7 +167,7 @@ class CampaignRecipient(BaseModel):
     public_id = CharField(unique=True, max_length=40)
     # The (campaign, status, id) index serves claims, counters and the recipients list.
     campaign = ForeignKeyField(Campaign, on_delete="CASCADE", index=False)
-    wa_id = CharField(max_length=32)
+    wa_id = CharField(max_length=160)  # a phone number or a business-scoped user id
     external_contact_id = CharField(max_length=160, null=True)
     vars = JSONField(null=True)
     payload = JSONField(null=True)
@@ -479,7 +490,7 @@ def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, 
     stored = 0
     bad_numbers: dict[str, list[str]] = {}
     for index, item in enumerate(data.recipients):
-        wa_id = digits(item.wa_id)
+        wa_id = item.user_id or digits(item.wa_id or "")
         if not wa_id:
             bad_numbers[f"recipients.{index}.wa_id"] = ["must contain digits"]
             continue

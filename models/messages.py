@@ -23,9 +23,9 @@ import datetime as dt
 from typing import Annotated, Any, Literal
 
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from models import accounts, credits
+from models import accounts, credits, platform_users
 from models.accounts import MessagingAccount
 from models.base import BaseModel, JSONField
 from models.campaigns import digits, sendable_account
@@ -115,8 +115,16 @@ class InteractiveInput(Input):
 
 
 class MessageInput(Input):
+    @field_validator("to")
+    @classmethod
+    def _phone_or_user_id(cls, value: str) -> str:
+        if len(value) > 32 and not platform_users.is_user_id(value.strip()):
+            raise ValueError("String should have at most 32 characters")
+        return value
+
     account_id: limited(64)
-    to: limited(32)
+    # A phone number (up to 32 characters), or a business-scoped user id (`CC.digits`, up to 160).
+    to: limited(160)
     type: Literal["text", "image", "document", "audio", "video", "interactive"]
     external_reference: limited(160) | None = None
     text: TextInput | None = None
@@ -146,7 +154,7 @@ class Message(BaseModel):
     public_id = CharField(unique=True, max_length=40)
     tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
     account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    to = CharField(max_length=32)
+    to = CharField(max_length=160)  # a phone number or a business-scoped user id
     type = CharField(max_length=16)
     content = JSONField()
     external_reference = CharField(max_length=160, null=True)
@@ -206,6 +214,9 @@ def event_fields(message: Message, account_public_id: str, status: str, at: dt.d
 
 
 def normalize_recipient(raw: str) -> str:
+    """A phone number as digits, or a business-scoped user id as given (a user who hides their phone)."""
+    if platform_users.is_user_id(raw.strip()):
+        return raw.strip()
     number = digits(raw)
     if not MIN_DIGITS <= len(number) <= MAX_DIGITS:
         raise Invalid(f"`to` must have {MIN_DIGITS} to {MAX_DIGITS} digits; {raw!r} has {len(number)}",
@@ -222,10 +233,13 @@ def create_message(tenant_id: int, data: MessageInput) -> Message:
     """
     account = sendable_account(tenant_id, data.account_id)
     to = normalize_recipient(data.to)
-    if not accounts.window_open(account.id, to):
+    # The window, daily count and pacing go by the user: a business-scoped id known to belong to a
+    # phone number is that number's user.
+    key = platform_users.user_key(account.id, to)
+    if not accounts.window_open(account.id, key):
         raise Invalid(f"{to} has not written to this number in the last 24 hours; use a template campaign",
                       code="outside_24h_window", details={"to": to})
-    if account.daily_limit is not None and not accounts.recently_messaged(account.id, [to]):
+    if account.daily_limit is not None and not accounts.recently_messaged(account.id, [key]):
         sent_today = accounts.messages_sent_today(account.id)
         if sent_today >= account.daily_limit:
             raise Invalid(f"the number reached its daily limit of {account.daily_limit} users",
