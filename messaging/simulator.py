@@ -24,12 +24,19 @@ Control endpoints (no version prefix), all JSON:
     POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?}
     POST   /_sim/templates       {name, language, status?, category?, body?, header?}
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
-    POST   /_sim/inbound         {from, to: phone_number_id, text, name?}
-    POST   /_sim/echo            {from: phone_number_id, to: wa_id, text}
+    POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
+    POST   /_sim/echo            {from: phone_number_id, to: wa_id | user_id, text}
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
     GET|POST /_sim/config        webhook_url, app_secret (set only; GET says app_secret_set), delivery
                                  delays, duplicate_rate, shuffle
     POST   /_sim/reset           forget numbers, codes, template changes, sends and failure modes
+
+Users: every phone number has a stable business-scoped user id (`user_id_for`); a send may name
+the user by `to` (phone) or `recipient` (business-scoped id); webhooks carry `user_id` and a
+`contacts` entry (statuses too), `wa_id` only for users who share their phone, and a username for
+users whose key ends in 7. `POST /_sim/inbound` takes `user_id` instead of `from` for a username
+user without a phone. Mark-as-read (`status: read`, `message_id`, optional typing indicator) has no
+`to`. A recipient ending in 0368 is refused with 368 (business account restricted).
 
 Choices where the platform varies: throttling (130429) is answered with HTTP 400, as the
 platform's error-code reference lists it, so callers must decide on `error.code`; a send
@@ -896,6 +903,11 @@ class Simulator:
             raise GraphError(
                 400, 131026, "(#131026) Message Undeliverable.",
                 details="Message Undeliverable.",
+            )
+        if to.endswith("0368"):
+            raise GraphError(
+                400, 368, "(#368) Temporarily blocked for policies violations",
+                details="The business account is restricted from messaging for a policy violation.",
             )
         wamid = _wamid(to)
         callback_data = message.get("biz_opaque_callback_data")

@@ -39,7 +39,7 @@ from peewee import (
 from pydantic import AliasChoices, Field, StringConstraints, field_validator, model_validator
 
 from messaging.payloads import USER_ID
-from models import credits
+from models import credits, platform_users
 from models.accounts import MessagingAccount, Template, get_account
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
@@ -478,7 +478,7 @@ def _header(template: Template, data: CampaignInput) -> tuple[str | None, str | 
     return expected, data.header_url
 
 
-def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, Any]]:
+def _recipient_rows(data: CampaignInput, variable_count: int, account_id: int) -> list[dict[str, Any]]:
     """Normalize, deduplicate and resolve the variables of every recipient.
 
     A recipient's `vars` replace `body_placeholders`; a null in `vars` takes the default at the
@@ -490,7 +490,9 @@ def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, 
     stored = 0
     bad_numbers: dict[str, list[str]] = {}
     for index, item in enumerate(data.recipients):
-        wa_id = item.user_id or digits(item.wa_id or "")
+        # Keyed (and deduplicated) by the user: a business-scoped id known to belong to a phone
+        # number is that number.
+        wa_id = platform_users.user_key(account_id, item.user_id) if item.user_id else digits(item.wa_id or "")
         if not wa_id:
             bad_numbers[f"recipients.{index}.wa_id"] = ["must contain digits"]
             continue
@@ -536,7 +538,7 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
     account = sendable_account(tenant_id, data.account_id)
     template = approved_template(account, data.template_name, data.language)
     header_type, header_url = _header(template, data)
-    rows = _recipient_rows(data, template.variable_count or 0)
+    rows = _recipient_rows(data, template.variable_count or 0, account.id)
     total = len(rows)
     now = utcnow()
     with atomic():

@@ -232,14 +232,13 @@ def create_message(tenant_id: int, data: MessageInput) -> Message:
     `wallet_paused`). Nothing is reserved unless every rule passes.
     """
     account = sendable_account(tenant_id, data.account_id)
-    to = normalize_recipient(data.to)
-    # The window, daily count and pacing go by the user: a business-scoped id known to belong to a
-    # phone number is that number's user.
-    key = platform_users.user_key(account.id, to)
-    if not accounts.window_open(account.id, key):
+    # The window, daily count, pacing and the send go by the user's key: a business-scoped id known
+    # to belong to a phone number is sent to that number.
+    to = platform_users.user_key(account.id, normalize_recipient(data.to))
+    if not accounts.window_open(account.id, to):
         raise Invalid(f"{to} has not written to this number in the last 24 hours; use a template campaign",
                       code="outside_24h_window", details={"to": to})
-    if account.daily_limit is not None and not accounts.recently_messaged(account.id, [key]):
+    if account.daily_limit is not None and not accounts.recently_messaged(account.id, [to]):
         sent_today = accounts.messages_sent_today(account.id)
         if sent_today >= account.daily_limit:
             raise Invalid(f"the number reached its daily limit of {account.daily_limit} users",
