@@ -37,6 +37,8 @@ the user by `to` (phone) or `recipient` (business-scoped id); webhooks carry `us
 users whose key ends in 7. `POST /_sim/inbound` takes `user_id` instead of `from` for a username
 user without a phone. Mark-as-read (`status: read`, `message_id`, optional typing indicator) has no
 `to`. A recipient ending in 0368 is refused with 368 (business account restricted).
+`smb_app_data` (each sync type once per number) posts the business app's contacts
+(`smb_app_state_sync`) and chats (`history`, in chunks): `business_app_contacts` names them.
 
 Choices where the platform varies: throttling (130429) is answered with HTTP 400, as the
 platform's error-code reference lists it, so callers must decide on `error.code`; a send
@@ -62,7 +64,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from messaging.client import template_variable_count
+from messaging.client import GRAPH_VERSION, template_variable_count
 from messaging.httpserver import DropConnection, JSONHTTPServer, Request
 from messaging.sim_state import SimStateFiles
 from messaging.sim_webhooks import WebhookDeliveryError, WebhookSender
@@ -736,7 +738,7 @@ class Simulator:
         query: Mapping[str, str],
         body: Any,
         authorization: str | None,
-        version: str = "v21.0",
+        version: str = GRAPH_VERSION,
     ) -> dict[str, Any]:
         """Answer one Graph API call (`path` without the `/{version}/` prefix)."""
         parts = [part for part in path.split("/") if part]
@@ -866,6 +868,8 @@ class Simulator:
                 )
             number.synced.add(sync_type)
             self._changed = True
+        for value in business_app_webhooks(number, sync_type):
+            self.webhooks.post_later(number.waba_id, sync_type, value)
         return {"messaging_product": "whatsapp", "request_id": secrets.token_hex(16)}
 
     def _send(self, number: SimNumber, body: Any) -> dict[str, Any]:
@@ -1189,6 +1193,38 @@ def parse_bind(bind: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"bind must be HOST:PORT, not {bind!r}")
     return host or "127.0.0.1", int(port)
+
+
+def business_app_contacts(phone_number_id: str) -> list[tuple[str, str]]:
+    """The simulated business app's contacts of a number: (phone, name), stable per number."""
+    base = phone_number_id[-6:]
+    return [(f"52155{base}{i}1", f"App Contact {i}") for i in range(1, 4)]
+
+
+def business_app_webhooks(number: SimNumber, sync_type: str) -> list[dict[str, Any]]:
+    """What a coexistence sync delivers: the app's contacts in one `smb_app_state_sync` webhook;
+    its chats in `history` chunks (the first contact wrote an hour ago and was answered), the
+    last chunk sent twice, as the platform may."""
+    now = int(time.time())
+    contacts = business_app_contacts(number.id)
+    base = {"messaging_product": "whatsapp", "metadata": number.metadata()}
+    if sync_type == "smb_app_state_sync":
+        return [{**base, "state_sync": [
+            {"type": "contact", "contact": {"full_name": name, "first_name": name.split()[0], "phone_number": phone},
+             "action": "add", "metadata": {"timestamp": str(now)}} for phone, name in contacts]}]
+    business = _digits(number.display_phone_number)
+    chunks = []
+    for order, (phone, _) in enumerate(contacts[:2], start=1):
+        wrote = now - 3600 if order == 1 else now - 3 * 86400
+        messages = [
+            {"from": phone, "id": _wamid(phone), "timestamp": str(wrote), "type": "text",
+             "text": {"body": "Hola, ¿cuánto debo?"}, "history_context": {"status": "READ"}},
+            {"from": business, "to": phone, "id": _wamid(phone), "timestamp": str(wrote + 60), "type": "text",
+             "text": {"body": "Te aviso enseguida"}, "history_context": {"status": "DELIVERED"}},
+        ]
+        chunks.append({**base, "history": [{"metadata": {"phase": 0, "chunk_order": order, "progress": 50 * order},
+                                            "threads": [{"id": phone, "messages": messages}]}]})
+    return [*chunks, chunks[-1]]
 
 
 def _opt_str(value: Any) -> str | None:

@@ -122,15 +122,25 @@ def test_history_opens_the_window_without_events_and_contacts_are_counted(client
     assert response.status_code == 202, response.text
 
 
-@sqlite_only
-def test_a_marketing_opt_out_is_kept(client, alice, number):
-    phone = wa()
+def test_a_marketing_template_skips_users_who_opted_out(client, alice, number, sim):
+    phone, other = wa(), wa()
     stop = notification(number.business_account_id, "user_preferences", value(
         number, contacts=[{"wa_id": phone, "user_id": user_id_for(phone), "profile": {"name": "A"}}],
         user_preferences=[{"wa_id": phone, "user_id": user_id_for(phone), "detail": "User requested to stop",
                            "category": "marketing_messages", "value": "stop", "timestamp": str(int(time.time()))}]))
     signed_post(client, stop)
-    assert marketing_opted_out(number.id, [phone, wa()]) == {phone}
+    assert marketing_opted_out(number.id, [phone, other]) == {phone}
+
+    body = campaign_body(number, [phone, other], template="order_update", header_type="image",
+                         header_url="https://example.com/a.jpg")
+    body["body_placeholders"] = ["A-1"]
+    response = client.simulate_post("/api/v1/campaigns", headers=alice.headers, json=body)
+    assert response.status_code in (201, 202), response.text
+    skipped = CampaignRecipient.get(CampaignRecipient.wa_id == phone)
+    assert (skipped.status, skipped.error_code) == ("skipped", "marketing_opt_out")
+    campaign = client.simulate_get(f"/api/v1/campaigns/{response.json['data']['id']}", headers=alice.headers)
+    assert campaign.json["data"]["skipped"] == 1
+    assert [item["to"] for item in sim.sent()] == [other]
 
 
 def test_a_restricted_business_account_pauses_the_number_instead_of_failing_the_list(client, alice, number, sim):

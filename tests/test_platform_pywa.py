@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import requests
@@ -15,8 +16,9 @@ from pywa import WhatsApp, types
 from pywa.handlers import MessageHandler, MessageStatusHandler, OutgoingMessageHandler, RawUpdateHandler
 from pywa.types.templates import BodyText, TemplateLanguage, URLButton
 
-from messaging.simulator import user_id_for, username_for
+from messaging.simulator import business_app_contacts, user_id_for, username_for
 from messaging.testing import WebhookReceiver
+from messaging.webhooks import HistoryThread, SyncedContact, parse_notification
 from tests.live import ROOT, free_port, wait_until
 
 SECRET = "pywa-sim-secret"
@@ -71,7 +73,9 @@ def pywa_client(sim_url: str, parsed: Parsed) -> tuple[WhatsApp, str]:
     token = requests.get(f"{sim_url}/v26.0/oauth/access_token",
                          params={"client_id": "app", "client_secret": SECRET, "code": signup["code"]},
                          timeout=5).json()["access_token"]
-    wa = WhatsApp(phone_id=signup["phone_number_id"], token=token, app_secret=SECRET, server=None)
+    # Repeats are kept: the simulator posts one history chunk twice, as the platform may.
+    wa = WhatsApp(phone_id=signup["phone_number_id"], token=token, app_secret=SECRET, server=None,
+                  skip_duplicate_updates=False)
     # pywa speaks to graph.facebook.com; its session is pointed at the simulator instead.
     wa.api._session.base_url = f"{sim_url}/v26.0"
     wa.add_handlers(
@@ -122,6 +126,12 @@ def test_pywa_sends_every_kind_and_parses_every_simulator_webhook(sim_url, recei
     hidden = requests.post(f"{sim_url}/_sim/inbound",
                            json={"user_id": HIDDEN_USER, "to": number_id, "text": "it's me"}, timeout=5).json()
     requests.post(f"{sim_url}/_sim/echo", json={"from": number_id, "to": PHONE, "text": "thanks"}, timeout=5)
+    # The coexistence sync: pywa has no call for it, so it is asked for directly.
+    for sync_type in ("smb_app_state_sync", "history"):
+        answer = requests.post(f"{sim_url}/v26.0/{number_id}/smb_app_data", json={
+            "messaging_product": "whatsapp", "sync_type": sync_type},
+            headers={"Authorization": f"Bearer {wa.api._session.headers['Authorization'][7:]}"}, timeout=5)
+        assert answer.status_code == 200, answer.text
     assert wa.mark_message_as_read(inbound["wamid"]).success
     assert wa.indicate_typing(hidden["wamid"]).success
 
@@ -129,6 +139,8 @@ def test_pywa_sends_every_kind_and_parses_every_simulator_webhook(sim_url, recei
     expected_statuses = 2 * (len(sent) + 1)
     wait_until(lambda: sum(len(p.json()["entry"][0]["changes"][0]["value"].get("statuses", []))
                            for p in receiver.posts) >= expected_statuses, timeout=20, message="status webhooks")
+    wait_until(lambda: sum(p.json()["entry"][0]["changes"][0]["field"] == "history" for p in receiver.posts) >= 3,
+               timeout=20, message="history webhooks")
     feed(wa, receiver, 0)
 
     # pywa reads the first item of each POST; the simulator batches statuses, so every item is
@@ -153,5 +165,12 @@ def test_pywa_sends_every_kind_and_parses_every_simulator_webhook(sim_url, recei
     assert by_text["it's me"].from_user.username == username_for(HIDDEN_USER) is not None
     assert parsed.echoes[0].from_user.wa_id == PHONE
     assert username_for(USERNAME_PHONE) and not username_for(PHONE)
-    # Nothing the simulator posted was left unparsed.
+    # Nothing the simulator posted was left unparsed; pywa has no type for the sync webhooks, so
+    # they reach it raw, and they go through the service's own parser.
     assert len(parsed.raw) == len(receiver.posts)
+    fields = Counter(update.field for update in parsed.raw)
+    assert fields["smb_app_state_sync"] == 1 and fields["history"] == 3
+    synced = [u for post in receiver.posts for u in parse_notification(post.json())
+              if isinstance(u, SyncedContact | HistoryThread)]
+    assert {u.wa_id for u in synced if isinstance(u, SyncedContact)} == {p for p, _ in business_app_contacts(number_id)}
+    assert sum(isinstance(u, HistoryThread) for u in synced) == 3
