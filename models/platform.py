@@ -35,7 +35,7 @@ from messaging.webhooks import (
     UserPreference,
     parse_notification,
 )
-from models import accounts, platform_users
+from models import accounts, cartera, platform_users
 from models.accounts import MessagingAccount
 from models.base import BaseModel
 from models.clock import isoformat, to_utc_naive, utcnow
@@ -252,6 +252,10 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
         data["payload"] = message.payload
     if message.edited_wamid is not None:
         data["edited_wam_id"] = message.edited_wamid
+    # The receivables replica: a debtor is known by phone, and a user who hides theirs is still
+    # that phone's user once the platform linked the two.
+    if key and key.isdigit() and (debts := cartera.open_debts_of_phone(account.tenant_id, key)):
+        data["debt_external_ids"] = debts
     emit(account.tenant_id, "message.inbound.created", data)
     outcome.events += 1
 

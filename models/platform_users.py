@@ -56,7 +56,13 @@ def remember(account_id: int, user: WebhookUser, contact_name: str | None = None
         return None
     by_id = _by(account_id, PlatformUser.user_id, user.user_id)
     by_phone = _by(account_id, PlatformUser.wa_id, user.wa_id)
-    row = by_id or by_phone or PlatformUser(account=account_id)
+    if by_id is None and by_phone is None:
+        # Webhooks are processed in parallel: another batch may be adding the same user now.
+        PlatformUser.insert(account=account_id, user_id=user.user_id, wa_id=user.wa_id,
+                            updated_at=utcnow()).on_conflict_ignore().execute()
+        by_id = _by(account_id, PlatformUser.user_id, user.user_id)
+        by_phone = _by(account_id, PlatformUser.wa_id, user.wa_id)
+    row = by_id or by_phone
     if by_id is not None and by_phone is not None and by_id.id != by_phone.id:
         # Known apart until now (one by id, one by phone): one user from here on.
         row.contact_name = row.contact_name or by_phone.contact_name
