@@ -21,7 +21,7 @@ Control endpoints (no version prefix), all JSON:
     POST   /_sim/signup          {display_phone_number?, verified_name?, mps?} -> {code, waba_id,
                                  phone_number_id, display_phone_number}
     GET    /_sim/numbers         every number (its token only in process: Simulator.numbers())
-    POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?}
+    POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?, blocked?}
     POST   /_sim/templates       {name, language, status?, category?, body?, header?}
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
     POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
@@ -36,7 +36,8 @@ the user by `to` (phone) or `recipient` (business-scoped id); webhooks carry `us
 `contacts` entry (statuses too), `wa_id` only for users who share their phone, and a username for
 users whose key ends in 7. `POST /_sim/inbound` takes `user_id` instead of `from` for a username
 user without a phone. Mark-as-read (`status: read`, `message_id`, optional typing indicator) has no
-`to`. A recipient ending in 0368 is refused with 368 (business account restricted).
+`to`. `POST /_sim/numbers/{id}` `{blocked: 368 | 131042 | null}` makes every send of the number
+refused with that code (business account restricted, payment problem) until lifted.
 `smb_app_data` (each sync type once per number) posts the business app's contacts
 (`smb_app_state_sync`) and chats (`history`, in chunks): `business_app_contacts` names them.
 
@@ -164,6 +165,7 @@ class SimNumber:
     quality_rating: str = "GREEN"
     messaging_limit_tier: str = "TIER_250"
     synced: set[str] = field(default_factory=set)
+    blocked: int | None = None  # 368 or 131042: the business account may send nothing
 
     def graph_fields(self) -> dict[str, Any]:
         return {
@@ -517,8 +519,12 @@ class Simulator:
         mps: float | None = None,
         quality_rating: str | None = None,
         messaging_limit_tier: str | None = None,
+        blocked: int | None | bool = False,
     ) -> dict[str, Any]:
-        """Change a number's cap, quality or tier; quality and tier changes are notified."""
+        """Change a number's cap, quality, tier or block (368, 131042, or None to lift it; False
+        leaves it); quality and tier changes are notified."""
+        if blocked not in (False, None, 368, 131042):
+            raise ControlError(400, "blocked must be 368, 131042 or null")
         if quality_rating is not None and quality_rating not in QUALITY_RATINGS:
             raise ControlError(400, f"quality_rating must be one of {', '.join(QUALITY_RATINGS)}")
         if messaging_limit_tier is not None and messaging_limit_tier not in TIERS:
@@ -534,6 +540,8 @@ class Simulator:
                 number.bucket.set_rate(float(mps))
             number.quality_rating = quality_rating or number.quality_rating
             number.messaging_limit_tier = messaging_limit_tier or number.messaging_limit_tier
+            if blocked is not False:
+                number.blocked = blocked
             result = number.public()
             self._changed = True
         if event is not None:
@@ -877,6 +885,7 @@ class Simulator:
         if isinstance(body, dict) and body.get("status") == "read":
             return _mark_read(body)
         message = _validate_message(body)
+        self._check_blocked(number)
         wa_id, user_id = _recipient(message)
         # The behaviours by suffix, throttling and wamids go by the phone, or the id's digits.
         to = wa_id or _digits(user_id)
@@ -908,11 +917,7 @@ class Simulator:
                 400, 131026, "(#131026) Message Undeliverable.",
                 details="Message Undeliverable.",
             )
-        if to.endswith("0368"):
-            raise GraphError(
-                400, 368, "(#368) Temporarily blocked for policies violations",
-                details="The business account is restricted from messaging for a policy violation.",
-            )
+
         wamid = _wamid(to)
         callback_data = message.get("biz_opaque_callback_data")
         record = {
@@ -939,6 +944,15 @@ class Simulator:
         if wa_id:
             contact["wa_id"] = wa_id
         return {"messaging_product": "whatsapp", "contacts": [contact], "messages": [result]}
+
+    @staticmethod
+    def _check_blocked(number: SimNumber) -> None:
+        if number.blocked == 368:
+            raise GraphError(400, 368, "(#368) Temporarily blocked for policies violations",
+                             details="The business account is restricted from messaging for a policy violation.")
+        if number.blocked == 131042:
+            raise GraphError(400, 131042, "(#131042) Business eligibility payment issue",
+                             details="There was an error related to your payment method.")
 
     def _apply_failure_mode(self) -> None:
         with self._lock:
@@ -1035,7 +1049,7 @@ class Simulator:
         if route == ("POST", "numbers") and len(parts) == 2:
             return self.set_number(
                 parts[1], args.get("mps"), args.get("quality_rating"),
-                args.get("messaging_limit_tier"),
+                args.get("messaging_limit_tier"), args.get("blocked", False),
             )
         if route == ("POST", "templates"):
             _require(args, "name", "language")

@@ -144,7 +144,8 @@ def test_a_marketing_template_skips_users_who_opted_out(client, alice, number, s
 
 
 def test_a_restricted_business_account_pauses_the_number_instead_of_failing_the_list(client, alice, number, sim):
-    blocked, later = wa("0368"), wa()
+    sim.set_number(number.phone_id, blocked=368)
+    blocked, later = wa(), wa()
     body = campaign_body(number, [blocked, later])
     response = client.simulate_post("/api/v1/campaigns", headers=alice.headers, json=body)
     assert response.status_code in (201, 202), response.text
