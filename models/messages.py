@@ -115,13 +115,6 @@ class InteractiveInput(Input):
 
 
 class MessageInput(Input):
-    @field_validator("to")
-    @classmethod
-    def _phone_or_user_id(cls, value: str) -> str:
-        if len(value) > 32 and not platform_users.is_user_id(value.strip()):
-            raise ValueError("String should have at most 32 characters")
-        return value
-
     account_id: limited(64)
     # A phone number (up to 32 characters), or a business-scoped user id (`CC.digits`, up to 160).
     to: limited(160)
@@ -133,6 +126,13 @@ class MessageInput(Input):
     audio: AudioInput | None = None
     document: DocumentInput | None = None
     interactive: InteractiveInput | None = None
+
+    @field_validator("to")
+    @classmethod
+    def _phone_or_user_id(cls, value: str) -> str:
+        if len(value) > 32 and not platform_users.is_user_id(value.strip()):
+            raise ValueError("String should have at most 32 characters")
+        return value
 
     @model_validator(mode="after")
     def _content_matches_type(self):

@@ -100,15 +100,6 @@ def user_key(account_id: int, value: str) -> str:
     return row.wa_id if row is not None and row.wa_id else value
 
 
-def identity(account_id: int, key: str) -> dict[str, str]:
-    """The user id and username known for a user key (for events)."""
-    row = _find(account_id, None if is_user_id(key) else key, key if is_user_id(key) else None)
-    if row is None:
-        return {"user_id": key} if is_user_id(key) else {}
-    fields = {"user_id": row.user_id, "username": row.username}
-    return {name: value for name, value in fields.items() if value}
-
-
 def set_marketing_opt_out(account_id: int, user: WebhookUser, opted_out: bool) -> None:
     remember(account_id, user)
     row = _find(account_id, user.wa_id, user.user_id)
