@@ -24,6 +24,7 @@ Control endpoints (no version prefix), all JSON:
     POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?, blocked?}
     POST   /_sim/templates       {name, language, status?, category?, body?, header?}
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
+    GET    /_sim/reads           every mark-as-read call (message_id, typing)
     POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
     POST   /_sim/echo            {from: phone_number_id, to: wa_id | user_id, text}
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
@@ -308,6 +309,7 @@ class Simulator:
         self._subscribed = False
         self._throttled_once: set[str] = set()
         self._sent: deque[dict[str, Any]] = deque(maxlen=sent_limit)
+        self._reads: deque[dict[str, Any]] = deque(maxlen=10_000)  # mark-as-read calls, in memory only
         self._throttled = 0  # sends refused past a number's cap, since the start or the last reset
         self._fail_mode = "off"
         self._fail_until = 0.0
@@ -456,6 +458,7 @@ class Simulator:
             self._subscribed = False
             self._throttled_once.clear()
             self._sent.clear()
+            self._reads.clear()
             self._throttled = 0
             self._fail_mode, self._fail_until = "off", 0.0
             self._changed, self._sent_cleared, self._unsaved_sent = True, True, []
@@ -599,6 +602,10 @@ class Simulator:
     def sent(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._sent)
+
+    def reads(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._reads)
 
     def clear_sent(self) -> None:
         with self._lock:
@@ -883,7 +890,11 @@ class Simulator:
     def _send(self, number: SimNumber, body: Any) -> dict[str, Any]:
         self._apply_failure_mode()
         if isinstance(body, dict) and body.get("status") == "read":
-            return _mark_read(body)
+            answer = _mark_read(body)
+            with self._lock:
+                self._reads.append({"phone_number_id": number.id, "message_id": body["message_id"],
+                                    "typing": body.get("typing_indicator") is not None})
+            return answer
         message = _validate_message(body)
         self._check_blocked(number)
         wa_id, user_id = _recipient(message)
@@ -1058,6 +1069,8 @@ class Simulator:
             return self.set_template(args["name"], args["language"], **options)
         if route == ("GET", "sent"):
             return {"data": self.sent()}
+        if route == ("GET", "reads"):
+            return {"data": self.reads()}
         if route == ("DELETE", "sent"):
             self.clear_sent()
             return {"deleted": True}

@@ -114,6 +114,8 @@ class ContactWindow(BaseModel):
     account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
     wa_id = CharField(max_length=160)  # the phone number, or the business-scoped id of a user who hides it
     last_inbound_at = DateTimeField()
+    # The message that opened it: marked read, with a typing indicator, when the business answers.
+    last_inbound_wamid = CharField(max_length=255, null=True)
 
     class Meta:
         indexes = ((("account", "wa_id"), True),)
@@ -179,10 +181,10 @@ def get_account(tenant_id: int, public_id: str) -> MessagingAccount:
     return account
 
 
-def open_window(account_id: int, wa_id: str, at: dt.datetime) -> None:
-    (ContactWindow.insert(account=account_id, wa_id=wa_id, last_inbound_at=at)
+def open_window(account_id: int, wa_id: str, at: dt.datetime, wamid: str | None = None) -> None:
+    (ContactWindow.insert(account=account_id, wa_id=wa_id, last_inbound_at=at, last_inbound_wamid=wamid)
      .on_conflict(conflict_target=[ContactWindow.account, ContactWindow.wa_id],
-                  update={ContactWindow.last_inbound_at: at},
+                  update={ContactWindow.last_inbound_at: at, ContactWindow.last_inbound_wamid: wamid},
                   where=(ContactWindow.last_inbound_at < at))
      .execute())
 

@@ -20,6 +20,7 @@ backwards and each is reported once); the contract's Message shows those as `sen
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Annotated, Any, Literal
 
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
@@ -38,6 +39,7 @@ from models.inputs import text as limited  # a field below is called `text`
 from models.tenants import Tenant
 
 MESSAGE_TYPES = ("text", "image", "document", "audio", "video", "interactive")
+log = logging.getLogger(__name__)
 MIN_DIGITS, MAX_DIGITS = 8, 15
 PUBLIC_STATUS = {"queued": "queued", "sent": "sent", "delivered": "sent", "read": "sent", "failed": "failed"}
 
@@ -256,3 +258,26 @@ def get_message(tenant_id: int, public_id: str) -> Message:
     if message is None:
         raise NotFound(f"no message {public_id}", code="message_not_found")
     return message
+
+
+def mark_conversation_read(message_id: int) -> bool:
+    """Before a single message goes out, mark the customer's last message read and show the typing
+    indicator (the platform drops it when the reply arrives, or after 25 s). Best effort: the
+    reply is sent either way. True when marked."""
+    from messaging.errors import PlatformError
+    from models.sending.messenger import account_token, graph_client
+
+    message = Message.get_or_none(Message.id == message_id)
+    if message is None or message.status != "queued":
+        return False
+    window = accounts.ContactWindow.get_or_none((accounts.ContactWindow.account == message.account_id)
+                                                & (accounts.ContactWindow.wa_id == message.to))
+    if window is None or not window.last_inbound_wamid:
+        return False
+    account = MessagingAccount.get_by_id(message.account_id)
+    try:
+        graph_client().mark_read(account.phone_id, account_token(account), window.last_inbound_wamid, typing=True)
+    except PlatformError as error:
+        log.info("message %s: could not mark the conversation read: %s", message.public_id, error)
+        return False
+    return True

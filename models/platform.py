@@ -237,7 +237,7 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
     sender = message.sender
     key = platform_users.remember(account.id, sender)
     if message.type in WINDOW_OPENING_TYPES:
-        accounts.open_window(account.id, key, at)
+        accounts.open_window(account.id, key, at, message.wamid)
     data = {
         "account_id": account.public_id,
         # The contract's `from`: the phone number, or the business-scoped id of a user who hides it.

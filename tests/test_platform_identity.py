@@ -56,6 +56,8 @@ def test_a_username_user_without_a_phone_writes_and_is_answered_by_business_scop
     assert Message.get(Message.public_id == response.json["data"]["id"]).status == "sent"
     [accepted] = [item for item in sim.sent() if item["recipient"] == HIDDEN]
     assert accepted["to"] == HIDDEN  # no phone number went out
+    # The customer's message was marked read, with a typing indicator, as the answer went out.
+    assert {"message_id": "wamid.H1", "typing": True}.items() <= sim.reads()[-1].items()
 
 
 def test_a_reaction_does_not_open_the_window(client, alice, number):

@@ -1,6 +1,7 @@
 """Platform users: a WhatsApp user known to a number by business-scoped id, phone number or both
 (with username, profile and business-app contact names and the marketing opt-out), the
-coexistence sync's progress on the number, and room for business-scoped ids (up to 131
+coexistence sync's progress on the number, the message that last opened a window (marked read
+when the business answers), and room for business-scoped ids (up to 131
 characters) wherever a user is keyed. Frozen copies of what it touches."""
 
 from peewee import (
@@ -42,7 +43,8 @@ class PlatformUser(Model):
 def up(migrator, db):
     with db.bind_ctx([MessagingAccount, PlatformUser]):
         db.create_tables([PlatformUser])
-    migrate(migrator.add_column("messaging_account", "contacts_imported", IntegerField(default=0)),
+    migrate(migrator.add_column("contact_window", "last_inbound_wamid", CharField(max_length=255, null=True)),
+            migrator.add_column("messaging_account", "contacts_imported", IntegerField(default=0)),
             migrator.add_column("messaging_account", "history_threads", IntegerField(default=0)),
             migrator.add_column("messaging_account", "history_progress", IntegerField(null=True)))
     if isinstance(db, PostgresqlDatabase):  # SQLite does not enforce VARCHAR lengths
