@@ -36,11 +36,12 @@ USER_AGENT = f"messaging-graph-client requests/{requests.__version__}"
 
 _PLACEHOLDER = re.compile(r"\{\{\s*(\d+)\s*\}\}")
 
-# Every Graph call, by what it was for (the last path segment: "messages" is a send), its outcome,
-# the typed error's class and the platform's code (130429: the number's throughput throttle).
 # The Graph API version spoken by default: each version is served about two years (v21.0 ends on
 # 2027-01-21). SVC_GRAPH_VERSION overrides it.
 GRAPH_VERSION = "v26.0"
+
+# Every Graph call, by what it was for (the last path segment: "messages" is a send), its outcome,
+# the typed error's class and the platform's code (130429: the number's throughput throttle).
 _OPERATIONS = frozenset({"messages", "message_templates", "access_token", "subscribed_apps", "smb_app_data"})
 GRAPH_REQUESTS = Counter("svc_graph_requests_total", "Graph API calls by operation, outcome, error class and code",
                          ["operation", "outcome", "error_class", "code"])
