@@ -11,9 +11,11 @@ from api.pagination import paginate
 from api.schemas import PAGE_QUERY, HttpsUrl, Input, Output, Page, Success
 from models import webhooks
 
-# The nine core events; debt.payment_received is configured per tenant by an administrator.
+# The core events (the contract's nine and `account.paused`, an extension); debt.payment_received
+# is configured per tenant by an administrator.
 WebhookEventName = Literal[
     "account.connected",
+    "account.paused",
     "campaign.created",
     "campaign.completed",
     "message.sent",

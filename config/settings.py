@@ -87,7 +87,7 @@ class Settings:
     redis_url: str | None = None
     queue_name: str = "svc"
     graph_url: str = "http://127.0.0.1:8090"
-    graph_version: str = "v21.0"
+    graph_version: str = "v26.0"  # messaging.client.GRAPH_VERSION
     public_url: str = "http://127.0.0.1:8080"
     secret_key: str = ""
     # Every key that may decrypt a secret at rest; the first (`secret_key`) encrypts.

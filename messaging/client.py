@@ -17,6 +17,7 @@ from typing import Any
 import requests
 from prometheus_client import Counter, Histogram
 
+from messaging import payloads
 from messaging.errors import (
     PermanentPlatformError,
     PlatformError,
@@ -34,6 +35,10 @@ TEMPLATE_FIELDS = "id,name,language,status,category,quality_score,components"
 USER_AGENT = f"messaging-graph-client requests/{requests.__version__}"
 
 _PLACEHOLDER = re.compile(r"\{\{\s*(\d+)\s*\}\}")
+
+# The Graph API version spoken by default: each version is served about two years (v21.0 ends on
+# 2027-01-21). SVC_GRAPH_VERSION overrides it.
+GRAPH_VERSION = "v26.0"
 
 # Every Graph call, by what it was for (the last path segment: "messages" is a send), its outcome,
 # the typed error's class and the platform's code (130429: the number's throughput throttle).
@@ -55,7 +60,7 @@ class GraphClient:
     def __init__(
         self,
         base_url: str,
-        version: str = "v21.0",
+        version: str = GRAPH_VERSION,
         app_id: str | None = None,
         app_secret: str | None = None,
         timeout: tuple[float, float] = (3.05, 10),
@@ -102,6 +107,10 @@ class GraphClient:
             ) from None
         NUMBER_SENDS.labels(phone_number_id).inc()
         return wamid
+
+    def mark_read(self, phone_number_id: str, token: str, message_wamid: str, typing: bool = False) -> None:
+        """Mark an inbound message read, with a typing indicator when `typing` (up to 25 s or the reply)."""
+        self._request("POST", f"{phone_number_id}/messages", token, payload=payloads.mark_read(message_wamid, typing))
 
     def list_templates(self, waba_id: str, token: str, limit: int = 100) -> Iterator[dict[str, Any]]:
         """Yield every template of the business account, following the cursor pages."""

@@ -22,9 +22,9 @@ from typing import Any
 import requests
 from urllib3.exceptions import NewConnectionError
 
-# Throughput per number (130429), pair rate (131056), spam rate (131057), and the
-# application / business-account API call limits (4, 80007).
-THROTTLE_CODES = frozenset({4, 80007, 130429, 131056, 131057})
+# Throughput per number (130429), pair rate (131056), spam rate (131048), the business account
+# in maintenance mode (131057), and the application / business-account API call limits (4, 80007).
+THROTTLE_CODES = frozenset({4, 80007, 130429, 131048, 131056, 131057})
 # 2 "API Service" (temporary downtime or overload), 131000 "Something went wrong" and
 # 131016 "Service unavailable". Not 1 "API Unknown": the platform also uses it for
 # errors that never pass, such as a wrong client secret.

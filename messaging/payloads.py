@@ -7,8 +7,12 @@ the message; the service uses it to reconcile sends whose answer was lost.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+# A business-scoped user id: two-letter country code, a dot, an optional ENT., alphanumerics.
+USER_ID = re.compile(r"^[A-Z]{2}\.(?:ENT\.)?[A-Za-z0-9]{1,128}$")
 
 MEDIA_KINDS = frozenset({"image", "video", "audio", "document", "sticker"})
 HEADER_MEDIA_KINDS = frozenset({"image", "video", "document"})
@@ -23,11 +27,15 @@ def template_message(
     body_params: Sequence[str] = (),
     header: Mapping[str, Any] | None = None,
     callback_data: str | None = None,
+    buttons: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A template message with positional body parameters.
 
     `header` is for media headers: `{"type": "image"|"video"|"document", "link": url}` or
     `{"type": ..., "id": media_id}`; a document may add `"filename"`.
+    `buttons` fill the template's dynamic buttons, by their index in the template:
+    `{"index": 0, "type": "url", "text": "pay/abc"}` (the URL's variable suffix) or
+    `{"index": 1, "type": "quick_reply", "payload": "PAID"}`.
     """
     components: list[dict[str, Any]] = []
     if header is not None:
@@ -39,6 +47,7 @@ def template_message(
                 "parameters": [{"type": "text", "text": str(value)} for value in body_params],
             }
         )
+    components.extend(_button_component(button) for button in buttons)
     template: dict[str, Any] = {"name": name, "language": {"code": language}}
     if components:
         template["components"] = components
@@ -120,12 +129,33 @@ def _message(
     payload: dict[str, Any] = {
         "messaging_product": "whatsapp",
         "recipient_type": "individual",
-        "to": to,
+        # A user who hides their phone is reached by business-scoped id, as `recipient`.
+        ("recipient" if USER_ID.match(to) else "to"): to,
         "type": kind,
         kind: content,
     }
     if callback_data is not None:
         payload["biz_opaque_callback_data"] = callback_data
+    return payload
+
+
+def _button_component(button: Mapping[str, Any]) -> dict[str, Any]:
+    kind = str(button.get("type", "")).lower()
+    if kind == "url":
+        parameter = {"type": "text", "text": str(button["text"])}
+    elif kind == "quick_reply":
+        parameter = {"type": "payload", "payload": str(button["payload"])}
+    else:
+        raise ValueError(f"template button parameters are url or quick_reply, not {kind!r}")
+    return {"type": "button", "sub_type": kind, "index": str(int(button["index"])), "parameters": [parameter]}
+
+
+def mark_read(message_wamid: str, typing: bool = False) -> dict[str, Any]:
+    """Mark an inbound message read (and show a typing indicator): the chat is named by the
+    message, so there is no `to`."""
+    payload: dict[str, Any] = {"messaging_product": "whatsapp", "status": "read", "message_id": message_wamid}
+    if typing:
+        payload["typing_indicator"] = {"type": "text"}
     return payload
 
 

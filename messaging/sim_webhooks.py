@@ -190,10 +190,16 @@ def notification(waba_id: str, changes: list[tuple[str, dict[str, Any]]]) -> byt
 
 def status_notification(items: list[tuple[str, dict[str, str], dict[str, Any]]]) -> bytes:
     """One entry per business account, one `messages` change per number."""
-    grouped: dict[str, dict[str, tuple[dict[str, str], list[dict[str, Any]]]]] = {}
-    for waba_id, metadata, status in items:
+    grouped: dict[str, dict[str, tuple[dict[str, str], list[dict[str, Any]], list[dict[str, Any]]]]] = {}
+    for waba_id, metadata, scheduled in items:
+        status = dict(scheduled)
+        contact = status.pop("_contact", None)
         per_number = grouped.setdefault(waba_id, {})
-        per_number.setdefault(metadata["phone_number_id"], (metadata, []))[1].append(status)
+        _, statuses, contacts = per_number.setdefault(metadata["phone_number_id"], (metadata, [], []))
+        statuses.append(status)
+        if contact is not None:
+            # One entry per status, in the same order: the recipient of each.
+            contacts.append(contact)
     entries = [
         {
             "id": waba_id,
@@ -203,10 +209,11 @@ def status_notification(items: list[tuple[str, dict[str, str], dict[str, Any]]])
                     "value": {
                         "messaging_product": "whatsapp",
                         "metadata": metadata,
+                        **({"contacts": contacts} if contacts else {}),
                         "statuses": statuses,
                     },
                 }
-                for metadata, statuses in per_number.values()
+                for metadata, statuses, contacts in per_number.values()
             ],
         }
         for waba_id, per_number in grouped.items()

@@ -21,15 +21,26 @@ Control endpoints (no version prefix), all JSON:
     POST   /_sim/signup          {display_phone_number?, verified_name?, mps?} -> {code, waba_id,
                                  phone_number_id, display_phone_number}
     GET    /_sim/numbers         every number (its token only in process: Simulator.numbers())
-    POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?}
+    POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?, blocked?}
     POST   /_sim/templates       {name, language, status?, category?, body?, header?}
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
-    POST   /_sim/inbound         {from, to: phone_number_id, text, name?}
-    POST   /_sim/echo            {from: phone_number_id, to: wa_id, text}
+    GET    /_sim/reads           every mark-as-read call (message_id, typing)
+    POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
+    POST   /_sim/echo            {from: phone_number_id, to: wa_id | user_id, text}
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
     GET|POST /_sim/config        webhook_url, app_secret (set only; GET says app_secret_set), delivery
                                  delays, duplicate_rate, shuffle
     POST   /_sim/reset           forget numbers, codes, template changes, sends and failure modes
+
+Users: every phone number has a stable business-scoped user id (`user_id_for`); a send may name
+the user by `to` (phone) or `recipient` (business-scoped id); webhooks carry `user_id` and a
+`contacts` entry (statuses too), `wa_id` only for users who share their phone, and a username for
+users whose key ends in 7. `POST /_sim/inbound` takes `user_id` instead of `from` for a username
+user without a phone. Mark-as-read (`status: read`, `message_id`, optional typing indicator) has no
+`to`. `POST /_sim/numbers/{id}` `{blocked: 368 | 131042 | null}` makes every send of the number
+refused with that code (business account restricted, payment problem) until lifted.
+`smb_app_data` (each sync type once per number) posts the business app's contacts
+(`smb_app_state_sync`) and chats (`history`, in chunks): `business_app_contacts` names them.
 
 Choices where the platform varies: throttling (130429) is answered with HTTP 400, as the
 platform's error-code reference lists it, so callers must decide on `error.code`; a send
@@ -40,6 +51,7 @@ may accept a message whose answer the caller never saw.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import re
@@ -54,7 +66,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from messaging.client import template_variable_count
+from messaging.client import GRAPH_VERSION, template_variable_count
 from messaging.httpserver import DropConnection, JSONHTTPServer, Request
 from messaging.sim_state import SimStateFiles
 from messaging.sim_webhooks import WebhookDeliveryError, WebhookSender
@@ -154,6 +166,7 @@ class SimNumber:
     quality_rating: str = "GREEN"
     messaging_limit_tier: str = "TIER_250"
     synced: set[str] = field(default_factory=set)
+    blocked: int | None = None  # 368 or 131042: the business account may send nothing
 
     def graph_fields(self) -> dict[str, Any]:
         return {
@@ -296,6 +309,7 @@ class Simulator:
         self._subscribed = False
         self._throttled_once: set[str] = set()
         self._sent: deque[dict[str, Any]] = deque(maxlen=sent_limit)
+        self._reads: deque[dict[str, Any]] = deque(maxlen=10_000)  # mark-as-read calls, in memory only
         self._throttled = 0  # sends refused past a number's cap, since the start or the last reset
         self._fail_mode = "off"
         self._fail_until = 0.0
@@ -444,6 +458,7 @@ class Simulator:
             self._subscribed = False
             self._throttled_once.clear()
             self._sent.clear()
+            self._reads.clear()
             self._throttled = 0
             self._fail_mode, self._fail_until = "off", 0.0
             self._changed, self._sent_cleared, self._unsaved_sent = True, True, []
@@ -507,8 +522,12 @@ class Simulator:
         mps: float | None = None,
         quality_rating: str | None = None,
         messaging_limit_tier: str | None = None,
+        blocked: int | None | bool = False,
     ) -> dict[str, Any]:
-        """Change a number's cap, quality or tier; quality and tier changes are notified."""
+        """Change a number's cap, quality, tier or block (368, 131042, or None to lift it; False
+        leaves it); quality and tier changes are notified."""
+        if blocked not in (False, None, 368, 131042):
+            raise ControlError(400, "blocked must be 368, 131042 or null")
         if quality_rating is not None and quality_rating not in QUALITY_RATINGS:
             raise ControlError(400, f"quality_rating must be one of {', '.join(QUALITY_RATINGS)}")
         if messaging_limit_tier is not None and messaging_limit_tier not in TIERS:
@@ -524,6 +543,8 @@ class Simulator:
                 number.bucket.set_rate(float(mps))
             number.quality_rating = quality_rating or number.quality_rating
             number.messaging_limit_tier = messaging_limit_tier or number.messaging_limit_tier
+            if blocked is not False:
+                number.blocked = blocked
             result = number.public()
             self._changed = True
         if event is not None:
@@ -582,6 +603,10 @@ class Simulator:
         with self._lock:
             return list(self._sent)
 
+    def reads(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._reads)
+
     def clear_sent(self) -> None:
         with self._lock:
             self._sent.clear()
@@ -622,44 +647,41 @@ class Simulator:
             "shuffle": self.shuffle,
         }
 
-    def inbound(self, from_wa_id: str, phone_number_id: str, text: str, name: str | None = None
-                ) -> dict[str, Any]:
-        """A customer writes to a number: post a `messages` webhook now."""
+    def inbound(self, from_wa_id: str | None, phone_number_id: str, text: str, name: str | None = None,
+                user_id: str | None = None) -> dict[str, Any]:
+        """A customer writes to a number: post a `messages` webhook now. A user given only by
+        `user_id` (a username user who does not share their phone) comes without `from`."""
         number = self._control_number(phone_number_id)
-        wamid = _wamid(from_wa_id)
+        wa_id, user_id = _user_ids(from_wa_id, user_id)
+        wamid = _wamid(wa_id or _digits(user_id))
+        message: dict[str, Any] = {"from_user_id": user_id, "id": wamid,
+                                   "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
+        if wa_id:
+            message = {"from": wa_id, **message}
         value = {
             "messaging_product": "whatsapp",
             "metadata": number.metadata(),
-            "contacts": [{"profile": {"name": name or "Sim Customer"}, "wa_id": from_wa_id}],
-            "messages": [
-                {
-                    "from": from_wa_id,
-                    "id": wamid,
-                    "timestamp": str(int(time.time())),
-                    "type": "text",
-                    "text": {"body": text},
-                }
-            ],
+            "contacts": [sim_contact(wa_id, user_id, name)],
+            "messages": [message],
         }
-        return {"wamid": wamid, "webhook_status": self._post_now(number, "messages", value)}
+        return {"wamid": wamid, "user_id": user_id,
+                "webhook_status": self._post_now(number, "messages", value)}
 
-    def echo(self, phone_number_id: str, to_wa_id: str, text: str) -> dict[str, Any]:
+    def echo(self, phone_number_id: str, to_wa_id: str | None, text: str,
+             user_id: str | None = None) -> dict[str, Any]:
         """The business replies from its own app: post a `smb_message_echoes` webhook now."""
         number = self._control_number(phone_number_id)
-        wamid = _wamid(to_wa_id)
+        wa_id, user_id = _user_ids(to_wa_id, user_id)
+        wamid = _wamid(wa_id or _digits(user_id))
+        echo: dict[str, Any] = {"from": _digits(number.display_phone_number), "to_user_id": user_id, "id": wamid,
+                                "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
+        if wa_id:
+            echo["to"] = wa_id
         value = {
             "messaging_product": "whatsapp",
             "metadata": number.metadata(),
-            "message_echoes": [
-                {
-                    "from": _digits(number.display_phone_number),
-                    "to": to_wa_id,
-                    "id": wamid,
-                    "timestamp": str(int(time.time())),
-                    "type": "text",
-                    "text": {"body": text},
-                }
-            ],
+            "contacts": [sim_contact(wa_id, user_id)],
+            "message_echoes": [echo],
         }
         status = self._post_now(number, "smb_message_echoes", value)
         return {"wamid": wamid, "webhook_status": status}
@@ -731,7 +753,7 @@ class Simulator:
         query: Mapping[str, str],
         body: Any,
         authorization: str | None,
-        version: str = "v21.0",
+        version: str = GRAPH_VERSION,
     ) -> dict[str, Any]:
         """Answer one Graph API call (`path` without the `/{version}/` prefix)."""
         parts = [part for part in path.split("/") if part]
@@ -861,12 +883,23 @@ class Simulator:
                 )
             number.synced.add(sync_type)
             self._changed = True
+        for value in business_app_webhooks(number, sync_type):
+            self.webhooks.post_later(number.waba_id, sync_type, value)
         return {"messaging_product": "whatsapp", "request_id": secrets.token_hex(16)}
 
     def _send(self, number: SimNumber, body: Any) -> dict[str, Any]:
         self._apply_failure_mode()
+        if isinstance(body, dict) and body.get("status") == "read":
+            answer = _mark_read(body)
+            with self._lock:
+                self._reads.append({"phone_number_id": number.id, "message_id": body["message_id"],
+                                    "typing": body.get("typing_indicator") is not None})
+            return answer
         message = _validate_message(body)
-        to = _digits(message["to"])
+        self._check_blocked(number)
+        wa_id, user_id = _recipient(message)
+        # The behaviours by suffix, throttling and wamids go by the phone, or the id's digits.
+        to = wa_id or _digits(user_id)
         template = name = language = None
         if message["type"] == "template":
             name = message["template"]["name"]
@@ -895,10 +928,12 @@ class Simulator:
                 400, 131026, "(#131026) Message Undeliverable.",
                 details="Message Undeliverable.",
             )
+
         wamid = _wamid(to)
         callback_data = message.get("biz_opaque_callback_data")
         record = {
-            "to": to,
+            "to": wa_id or user_id,
+            "recipient": user_id,
             "type": message["type"],
             "template": name,
             "language": language,
@@ -912,15 +947,23 @@ class Simulator:
             self._sent.append(record)
             if self._files is not None:
                 self._unsaved_sent.append(record)
-        self._schedule_statuses(number, wamid, to, callback_data, template)
+        self._schedule_statuses(number, wamid, to, callback_data, template, sim_contact(wa_id, user_id))
         result: dict[str, Any] = {"id": wamid}
         if template is not None:
             result["message_status"] = "accepted"
-        return {
-            "messaging_product": "whatsapp",
-            "contacts": [{"input": message["to"], "wa_id": to}],
-            "messages": [result],
-        }
+        contact: dict[str, Any] = {"input": message.get("to") or message["recipient"], "user_id": user_id}
+        if wa_id:
+            contact["wa_id"] = wa_id
+        return {"messaging_product": "whatsapp", "contacts": [contact], "messages": [result]}
+
+    @staticmethod
+    def _check_blocked(number: SimNumber) -> None:
+        if number.blocked == 368:
+            raise GraphError(400, 368, "(#368) Temporarily blocked for policies violations",
+                             details="The business account is restricted from messaging for a policy violation.")
+        if number.blocked == 131042:
+            raise GraphError(400, 131042, "(#131042) Business eligibility payment issue",
+                             details="There was an error related to your payment method.")
 
     def _apply_failure_mode(self) -> None:
         with self._lock:
@@ -950,6 +993,7 @@ class Simulator:
         to: str,
         callback_data: str | None,
         template: dict[str, Any] | None,
+        contact: dict[str, Any],
     ) -> None:
         if not self.webhook_url:
             return
@@ -962,8 +1006,12 @@ class Simulator:
                 "id": wamid,
                 "status": name,
                 "timestamp": str(int(time.time())),
-                "recipient_id": to,
+                "recipient_user_id": contact["user_id"],
+                # Taken out into the value's `contacts` when the batch is posted.
+                "_contact": contact,
             }
+            if contact.get("wa_id"):
+                item["recipient_id"] = contact["wa_id"]
             if callback_data is not None:
                 item["biz_opaque_callback_data"] = callback_data
             item.update(extra)
@@ -985,10 +1033,13 @@ class Simulator:
             "id": secrets.token_hex(16),
             "origin": {"type": category},
         }
-        pricing = {"billable": True, "pricing_model": "PMP", "category": category}
+        pricing = {"billable": category != "service", "pricing_model": "PMP",
+                   "type": "regular" if category != "service" else "free_customer_service",
+                   "category": category}
         delivered = status("delivered", conversation=conversation, pricing=pricing)
         self.webhooks.schedule(now + self.delivered_delay, number.waba_id, metadata, delivered)
-        self.webhooks.schedule(now + self.read_delay, number.waba_id, metadata, status("read"))
+        self.webhooks.schedule(now + self.read_delay, number.waba_id, metadata,
+                               status("read", pricing=pricing))
 
     # Control endpoints
 
@@ -1009,7 +1060,7 @@ class Simulator:
         if route == ("POST", "numbers") and len(parts) == 2:
             return self.set_number(
                 parts[1], args.get("mps"), args.get("quality_rating"),
-                args.get("messaging_limit_tier"),
+                args.get("messaging_limit_tier"), args.get("blocked", False),
             )
         if route == ("POST", "templates"):
             _require(args, "name", "language")
@@ -1018,16 +1069,19 @@ class Simulator:
             return self.set_template(args["name"], args["language"], **options)
         if route == ("GET", "sent"):
             return {"data": self.sent()}
+        if route == ("GET", "reads"):
+            return {"data": self.reads()}
         if route == ("DELETE", "sent"):
             self.clear_sent()
             return {"deleted": True}
         if route == ("POST", "inbound"):
-            _require(args, "from", "to", "text")
-            return self.inbound(str(args["from"]), str(args["to"]), str(args["text"]),
-                                args.get("name"))
+            _require(args, "to", "text")
+            return self.inbound(_opt_str(args.get("from")), str(args["to"]), str(args["text"]),
+                                args.get("name"), _opt_str(args.get("user_id")))
         if route == ("POST", "echo"):
-            _require(args, "from", "to", "text")
-            return self.echo(str(args["from"]), str(args["to"]), str(args["text"]))
+            _require(args, "from", "text")
+            return self.echo(str(args["from"]), _opt_str(args.get("to")), str(args["text"]),
+                             _opt_str(args.get("user_id")))
         if route == ("POST", "fail"):
             _require(args, "mode")
             self.fail(str(args["mode"]), float(args.get("seconds", 60)), args.get("hang"))
@@ -1041,12 +1095,37 @@ class Simulator:
         raise ControlError(404, f"no {method} {path} in this simulator")
 
 
+def _mark_read(body: dict[str, Any]) -> dict[str, Any]:
+    """Mark-as-read (with a typing indicator when asked): no `to`, the message id names the chat."""
+    if body.get("messaging_product") != "whatsapp":
+        raise GraphError(400, 100, "(#100) The parameter messaging_product is required.")
+    if not isinstance(body.get("message_id"), str) or not body["message_id"].startswith("wamid."):
+        raise GraphError(400, 100, "(#100) The parameter message_id is required.")
+    typing = body.get("typing_indicator")
+    if typing is not None and (not isinstance(typing, dict) or typing.get("type") != "text"):
+        raise GraphError(400, 100, "(#100) Invalid parameter", details="typing_indicator.type must be text")
+    return {"success": True}
+
+
+def _recipient(message: dict[str, Any]) -> tuple[str | None, str]:
+    """The phone number (None for a send by business-scoped id) and the user id of a send."""
+    recipient = message.get("recipient")
+    if isinstance(recipient, str) and recipient:
+        if not BSUID.match(recipient):
+            raise GraphError(400, 100, "(#100) Invalid parameter",
+                             details="recipient must be a business-scoped user id")
+        return None, recipient
+    wa_id = _digits(message["to"])
+    return wa_id, user_id_for(wa_id)
+
+
 def _validate_message(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise GraphError(400, 100, "(#100) Invalid parameter", details="body must be JSON")
     if body.get("messaging_product") != "whatsapp":
         raise GraphError(400, 100, "(#100) The parameter messaging_product is required.")
-    if not isinstance(body.get("to"), str) or not _digits(body["to"]):
+    has_to = isinstance(body.get("to"), str) and bool(_digits(body["to"]))
+    if not has_to and not (isinstance(body.get("recipient"), str) and body["recipient"]):
         raise GraphError(400, 100, "(#100) The parameter to is required.")
     kind = body.setdefault("type", "text")
     if kind not in SEND_TYPES:
@@ -1143,6 +1222,52 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def business_app_contacts(phone_number_id: str) -> list[tuple[str, str]]:
+    """The simulated business app's contacts of a number: (phone, name), stable per number."""
+    base = phone_number_id[-6:]
+    return [(f"52155{base}{i}1", f"App Contact {i}") for i in range(1, 4)]
+
+
+def business_app_webhooks(number: SimNumber, sync_type: str) -> list[dict[str, Any]]:
+    """What a coexistence sync delivers: the app's contacts in one `smb_app_state_sync` webhook;
+    its chats in `history` chunks (the first contact wrote an hour ago and was answered), the
+    last chunk sent twice, as the platform may."""
+    now = int(time.time())
+    contacts = business_app_contacts(number.id)
+    base = {"messaging_product": "whatsapp", "metadata": number.metadata()}
+    if sync_type == "smb_app_state_sync":
+        return [{**base, "state_sync": [
+            {"type": "contact", "contact": {"full_name": name, "first_name": name.split()[0], "phone_number": phone},
+             "action": "add", "metadata": {"timestamp": str(now)}} for phone, name in contacts]}]
+    business = _digits(number.display_phone_number)
+    chunks = []
+    for order, (phone, _) in enumerate(contacts[:2], start=1):
+        wrote = now - 3600 if order == 1 else now - 3 * 86400
+        messages = [
+            {"from": phone, "id": _wamid(phone), "timestamp": str(wrote), "type": "text",
+             "text": {"body": "Hola, ¿cuánto debo?"}, "history_context": {"status": "READ"}},
+            {"from": business, "to": phone, "id": _wamid(phone), "timestamp": str(wrote + 60), "type": "text",
+             "text": {"body": "Te aviso enseguida"}, "history_context": {"status": "DELIVERED"}},
+        ]
+        chunks.append({**base, "history": [{"metadata": {"phase": 0, "chunk_order": order, "progress": 50 * order},
+                                            "threads": [{"id": phone, "messages": messages}]}]})
+    return [*chunks, chunks[-1]]
+
+
+def _opt_str(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _user_ids(wa_id: str | None, user_id: str | None) -> tuple[str | None, str]:
+    """A simulated user by phone number, business-scoped id or both."""
+    if wa_id is None and user_id is None:
+        raise ControlError(400, "from (a phone number) or user_id is required")
+    if user_id is not None and not BSUID.match(user_id):
+        raise ControlError(400, f"user_id {user_id!r} is not a business-scoped user id (CC.digits)")
+    wa_id = _digits(wa_id) if wa_id else None
+    return wa_id, user_id or user_id_for(wa_id or "")
+
+
 def _require(args: Mapping[str, Any], *names: str) -> None:
     missing = [name for name in names if args.get(name) in (None, "")]
     if missing:
@@ -1151,6 +1276,34 @@ def _require(args: Mapping[str, Any], *names: str) -> None:
 
 def _digits(value: str) -> str:
     return "".join(ch for ch in value if ch.isdigit())
+
+
+BSUID = re.compile(r"^[A-Z]{2}\.(?:ENT\.)?[A-Za-z0-9]{1,128}$")
+
+
+def user_id_for(wa_id: str) -> str:
+    """The simulated business-scoped user id of a phone number: stable, and ending in the
+    number's last four digits so the behaviours by suffix hold for it too."""
+    digest = hashlib.sha256(f"bsuid:{wa_id}".encode()).hexdigest()
+    return f"US.{int(digest[:12], 16):015d}{wa_id[-4:]}"
+
+
+def username_for(key: str) -> str | None:
+    """About one simulated user in ten (key ending in 7) has a username."""
+    digits = _digits(key)
+    return f"@user{digits[-6:]}" if digits.endswith("7") else None
+
+
+def sim_contact(wa_id: str | None, user_id: str, name: str | None = None) -> dict[str, Any]:
+    """A `contacts` entry as the platform sends it: `wa_id` only when the user shares it."""
+    profile: dict[str, Any] = {"name": name or "Sim Customer"}
+    username = username_for(user_id if wa_id is None else wa_id)
+    if username:
+        profile["username"] = username
+    contact: dict[str, Any] = {"profile": profile, "user_id": user_id}
+    if wa_id:
+        contact["wa_id"] = wa_id
+    return contact
 
 
 def _wamid(to: str) -> str:

@@ -26,6 +26,24 @@ STATUSES = frozenset({"sent", "delivered", "read", "failed"})
 
 
 @dataclass(frozen=True, slots=True)
+class PlatformUser:
+    """A WhatsApp user as the platform names them: a business-scoped user id (`user_id`), the
+    phone number (`wa_id`) only when the user shares it, and a username when they chose one."""
+
+    user_id: str | None = None
+    wa_id: str | None = None
+    parent_user_id: str | None = None
+    username: str | None = None
+    profile_name: str | None = None
+
+    @property
+    def key(self) -> str | None:
+        """How the service keys the user: the phone number when known (the contract's `wa_id`),
+        else the business-scoped id."""
+        return self.wa_id or self.user_id
+
+
+@dataclass(frozen=True, slots=True)
 class StatusUpdate:
     phone_number_id: str
     wamid: str
@@ -34,17 +52,22 @@ class StatusUpdate:
     recipient_id: str | None
     callback_data: str | None
     errors: list[dict[str, Any]] = field(default_factory=list)
+    recipient: PlatformUser = field(default_factory=PlatformUser)
 
 
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
     phone_number_id: str
     wamid: str
-    from_wa_id: str
+    from_wa_id: str | None
     type: str
     body: str | None
     timestamp: datetime
     raw: dict[str, Any]
+    sender: PlatformUser = field(default_factory=PlatformUser)
+    # A quick-reply button's payload, and the edited message's original id.
+    payload: str | None = None
+    edited_wamid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +76,48 @@ class EchoMessage:
 
     phone_number_id: str
     wamid: str
-    to_wa_id: str
+    to_wa_id: str | None
     type: str
     body: str | None
     timestamp: datetime
     raw: dict[str, Any]
+    recipient: PlatformUser = field(default_factory=PlatformUser)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncedContact:
+    """One business-app contact from a coexistence `smb_app_state_sync` webhook."""
+
+    phone_number_id: str
+    wa_id: str | None
+    user_id: str | None
+    full_name: str | None
+    action: str  # "add" or "remove"
+    timestamp: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryThread:
+    """One chat of a coexistence `history` webhook: the messages are past ones, never acted on;
+    only the last time the user wrote matters (it may still hold the 24-hour window open)."""
+
+    phone_number_id: str
+    user: PlatformUser
+    last_inbound_at: datetime | None
+    messages: int
+    phase: int | None
+    progress: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UserPreference:
+    """A user stopped (`stop`) or resumed (`resume`) marketing messages."""
+
+    phone_number_id: str
+    user: PlatformUser
+    category: str
+    value: str
+    timestamp: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +154,9 @@ Update = (
     | TemplateStatusUpdate
     | PhoneQualityUpdate
     | AccountUpdate
+    | SyncedContact
+    | HistoryThread
+    | UserPreference
 )
 
 
@@ -129,18 +192,51 @@ def _parse_messages_field(waba_id: str, value: Mapping[str, Any]) -> Iterator[Up
     phone_number_id = _phone_number_id(value)
     if phone_number_id is None:
         return
+    _log_value_errors(value)
+    users = _contact_users(value)
     for item in _dicts(value.get("statuses")):
-        yield from _skip_malformed(_status, phone_number_id, item)
+        yield from _skip_malformed(_status, phone_number_id, item, users)
     for item in _dicts(value.get("messages")):
-        yield from _skip_malformed(_inbound, phone_number_id, item)
+        yield from _skip_malformed(_inbound, phone_number_id, item, users)
 
 
 def _parse_echoes(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
     phone_number_id = _phone_number_id(value)
     if phone_number_id is None:
         return
+    users = _contact_users(value)
     for item in _dicts(value.get("message_echoes")):
-        yield from _skip_malformed(_echo, phone_number_id, item)
+        yield from _skip_malformed(_echo, phone_number_id, item, users)
+
+
+def _parse_app_state_sync(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
+    phone_number_id = _phone_number_id(value)
+    if phone_number_id is None:
+        return
+    for item in _dicts(value.get("state_sync")):
+        yield from _skip_malformed(_synced_contact, phone_number_id, item, {})
+
+
+def _parse_history(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
+    phone_number_id = _phone_number_id(value)
+    if phone_number_id is None:
+        return
+    _log_value_errors(value)
+    for chunk in _dicts(value.get("history")):
+        metadata = chunk.get("metadata") if isinstance(chunk.get("metadata"), Mapping) else {}
+        for thread in _dicts(chunk.get("threads")):
+            yield from _skip_malformed(
+                lambda pid, item, _users, meta=metadata: _history_thread(pid, item, meta),
+                phone_number_id, thread, {})
+
+
+def _parse_user_preferences(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
+    phone_number_id = _phone_number_id(value)
+    if phone_number_id is None:
+        return
+    users = _contact_users(value)
+    for item in _dicts(value.get("user_preferences")):
+        yield from _skip_malformed(_user_preference, phone_number_id, item, users)
 
 
 def _parse_template_status(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
@@ -191,47 +287,160 @@ _PARSERS: dict[Any, Callable[[str, Mapping[str, Any]], Iterator[Update]]] = {
     "message_template_status_update": _parse_template_status,
     "phone_number_quality_update": _parse_quality,
     "account_update": _parse_account_update,
+    "smb_app_state_sync": _parse_app_state_sync,
+    "history": _parse_history,
+    "user_preferences": _parse_user_preferences,
 }
 
 
-def _status(phone_number_id: str, item: Mapping[str, Any]) -> StatusUpdate | None:
+Users = dict[str, PlatformUser]
+
+
+def _contact_users(value: Mapping[str, Any]) -> Users:
+    """The value's `contacts`, indexed by every id each one carries."""
+    users: Users = {}
+    for contact in _dicts(value.get("contacts")):
+        profile = contact.get("profile") if isinstance(contact.get("profile"), Mapping) else {}
+        user = PlatformUser(
+            user_id=_str_or_none(contact.get("user_id")) or None,
+            wa_id=_str_or_none(contact.get("wa_id")) or None,
+            parent_user_id=_str_or_none(contact.get("parent_user_id")),
+            username=_str_or_none(profile.get("username")),
+            profile_name=_str_or_none(profile.get("name")),
+        )
+        for key in (user.user_id, user.wa_id):
+            if key:
+                users[key] = user
+    return users
+
+
+def _user(users: Users, wa_id: Any, user_id: Any, parent_user_id: Any = None) -> PlatformUser:
+    """The user an item names by phone number, business-scoped id or both, completed from the
+    value's `contacts`."""
+    wa_id, user_id = _str_or_none(wa_id) or None, _str_or_none(user_id) or None
+    known = users.get(user_id or "") or users.get(wa_id or "")
+    if known is None:
+        if wa_id is None and user_id is None:
+            raise ValueError("the item names no user")
+        return PlatformUser(user_id=user_id, wa_id=wa_id, parent_user_id=_str_or_none(parent_user_id))
+    return PlatformUser(user_id=user_id or known.user_id, wa_id=wa_id or known.wa_id,
+                        parent_user_id=_str_or_none(parent_user_id) or known.parent_user_id,
+                        username=known.username, profile_name=known.profile_name)
+
+
+def _status(phone_number_id: str, item: Mapping[str, Any], users: Users) -> StatusUpdate | None:
     status = item["status"]
     if status not in STATUSES:
         # e.g. a legacy "deleted": nothing the service tracks.
         return None
+    recipient = _user(users, item.get("recipient_id"), item.get("recipient_user_id"),
+                      item.get("recipient_parent_user_id"))
     return StatusUpdate(
         phone_number_id=phone_number_id,
         wamid=_required_str(item, "id"),
         status=status,
         timestamp=_timestamp(item["timestamp"]),
-        recipient_id=_str_or_none(item.get("recipient_id")),
+        recipient_id=recipient.key,
         callback_data=_str_or_none(item.get("biz_opaque_callback_data")),
         errors=list(_dicts(item.get("errors"))),
+        recipient=recipient,
     )
 
 
-def _inbound(phone_number_id: str, item: Mapping[str, Any]) -> InboundMessage:
+def _inbound(phone_number_id: str, item: Mapping[str, Any], users: Users) -> InboundMessage:
+    sender = _user(users, item.get("from"), item.get("from_user_id"), item.get("from_parent_user_id"))
+    for error in _dicts(item.get("errors")):
+        log.warning("platform reports an error on inbound message %s: %s %s", item.get("id"),
+                    error.get("code"), error.get("title"))
+    content = item
+    edit = item.get("edit")
+    if isinstance(edit, Mapping) and isinstance(edit.get("message"), Mapping):
+        content = edit["message"]
+    button = content.get("button") if isinstance(content.get("button"), Mapping) else {}
     return InboundMessage(
         phone_number_id=phone_number_id,
         wamid=_required_str(item, "id"),
-        from_wa_id=_required_str(item, "from"),
-        type=_required_str(item, "type"),
-        body=_message_body(item),
+        from_wa_id=sender.wa_id,
+        type=_required_str(content, "type"),
+        body=_message_body(content),
         timestamp=_timestamp(item["timestamp"]),
         raw=dict(item),
+        sender=sender,
+        payload=_str_or_none(button.get("payload")),
+        edited_wamid=_str_or_none(edit.get("original_message_id")) if isinstance(edit, Mapping) else None,
     )
 
 
-def _echo(phone_number_id: str, item: Mapping[str, Any]) -> EchoMessage:
+def _echo(phone_number_id: str, item: Mapping[str, Any], users: Users) -> EchoMessage:
+    recipient = _user(users, item.get("to"), item.get("to_user_id"), item.get("to_parent_user_id"))
     return EchoMessage(
         phone_number_id=phone_number_id,
         wamid=_required_str(item, "id"),
-        to_wa_id=_required_str(item, "to"),
+        to_wa_id=recipient.wa_id,
         type=_required_str(item, "type"),
         body=_message_body(item),
         timestamp=_timestamp(item["timestamp"]),
         raw=dict(item),
+        recipient=recipient,
     )
+
+
+def _synced_contact(phone_number_id: str, item: Mapping[str, Any], _users: Users) -> SyncedContact | None:
+    contact = item.get("contact")
+    if item.get("type") != "contact" or not isinstance(contact, Mapping):
+        return None
+    wa_id = _str_or_none(contact.get("phone_number")) or None
+    user_id = _str_or_none(contact.get("user_id")) or None
+    if wa_id is None and user_id is None:
+        raise ValueError("the contact names no user")
+    action = str(item.get("action") or "add").lower()
+    timestamp = item.get("metadata", {}).get("timestamp") if isinstance(item.get("metadata"), Mapping) else None
+    return SyncedContact(
+        phone_number_id=phone_number_id,
+        wa_id="".join(ch for ch in wa_id if ch.isdigit()) if wa_id else None,
+        user_id=user_id,
+        full_name=_str_or_none(contact.get("full_name")),
+        action=action,
+        timestamp=_timestamp(timestamp) if timestamp is not None else None,
+    )
+
+
+def _history_thread(phone_number_id: str, thread: Mapping[str, Any], metadata: Mapping[str, Any]) -> HistoryThread:
+    user = PlatformUser(wa_id=_str_or_none(thread.get("id")) or None,
+                        user_id=_str_or_none(thread.get("user_id")) or None)
+    if user.key is None:
+        raise ValueError("the thread names no user")
+    last_inbound: datetime | None = None
+    count = 0
+    for message in _dicts(thread.get("messages")):
+        count += 1
+        # The user's own messages carry `from` = the user; the business's carry its number.
+        sender = _str_or_none(message.get("from_user_id")) or _str_or_none(message.get("from"))
+        if sender not in {user.wa_id, user.user_id} or message.get("timestamp") is None:
+            continue
+        at = _timestamp(message["timestamp"])
+        if last_inbound is None or at > last_inbound:
+            last_inbound = at
+    return HistoryThread(phone_number_id=phone_number_id, user=user, last_inbound_at=last_inbound,
+                         messages=count, phase=_int_or_none(metadata.get("phase")),
+                         progress=_int_or_none(metadata.get("progress")))
+
+
+def _user_preference(phone_number_id: str, item: Mapping[str, Any], users: Users) -> UserPreference:
+    user = _user(users, item.get("wa_id"), item.get("user_id"), item.get("parent_user_id"))
+    timestamp = item.get("timestamp")
+    return UserPreference(phone_number_id=phone_number_id, user=user,
+                          category=str(item.get("category") or "marketing_messages"),
+                          value=_required_str(item, "value").lower(),
+                          timestamp=_timestamp(timestamp) if timestamp is not None else None)
+
+
+def _log_value_errors(value: Mapping[str, Any]) -> None:
+    # Errors at the value level concern the whole change (e.g. an unsupported message kind).
+    for error in _dicts(value.get("errors")):
+        log.warning("platform reports an error in a webhook: %s %s (%s)", error.get("code"), error.get("title"),
+                    (error.get("error_data") or {}).get("details") if isinstance(error.get("error_data"), Mapping)
+                    else None)
 
 
 def _message_body(item: Mapping[str, Any]) -> str | None:
@@ -251,12 +460,13 @@ def _message_body(item: Mapping[str, Any]) -> str | None:
 
 
 def _skip_malformed(
-    build: Callable[[str, Mapping[str, Any]], Update | None],
+    build: Callable[[str, Mapping[str, Any], Users], Update | None],
     phone_number_id: str,
     item: Mapping[str, Any],
+    users: Users,
 ) -> Iterator[Update]:
     try:
-        update = build(phone_number_id, item)
+        update = build(phone_number_id, item, users)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         log.warning("skipping malformed platform webhook item: %r", exc)
         return
@@ -286,6 +496,13 @@ def _required_str(item: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, (str, int)) or value == "":
         raise ValueError(f"{key} is missing")
     return str(value)
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _str_or_none(value: Any) -> str | None:

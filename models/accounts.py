@@ -38,6 +38,10 @@ class MessagingAccount(BaseModel):
     mps = IntegerField(default=COEXISTENCE_MPS)
     contacts_synced_at = DateTimeField(null=True)
     history_synced_at = DateTimeField(null=True)
+    # Coexistence sync progress: contacts imported, chats imported, the platform's percentage.
+    contacts_imported = IntegerField(default=0)
+    history_threads = IntegerField(default=0)
+    history_progress = IntegerField(null=True)
     templates_synced_at = DateTimeField(null=True)
     created_at = DateTimeField(default=utcnow)
     connected_at = DateTimeField(null=True)
@@ -108,8 +112,10 @@ class ContactWindow(BaseModel):
     """When a customer last wrote to a number: single messages are allowed for 24 hours after."""
 
     account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    wa_id = CharField(max_length=32)
+    wa_id = CharField(max_length=160)  # the phone number, or the business-scoped id of a user who hides it
     last_inbound_at = DateTimeField()
+    # The message that opened it: marked read, with a typing indicator, when the business answers.
+    last_inbound_wamid = CharField(max_length=255, null=True)
 
     class Meta:
         indexes = ((("account", "wa_id"), True),)
@@ -119,7 +125,7 @@ class BusinessInitiated(BaseModel):
     """A user the number started a conversation with: the messaging tier counts these per moving 24 h."""
 
     account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    wa_id = CharField(max_length=32)
+    wa_id = CharField(max_length=160)
     last_sent_at = DateTimeField(index=True)
 
     class Meta:
@@ -175,10 +181,10 @@ def get_account(tenant_id: int, public_id: str) -> MessagingAccount:
     return account
 
 
-def open_window(account_id: int, wa_id: str, at: dt.datetime) -> None:
-    (ContactWindow.insert(account=account_id, wa_id=wa_id, last_inbound_at=at)
+def open_window(account_id: int, wa_id: str, at: dt.datetime, wamid: str | None = None) -> None:
+    (ContactWindow.insert(account=account_id, wa_id=wa_id, last_inbound_at=at, last_inbound_wamid=wamid)
      .on_conflict(conflict_target=[ContactWindow.account, ContactWindow.wa_id],
-                  update={ContactWindow.last_inbound_at: at},
+                  update={ContactWindow.last_inbound_at: at, ContactWindow.last_inbound_wamid: wamid},
                   where=(ContactWindow.last_inbound_at < at))
      .execute())
 

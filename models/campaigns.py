@@ -36,9 +36,10 @@ from peewee import (
     IntegerField,
     fn,
 )
-from pydantic import AliasChoices, Field, StringConstraints, field_validator
+from pydantic import AliasChoices, Field, StringConstraints, field_validator, model_validator
 
-from models import credits
+from messaging.payloads import USER_ID
+from models import credits, platform_users
 from models.accounts import MessagingAccount, Template, get_account
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
@@ -54,9 +55,12 @@ INSERT_CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
 
 CAMPAIGN_STATUSES = ("queued", "pending", "processing", "completed", "failed", "cancelled")
 ACTIVE_STATUSES = ("queued", "pending", "processing")
-RECIPIENT_STATUSES = ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled")
-# What a campaign reports; `cancelled` is extra, so the counters always add up to the total.
-COUNTERS = ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled")
+# `skipped`: never sent, for a reason in its `error_code` (`marketing_opt_out`: the user asked the
+# number for no marketing messages); no credit is reserved for it.
+RECIPIENT_STATUSES = ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled", "skipped")
+# What a campaign reports; `cancelled` and `skipped` are extra, so the counters always add up to the total.
+COUNTERS = ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled", "skipped")
+MARKETING_OPT_OUT = "marketing_opt_out"
 MEDIA_HEADERS = ("image", "video", "document")
 
 
@@ -75,7 +79,9 @@ Variables = Annotated[list[Variable], Field(max_length=MAX_VARIABLES)]
 
 
 class RecipientInput(Input):
-    wa_id: text(32)
+    # A phone number, or `user_id`: the business-scoped id of a user who hides their phone.
+    wa_id: text(32) | None = None
+    user_id: text(160) | None = None
     external_contact_id: text(160) | None = None
     vars: Variables | None = None
     payload: dict[str, Any] | None = None
@@ -91,6 +97,14 @@ class RecipientInput(Input):
             if size > MAX_PAYLOAD_BYTES:
                 raise ValueError(f"must be at most {MAX_PAYLOAD_BYTES} bytes as JSON, got {size}")
         return value
+
+    @model_validator(mode="after")
+    def _one_identity(self) -> RecipientInput:
+        if (self.wa_id is None) == (self.user_id is None):
+            raise ValueError("give exactly one of wa_id (a phone number) and user_id (a business-scoped user id)")
+        if self.user_id is not None and not USER_ID.match(self.user_id):
+            raise ValueError("user_id must be a business-scoped user id such as MX.1502576394655843")
+        return self
 
 
 class CampaignInput(Input):
@@ -156,7 +170,7 @@ class CampaignRecipient(BaseModel):
     public_id = CharField(unique=True, max_length=40)
     # The (campaign, status, id) index serves claims, counters and the recipients list.
     campaign = ForeignKeyField(Campaign, on_delete="CASCADE", index=False)
-    wa_id = CharField(max_length=32)
+    wa_id = CharField(max_length=160)  # a phone number or a business-scoped user id
     external_contact_id = CharField(max_length=160, null=True)
     vars = JSONField(null=True)
     payload = JSONField(null=True)
@@ -467,7 +481,7 @@ def _header(template: Template, data: CampaignInput) -> tuple[str | None, str | 
     return expected, data.header_url
 
 
-def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, Any]]:
+def _recipient_rows(data: CampaignInput, variable_count: int, account_id: int) -> list[dict[str, Any]]:
     """Normalize, deduplicate and resolve the variables of every recipient.
 
     A recipient's `vars` replace `body_placeholders`; a null in `vars` takes the default at the
@@ -479,7 +493,9 @@ def _recipient_rows(data: CampaignInput, variable_count: int) -> list[dict[str, 
     stored = 0
     bad_numbers: dict[str, list[str]] = {}
     for index, item in enumerate(data.recipients):
-        wa_id = digits(item.wa_id)
+        # Keyed (and deduplicated) by the user: a business-scoped id known to belong to a phone
+        # number is that number.
+        wa_id = platform_users.user_key(account_id, item.user_id) if item.user_id else digits(item.wa_id or "")
         if not wa_id:
             bad_numbers[f"recipients.{index}.wa_id"] = ["must contain digits"]
             continue
@@ -525,8 +541,14 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
     account = sendable_account(tenant_id, data.account_id)
     template = approved_template(account, data.template_name, data.language)
     header_type, header_url = _header(template, data)
-    rows = _recipient_rows(data, template.variable_count or 0)
+    rows = _recipient_rows(data, template.variable_count or 0, account.id)
+    if (template.category or "").upper() == "MARKETING":
+        opted_out = platform_users.marketing_opted_out(account.id, [row["wa_id"] for row in rows])
+        for row in rows:
+            if row["wa_id"] in opted_out:
+                row["skipped"] = MARKETING_OPT_OUT
     total = len(rows)
+    to_send = sum(1 for row in rows if not row.get("skipped"))
     now = utcnow()
     with atomic():
         campaign = Campaign.create(
@@ -534,19 +556,25 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
             external_reference=data.external_reference, template_name=template.name,
             template_language=template.language, header_type=header_type, header_url=header_url,
             body_placeholders=data.body_placeholders, status="queued", total_recipients=total, created_at=now)
-        CampaignCredits.create(campaign=campaign.id, reserved=total)
-        credits.reserve(tenant_id, total, campaign_id=campaign.id, messaging_account_id=account.id,
-                        reference=campaign.public_id)
+        CampaignCredits.create(campaign=campaign.id, reserved=to_send)
+        if to_send:
+            credits.reserve(tenant_id, to_send, campaign_id=campaign.id, messaging_account_id=account.id,
+                            reference=campaign.public_id)
         insert_recipients(campaign.id, rows, now)
         emit_many(tenant_id, "campaign.created", [campaign_event(campaign, account.public_id)])
+        if not to_send:
+            finish_after_commit([campaign.id])  # every recipient skipped: nothing to dispatch
     return campaign
+
+
+SKIP_REASONS = {MARKETING_OPT_OUT: "the user asked this number for no marketing messages"}
 
 
 def insert_recipients(campaign_id: int, rows: list[dict[str, Any]], now: dt.datetime) -> None:
     """The campaign's recipients, `pending`, in a few multi-row INSERTs (5000 in ~0.1 s)."""
     table = CampaignRecipient._meta.table_name
     columns = ("public_id", "campaign_id", "wa_id", "external_contact_id", "vars", "payload", "status", "attempts",
-               "throttled", "retries", "created_at")
+               "throttled", "retries", "created_at", "error_code", "last_error")
     ids = public_ids("rcp_", len(rows))
     for start in range(0, len(rows), INSERT_CHUNK):
         chunk = rows[start:start + INSERT_CHUNK]
@@ -555,7 +583,8 @@ def insert_recipients(campaign_id: int, rows: list[dict[str, Any]], now: dt.date
             params += [public_id, campaign_id, row["wa_id"], row["external_contact_id"],
                        orjson.dumps(row["vars"]).decode(),
                        orjson.dumps(row["payload"]).decode() if row["payload"] is not None else None,
-                       "pending", 0, 0, 0, now]
+                       "skipped" if row.get("skipped") else "pending", 0, 0, 0, now,
+                       row.get("skipped"), SKIP_REASONS.get(row.get("skipped"))]
         run_sql(f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES {placeholders(len(chunk), len(columns))}',
                 params)
 

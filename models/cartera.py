@@ -978,3 +978,13 @@ def refresh_overdue(now: dt.datetime | None = None) -> int:
              .execute())
     return changed
 
+
+
+def open_debts_of_phone(tenant_id: int, phone: str) -> list[str]:
+    """The external ids of the open debts of the tenant's debtor with this phone (digits): a
+    message from that user, by phone or by a business-scoped id linked to it, concerns them."""
+    query = (Debt.select(Debt.external_id).join(Debtor)
+             .where((Debt.tenant == tenant_id) & (Debtor.tenant == tenant_id) & (Debtor.telefono == phone)
+                    & Debt.status.in_(OPEN_DEBT))
+             .order_by(Debt.external_id))
+    return [row.external_id for row in query]

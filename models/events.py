@@ -24,6 +24,7 @@ from models.tenants import Tenant
 
 CORE_EVENTS = (
     "account.connected",
+    "account.paused",
     "campaign.created",
     "campaign.completed",
     "message.sent",

@@ -20,12 +20,13 @@ backwards and each is reported once); the contract's Message shows those as `sen
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Annotated, Any, Literal
 
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from models import accounts, credits
+from models import accounts, credits, platform_users
 from models.accounts import MessagingAccount
 from models.base import BaseModel, JSONField
 from models.campaigns import digits, sendable_account
@@ -38,6 +39,7 @@ from models.inputs import text as limited  # a field below is called `text`
 from models.tenants import Tenant
 
 MESSAGE_TYPES = ("text", "image", "document", "audio", "video", "interactive")
+log = logging.getLogger(__name__)
 MIN_DIGITS, MAX_DIGITS = 8, 15
 PUBLIC_STATUS = {"queued": "queued", "sent": "sent", "delivered": "sent", "read": "sent", "failed": "failed"}
 
@@ -116,7 +118,8 @@ class InteractiveInput(Input):
 
 class MessageInput(Input):
     account_id: limited(64)
-    to: limited(32)
+    # A phone number (up to 32 characters), or a business-scoped user id (`CC.digits`, up to 160).
+    to: limited(160)
     type: Literal["text", "image", "document", "audio", "video", "interactive"]
     external_reference: limited(160) | None = None
     text: TextInput | None = None
@@ -125,6 +128,13 @@ class MessageInput(Input):
     audio: AudioInput | None = None
     document: DocumentInput | None = None
     interactive: InteractiveInput | None = None
+
+    @field_validator("to")
+    @classmethod
+    def _phone_or_user_id(cls, value: str) -> str:
+        if len(value) > 32 and not platform_users.is_user_id(value.strip()):
+            raise ValueError("String should have at most 32 characters")
+        return value
 
     @model_validator(mode="after")
     def _content_matches_type(self):
@@ -146,7 +156,7 @@ class Message(BaseModel):
     public_id = CharField(unique=True, max_length=40)
     tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
     account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    to = CharField(max_length=32)
+    to = CharField(max_length=160)  # a phone number or a business-scoped user id
     type = CharField(max_length=16)
     content = JSONField()
     external_reference = CharField(max_length=160, null=True)
@@ -206,6 +216,9 @@ def event_fields(message: Message, account_public_id: str, status: str, at: dt.d
 
 
 def normalize_recipient(raw: str) -> str:
+    """A phone number as digits, or a business-scoped user id as given (a user who hides their phone)."""
+    if platform_users.is_user_id(raw.strip()):
+        return raw.strip()
     number = digits(raw)
     if not MIN_DIGITS <= len(number) <= MAX_DIGITS:
         raise Invalid(f"`to` must have {MIN_DIGITS} to {MAX_DIGITS} digits; {raw!r} has {len(number)}",
@@ -221,7 +234,9 @@ def create_message(tenant_id: int, data: MessageInput) -> Message:
     `wallet_paused`). Nothing is reserved unless every rule passes.
     """
     account = sendable_account(tenant_id, data.account_id)
-    to = normalize_recipient(data.to)
+    # The window, daily count, pacing and the send go by the user's key: a business-scoped id known
+    # to belong to a phone number is sent to that number.
+    to = platform_users.user_key(account.id, normalize_recipient(data.to))
     if not accounts.window_open(account.id, to):
         raise Invalid(f"{to} has not written to this number in the last 24 hours; use a template campaign",
                       code="outside_24h_window", details={"to": to})
@@ -243,3 +258,26 @@ def get_message(tenant_id: int, public_id: str) -> Message:
     if message is None:
         raise NotFound(f"no message {public_id}", code="message_not_found")
     return message
+
+
+def mark_conversation_read(message_id: int) -> bool:
+    """Before a single message goes out, mark the customer's last message read and show the typing
+    indicator (the platform drops it when the reply arrives, or after 25 s). Best effort: the
+    reply is sent either way. True when marked."""
+    from messaging.errors import PlatformError
+    from models.sending.messenger import account_token, graph_client
+
+    message = Message.get_or_none(Message.id == message_id)
+    if message is None or message.status != "queued":
+        return False
+    window = accounts.ContactWindow.get_or_none((accounts.ContactWindow.account == message.account_id)
+                                                & (accounts.ContactWindow.wa_id == message.to))
+    if window is None or not window.last_inbound_wamid:
+        return False
+    account = MessagingAccount.get_by_id(message.account_id)
+    try:
+        graph_client().mark_read(account.phone_id, account_token(account), window.last_inbound_wamid, typing=True)
+    except PlatformError as error:
+        log.info("message %s: could not mark the conversation read: %s", message.public_id, error)
+        return False
+    return True

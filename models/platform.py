@@ -25,13 +25,17 @@ from prometheus_client import Counter
 from messaging.webhooks import (
     AccountUpdate,
     EchoMessage,
+    HistoryThread,
     InboundMessage,
     PhoneQualityUpdate,
+    PlatformUser,
     StatusUpdate,
+    SyncedContact,
     TemplateStatusUpdate,
+    UserPreference,
     parse_notification,
 )
-from models import accounts
+from models import accounts, cartera, platform_users
 from models.accounts import MessagingAccount
 from models.base import BaseModel
 from models.clock import isoformat, to_utc_naive, utcnow
@@ -49,6 +53,11 @@ REDELIVERIES = Counter("svc_platform_redeliveries_total",
 CLAIM_TIMEOUT = dt.timedelta(seconds=15)
 # After this many failed runs a batch is left alone (and logged) instead of failing forever.
 MAX_ATTEMPTS = 20
+
+# What a user sends that opens the 24-hour customer service window; reactions, edits, revokes,
+# system and unsupported messages do not.
+WINDOW_OPENING_TYPES = frozenset({"text", "image", "video", "audio", "document", "sticker", "location",
+                                  "contacts", "interactive", "button", "order"})
 
 QUALITY_FLAGGED = "quality_flagged"
 ACCOUNT_RESTRICTED = "account_restricted"
@@ -141,6 +150,7 @@ def process_batch(batch_id: int) -> BatchOutcome:
                 for update in updates:
                     if not isinstance(update, StatusUpdate):
                         _apply(update, outcome)
+                _link_status_recipients(statuses)
                 PlatformWebhookBatch.update(applied_at=utcnow()).where(
                     PlatformWebhookBatch.id == batch_id).execute()
         outcome.statuses_applied = _apply_statuses(batch_id, statuses)
@@ -195,6 +205,12 @@ def _apply(update: Any, outcome: BatchOutcome) -> None:
         _apply_quality(update, outcome)
     elif isinstance(update, AccountUpdate):
         _apply_account_update(update)
+    elif isinstance(update, HistoryThread):
+        _apply_history(update)
+    elif isinstance(update, SyncedContact):
+        _apply_synced_contact(update)
+    elif isinstance(update, UserPreference):
+        _apply_user_preference(update)
 
 
 def _account_for_number(phone_number_id: str) -> MessagingAccount | None:
@@ -218,15 +234,29 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
     if account is None or not _first_time(message.wamid, "inbound"):
         return
     at = to_utc_naive(message.timestamp)
-    accounts.open_window(account.id, message.from_wa_id, at)
-    emit(account.tenant_id, "message.inbound.created", {
+    sender = message.sender
+    key = platform_users.remember(account.id, sender)
+    if message.type in WINDOW_OPENING_TYPES:
+        accounts.open_window(account.id, key, at, message.wamid)
+    data = {
         "account_id": account.public_id,
-        "from": message.from_wa_id,
+        # The contract's `from`: the phone number, or the business-scoped id of a user who hides it.
+        "from": key,
         "type": message.type,
         "body": message.body,
         "wam_id": message.wamid,
         "timestamp": isoformat(at),
-    })
+    }
+    data.update(_identity(sender))
+    if message.payload is not None:
+        data["payload"] = message.payload
+    if message.edited_wamid is not None:
+        data["edited_wam_id"] = message.edited_wamid
+    # The receivables replica: a debtor is known by phone, and a user who hides theirs is still
+    # that phone's user once the platform linked the two.
+    if key and key.isdigit() and (debts := cartera.open_debts_of_phone(account.tenant_id, key)):
+        data["debt_external_ids"] = debts
+    emit(account.tenant_id, "message.inbound.created", data)
     outcome.events += 1
 
 
@@ -237,13 +267,75 @@ def _apply_echo(message: EchoMessage, outcome: BatchOutcome) -> None:
     emit(account.tenant_id, "message.echo.created", {
         "account_id": account.public_id,
         "direction": "outgoing_from_business_app",
-        "to": message.to_wa_id,
+        "to": platform_users.remember(account.id, message.recipient),
         "type": message.type,
         "body": message.body,
         "wam_id": message.wamid,
         "timestamp": isoformat(to_utc_naive(message.timestamp)),
+        **_identity(message.recipient),
     })
     outcome.events += 1
+
+
+def _identity(user: PlatformUser) -> dict[str, str]:
+    """The user's platform identity beside the contract fields, where the platform gave it."""
+    fields = {"user_id": user.user_id, "username": user.username}
+    return {name: value for name, value in fields.items() if value}
+
+
+def _link_status_recipients(statuses: list[StatusUpdate]) -> None:
+    """A status naming its recipient by both phone and id links them (once per user a batch)."""
+    seen: set[tuple[str, str, str]] = set()
+    for update in statuses:
+        user = update.recipient
+        if not (user.wa_id and user.user_id) or (update.phone_number_id, user.wa_id, user.user_id) in seen:
+            continue
+        seen.add((update.phone_number_id, user.wa_id, user.user_id))
+        account = MessagingAccount.get_or_none(MessagingAccount.phone_id == update.phone_number_id)
+        if account is not None:
+            platform_users.remember(account.id, user)
+
+
+def _apply_history(thread: HistoryThread) -> None:
+    """A chat the business app had before onboarding: only the user's last message counts, so a
+    customer who wrote within 24 hours can be answered at once. Nothing is emitted or sent."""
+    account = _account_for_number(thread.phone_number_id)
+    if account is None:
+        return
+    key = platform_users.remember(account.id, thread.user)
+    if key is None:
+        return
+    if thread.last_inbound_at is not None:
+        accounts.open_window(account.id, key, to_utc_naive(thread.last_inbound_at))
+    changes: dict[Any, Any] = {}
+    # The platform sends history in phases and may send a chunk again: each chat counts once.
+    if _first_time(f"history:{account.id}:{key}", "history"):
+        changes[MessagingAccount.history_threads] = MessagingAccount.history_threads + 1
+    if thread.progress is not None and thread.progress > (account.history_progress or 0):
+        changes[MessagingAccount.history_progress] = thread.progress
+    if changes:
+        MessagingAccount.update(changes).where(MessagingAccount.id == account.id).execute()
+
+
+def _apply_synced_contact(contact: SyncedContact) -> None:
+    """A business-app contact: its name and ids are kept (a removal keeps the user, without the name)."""
+    account = _account_for_number(contact.phone_number_id)
+    if account is None:
+        return
+    user = PlatformUser(user_id=contact.user_id, wa_id=contact.wa_id)
+    if contact.action == "remove":
+        platform_users.forget_contact(account.id, user)
+    else:
+        platform_users.remember(account.id, user, contact_name=contact.full_name or "")
+    MessagingAccount.update(contacts_imported=platform_users.contacts_of(account.id)).where(
+        MessagingAccount.id == account.id).execute()
+
+
+def _apply_user_preference(preference: UserPreference) -> None:
+    account = _account_for_number(preference.phone_number_id)
+    if account is None or preference.category != "marketing_messages":
+        return
+    platform_users.set_marketing_opt_out(account.id, preference.user, preference.value == "stop")
 
 
 def _apply_template_status(update: TemplateStatusUpdate, outcome: BatchOutcome) -> None:

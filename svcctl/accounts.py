@@ -25,6 +25,10 @@ def account_dict(account: MessagingAccount) -> dict:
         "templates_synced_at": isoformat(account.templates_synced_at),
         "contacts_synced_at": isoformat(account.contacts_synced_at),
         "history_synced_at": isoformat(account.history_synced_at),
+        # The coexistence sync's progress: contacts and chats imported, the platform's percentage.
+        "contacts_imported": account.contacts_imported,
+        "history_threads": account.history_threads,
+        "history_progress": account.history_progress,
     }
 
 

@@ -100,7 +100,8 @@ def test_the_delivered_status_carries_conversation_and_pricing(sim, graph, recei
     raw = [status for post in receiver.posts
            for change in post.json()["entry"][0]["changes"] for status in change["value"]["statuses"]]
     delivered = next(item for item in raw if item["status"] == "delivered")
-    assert delivered["pricing"] == {"billable": True, "pricing_model": "PMP", "category": "utility"}
+    assert delivered["pricing"] == {"billable": True, "pricing_model": "PMP", "type": "regular",
+                                    "category": "utility"}
     assert delivered["conversation"]["origin"] == {"type": "utility"}
 
 

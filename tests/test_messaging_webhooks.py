@@ -12,10 +12,13 @@ import pytest
 from messaging.webhooks import (
     AccountUpdate,
     EchoMessage,
+    HistoryThread,
     InboundMessage,
     PhoneQualityUpdate,
+    PlatformUser,
     StatusUpdate,
     TemplateStatusUpdate,
+    UserPreference,
     parse_notification,
     sign,
     verify_signature,
@@ -110,6 +113,7 @@ def test_status_updates_are_parsed():
         recipient_id="5215551234567",
         callback_data="rcp_123",
         errors=[],
+        recipient=PlatformUser(wa_id="5215551234567"),
     )
     assert failed.status == "failed"
     assert failed.callback_data is None
@@ -252,3 +256,110 @@ def test_malformed_messages_and_values_are_skipped():
     assert parse_notification(no_metadata) == []
     assert parse_notification(value_not_object) == []
     assert parse_notification(bad_event) == []
+
+
+# The platform's current shapes, as its documentation shows them: users by business-scoped id.
+
+BSUID = "US.13491208655302741918"
+CONTACT = {"profile": {"name": "Sheena Nelson", "username": "@realsheenanelson"}, "wa_id": "16505551234",
+           "user_id": BSUID, "parent_user_id": "US.ENT.11815799212886844830"}
+HIDDEN_CONTACT = {"profile": {"name": "Sheena Nelson", "username": "@realsheenanelson"}, "user_id": BSUID}
+
+
+def current(field: str, **value) -> dict:
+    return {"object": "whatsapp_business_account", "entry": [{"id": "102290129340398", "changes": [
+        {"field": field, "value": {"messaging_product": "whatsapp",
+                                   "metadata": {"display_phone_number": "15550783881", "phone_number_id": NUMBER_ID},
+                                   **value}}]}]}
+
+
+INBOUND_SAMPLES = [
+    ({"type": "text", "text": {"body": "hi"}}, "hi", None),
+    ({"type": "image", "image": {"caption": "receipt", "mime_type": "image/jpeg", "sha256": "x", "id": "1"}},
+     "receipt", None),
+    ({"type": "location", "location": {"latitude": 19.4, "longitude": -99.1, "name": "Office"}}, None, None),
+    ({"type": "contacts", "contacts": [{"name": {"formatted_name": "Ana"}, "phones": [{"phone": "+1 555"}]}]},
+     None, None),
+    ({"type": "interactive", "interactive": {"type": "button_reply", "button_reply": {"id": "y", "title": "Yes"}}},
+     "Yes", None),
+    ({"type": "interactive", "interactive": {"type": "list_reply",
+                                             "list_reply": {"id": "m", "title": "Monthly", "description": "d"}}},
+     "Monthly", None),
+    ({"type": "button", "button": {"payload": "PAID", "text": "Ya pagué"},
+      "context": {"from": "15550783881", "id": "wamid.TPL"}}, "Ya pagué", "PAID"),
+    ({"type": "order", "order": {"catalog_id": "1", "product_items": []}}, None, None),
+    ({"type": "reaction", "reaction": {"message_id": "wamid.X", "emoji": "👍"}}, None, None),
+    ({"type": "unsupported", "errors": [{"code": 131051, "title": "Message type unknown",
+                                         "error_data": {"details": "Message type is not currently supported"}}],
+      "unsupported": {"type": "edit"}}, None, None),
+]
+
+
+@pytest.mark.parametrize(("content", "body", "payload"), INBOUND_SAMPLES)
+@pytest.mark.parametrize("contact", [CONTACT, HIDDEN_CONTACT], ids=["shares-phone", "username-only"])
+def test_every_inbound_type_names_its_user(content, body, payload, contact):
+    message = {"from_user_id": BSUID, "id": "wamid.IN", "timestamp": "1750263773", **content}
+    if "wa_id" in contact:
+        message["from"] = contact["wa_id"]
+    [update] = parse_notification(current("messages", contacts=[contact], messages=[message]))
+    assert isinstance(update, InboundMessage)
+    assert (update.type, update.body, update.payload) == (content["type"], body, payload)
+    assert update.sender == PlatformUser(user_id=BSUID, wa_id=contact.get("wa_id"),
+                                         parent_user_id=contact.get("parent_user_id"),
+                                         username="@realsheenanelson", profile_name="Sheena Nelson")
+    assert update.from_wa_id == contact.get("wa_id")
+
+
+def test_an_edit_carries_the_new_text_and_the_original_id():
+    message = {"from_user_id": BSUID, "id": "wamid.EDIT", "timestamp": "1750263773", "type": "edit",
+               "edit": {"original_message_id": "wamid.ORIG", "message": {"type": "text", "text": {"body": "v2"}}}}
+    [update] = parse_notification(current("messages", contacts=[HIDDEN_CONTACT], messages=[message]))
+    assert (update.type, update.body, update.edited_wamid) == ("text", "v2", "wamid.ORIG")
+
+
+def test_a_failed_status_with_pricing_names_a_username_recipient():
+    status = {"id": "wamid.S", "status": "failed", "timestamp": "1750263773", "recipient_user_id": BSUID,
+              "errors": [{"code": 131049, "title": "This message was not delivered to maintain healthy ecosystem "
+                                                   "engagement.", "error_data": {"details": "..."}}],
+              "pricing": {"billable": False, "pricing_model": "PMP", "type": "regular", "category": "marketing"}}
+    [update] = parse_notification(current("messages", contacts=[HIDDEN_CONTACT], statuses=[status]))
+    assert update.recipient_id == BSUID and update.recipient.username == "@realsheenanelson"
+    assert update.errors[0]["code"] == 131049
+
+
+def test_an_echo_to_a_username_user():
+    echo = {"from": "15550783881", "to_user_id": BSUID, "id": "wamid.E", "timestamp": "1750263773",
+            "type": "text", "text": {"body": "thanks"}}
+    [update] = parse_notification(current("smb_message_echoes", contacts=[HIDDEN_CONTACT], message_echoes=[echo]))
+    assert isinstance(update, EchoMessage) and update.to_wa_id is None and update.recipient.user_id == BSUID
+
+
+def test_history_and_app_state_sync():
+    history = [{"metadata": {"phase": 1, "chunk_order": 2, "progress": 80}, "threads": [
+        {"id": "16505551234", "messages": [
+            {"from": "16505551234", "id": "wamid.H1", "timestamp": "1750000000", "type": "text",
+             "text": {"body": "old"}, "history_context": {"status": "READ"}},
+            {"from": "16505551234", "id": "wamid.H2", "timestamp": "1750000500", "type": "image",
+             "image": {"id": "1"}, "history_context": {"status": "READ"}},
+            {"from": "15550783881", "to": "16505551234", "id": "wamid.H3", "timestamp": "1750000900",
+             "type": "text", "text": {"body": "reply"}, "history_context": {"status": "DELIVERED"}}]}]}]
+    [thread] = parse_notification(current("history", history=history))
+    assert isinstance(thread, HistoryThread)
+    assert (thread.user.wa_id, thread.messages, thread.phase, thread.progress) == ("16505551234", 3, 1, 80)
+    assert thread.last_inbound_at == datetime.fromtimestamp(1750000500, UTC)
+    state = [{"type": "contact", "contact": {"full_name": "Ana Pérez", "first_name": "Ana",
+                                             "phone_number": "+1 650-555-1234"},
+              "action": "add", "metadata": {"timestamp": "1750000000"}},
+             {"type": "contact", "contact": {"phone_number": "16505550000"}, "action": "remove",
+              "metadata": {"timestamp": "1750000001"}}]
+    added, removed = parse_notification(current("smb_app_state_sync", state_sync=state))
+    assert (added.wa_id, added.full_name, added.action) == ("16505551234", "Ana Pérez", "add")
+    assert (removed.wa_id, removed.action) == ("16505550000", "remove")
+
+
+def test_user_preferences():
+    preference = {"wa_id": "16505551234", "user_id": BSUID, "detail": "User requested to stop marketing messages",
+                  "category": "marketing_messages", "value": "stop", "timestamp": 1750000000}
+    [update] = parse_notification(current("user_preferences", contacts=[CONTACT], user_preferences=[preference]))
+    assert isinstance(update, UserPreference)
+    assert (update.user.user_id, update.user.wa_id, update.value) == (BSUID, "16505551234", "stop")

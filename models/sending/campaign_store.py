@@ -42,7 +42,15 @@ from models.credits import Wallet
 from models.db import atomic, db, lock_in_order, lock_rows, skip_locked
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
 from models.sending.fairness import split_evenly
-from models.sending.messenger import Verdict, account_token, error_code, error_text, template_payload, verdict
+from models.sending.messenger import (
+    Verdict,
+    account_token,
+    error_code,
+    error_text,
+    pause_blocked_numbers,
+    template_payload,
+    verdict,
+)
 from models.sending.work import BatchResult, Job, NumberPlan
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
@@ -298,8 +306,11 @@ class CampaignStore:
             elif kind is Verdict.UNANSWERED:
                 result.unanswered += 1
                 result.unanswered_numbers.add(job.account_id)
-            elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED):
+            elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED,
+                          Verdict.ACCOUNT_BLOCKED):
                 retry.append(job)
+                if kind is Verdict.ACCOUNT_BLOCKED:
+                    result.blocked[job.account_id] = error_text(job.error)
                 if kind in (Verdict.THROTTLED, Verdict.RETRY):
                     result.throttled_numbers.add(job.account_id)  # the platform struggles: slow down
             else:
@@ -327,6 +338,7 @@ class CampaignStore:
             for job in gone:
                 moves[job.campaign_id]["release"] += 1
             move_credits_many(dict(moves), description=error_text(gone[0].error) if gone else None)
+            pause_blocked_numbers(result.blocked)
         return result
 
     def _record_accepted(self, jobs: list[Job], now: dt.datetime) -> list[Job]:
@@ -379,12 +391,14 @@ class CampaignStore:
         R = CampaignRecipient
         changed = 0
         for token, group in _by_token(jobs).items():
-            throttled = [j for j in group if verdicts[j.id] is Verdict.THROTTLED]
+            # Throttled, or refused because the number's business account is blocked (it is paused):
+            # the platform was handed these, so the attempt counts.
+            throttled = [j for j in group if verdicts[j.id] in (Verdict.THROTTLED, Verdict.ACCOUNT_BLOCKED)]
             missed = [j for j in group if verdicts[j.id] is Verdict.SLOT_MISSED]
             pair = [j for j in group if verdicts[j.id] is Verdict.PAIR_THROTTLED]
             transient = [j for j in group if verdicts[j.id] is Verdict.RETRY]
             kinds = (
-                # The whole number is throttled (its schedule is held): due again, for a new slot.
+                # The whole number is throttled (its schedule is held) or paused: due again, for a new slot.
                 (throttled, {}),
                 # The send missed its slot and never reached the platform: due again, for a new
                 # slot, and its claim was no attempt (`attempts` counts what the platform was handed).

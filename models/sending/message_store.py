@@ -24,7 +24,14 @@ from models.clock import utcnow
 from models.db import atomic, lock_rows, skip_locked
 from models.messages import Message, event_fields
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
-from models.sending.messenger import Verdict, account_token, error_text, message_payload, verdict
+from models.sending.messenger import (
+    Verdict,
+    account_token,
+    error_text,
+    message_payload,
+    pause_blocked_numbers,
+    verdict,
+)
 from models.sending.work import BatchResult, Job, NumberPlan
 
 
@@ -131,8 +138,11 @@ class MessageStore:
                     # settles it; sending again could deliver it twice.
                     result.unanswered += 1
                     result.unanswered_numbers.add(job.account_id)
-                elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED):
+                elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED,
+                              Verdict.ACCOUNT_BLOCKED):
                     result.retried += _give_back(job, kind, mine, now)
+                    if kind is Verdict.ACCOUNT_BLOCKED:
+                        result.blocked[job.account_id] = error_text(job.error)
                     if kind in (Verdict.THROTTLED, Verdict.RETRY):
                         result.throttled_numbers.add(job.account_id)
                 else:
@@ -146,6 +156,7 @@ class MessageStore:
                                        for job, row in sent], now)
             result.failed = self._fail([(job.id, job.claim_token) for job, _ in failed], None, None, now,
                                        {job.id: (code, error_text(job.error)) for job, code in failed}, moves)
+            pause_blocked_numbers(result.blocked)
         return result
 
     def settle(self, jobs: list[Job], result: BatchResult) -> None:

@@ -19,7 +19,9 @@ from config import get_settings
 from messaging import payloads
 from messaging.client import GraphClient
 from messaging.errors import PlatformError, PlatformUnavailableError, ThrottledError
+from models import accounts
 from models.accounts import MessagingAccount
+from models.events import emit
 from models.secrets import decrypt
 
 if TYPE_CHECKING:
@@ -31,6 +33,9 @@ MAX_PAIR_THROTTLES = 5  # 131056 waits: 4, 16, 64, 256, 1024 s
 # The number cannot send any more: expired or revoked token (190), permissions (10, 200),
 # account locked (131031), number deregistered (133010), access denied (131005).
 DISCONNECTED_CODES = frozenset({10, 190, 200, 131005, 131031, 133010})
+# The business account may send nothing until someone acts: restricted for a policy violation (368)
+# or a payment problem (131042). The number is paused rather than the rest of the list burnt.
+BLOCKING_CODES = frozenset({368, 131042})
 # The template itself is refused: every recipient would fail the same way.
 TEMPLATE_CODES = frozenset({132000, 132001, 132005, 132007, 132012, 132015, 132016})
 
@@ -114,6 +119,7 @@ class Verdict(enum.Enum):
     FAILED = "failed"  # refused for good: failed, its credit released
     DISCONNECTED = "disconnected"  # failed, and the number can send no more
     TEMPLATE_REFUSED = "template_refused"  # failed, and the template can send no more
+    ACCOUNT_BLOCKED = "account_blocked"  # never sent: back to the queue, and the number paused
     SLOT_MISSED = "slot_missed"  # never sent (late for its slot): back to the queue, nothing held or counted
 
 
@@ -132,11 +138,29 @@ def verdict(job: Job) -> Verdict:
         return Verdict.PAIR_THROTTLED if job.throttled + 1 <= MAX_PAIR_THROTTLES else Verdict.FAILED
     if error.retryable:
         return Verdict.RETRY if job.retries + 1 <= MAX_RETRIES else Verdict.FAILED
+    if error.code in BLOCKING_CODES:
+        return Verdict.ACCOUNT_BLOCKED
     if error.code in DISCONNECTED_CODES or _object_gone(error):
         return Verdict.DISCONNECTED
     if error.code in TEMPLATE_CODES:
         return Verdict.TEMPLATE_REFUSED
     return Verdict.FAILED
+
+
+def pause_blocked_numbers(blocked: dict[int, str]) -> None:
+    """Pause each number the platform blocked (`account.paused` event with the reason); its
+    campaigns are held until an administrator resumes it. Call inside the recording transaction."""
+    for account_id, reason in sorted(blocked.items()):
+        if accounts.pause_account(account_id, f"{PLATFORM_BLOCKED}: {reason}"):
+            account = MessagingAccount.get_by_id(account_id)
+            emit(account.tenant_id, "account.paused", {
+                "account": {"id": account.public_id, "label": account.label,
+                            "external_reference": account.external_reference,
+                            "phone_number": account.phone_number, "status": account.status},
+                "reason": account.paused_reason})
+
+
+PLATFORM_BLOCKED = "platform_blocked"
 
 
 def _object_gone(error: PlatformError) -> bool:

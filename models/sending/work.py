@@ -59,6 +59,7 @@ class BatchResult:
     accepted_numbers: set[int] = field(default_factory=set)
     disconnected: dict[int, str] = field(default_factory=dict)  # number id -> reason
     template_refused: dict[int, str] = field(default_factory=dict)  # campaign id -> reason
+    blocked: dict[int, str] = field(default_factory=dict)  # number id -> reason (paused)
 
     def add(self, other: BatchResult) -> None:
         self.accepted += other.accepted
@@ -70,6 +71,7 @@ class BatchResult:
         self.accepted_numbers |= other.accepted_numbers
         self.disconnected.update(other.disconnected)
         self.template_refused.update(other.template_refused)
+        self.blocked.update(other.blocked)
 
 
 class Store(Protocol):
