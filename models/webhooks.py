@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import random
 import secrets as random_secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -707,42 +707,43 @@ def replay_event(event_public_id: str, tenant_id: int | None = None) -> tuple[in
 
 def replay_since(since: dt.datetime, tenant_id: int | None = None, batch: int = 500) -> tuple[int, set[int]]:
     """Replay every event created at or after `since` (optionally one tenant's)."""
-    total = 0
-    touched: set[int] = set()
-    last_id = 0
-    while True:
+
+    def events_after(last_id: int) -> list[Event]:
         condition = (Event.created_at >= since) & (Event.id > last_id)
         if tenant_id is not None:
             condition &= Event.tenant == tenant_id
-        events = list(Event.select().where(condition).order_by(Event.id).limit(batch))
-        if not events:
-            return total, touched
-        with atomic():
-            created, endpoints = _replay_to_current_endpoints(events, utcnow())
-        total += created
-        touched |= endpoints
-        last_id = events[-1].id
+        return list(Event.select().where(condition).order_by(Event.id).limit(batch))
+
+    return _replay_in_batches(events_after)
 
 
 def replay_failed_since(tenant_id: int, since: dt.datetime, batch: int = 500) -> tuple[int, set[int]]:
     """Replay the tenant's events with a delivery created at or after `since` that has not
     succeeded and will not by itself soon: `exhausted`, or `failed` and waiting for a retry."""
-    total = 0
-    touched: set[int] = set()
-    last_id = 0
-    while True:
+
+    def events_after(last_id: int) -> list[Event]:
         failed = (WebhookDelivery.select(WebhookDelivery.event).distinct()
                   .where((WebhookDelivery.tenant == tenant_id) & (WebhookDelivery.created_at >= since)
                          & WebhookDelivery.status.in_(("failed", "exhausted")) & (WebhookDelivery.event > last_id))
                   .order_by(WebhookDelivery.event).limit(batch))
-        events = list(Event.select().where(Event.id.in_([row.event_id for row in failed])).order_by(Event.id))
-        if not events:
-            return total, touched
+        return list(Event.select().where(Event.id.in_([row.event_id for row in failed])).order_by(Event.id))
+
+    return _replay_in_batches(events_after)
+
+
+def _replay_in_batches(events_after: Callable[[int], list[Event]]) -> tuple[int, set[int]]:
+    """Replay batch after batch of events (ascending id after the last one replayed), each batch in
+    a transaction of its own; returns the deliveries created and the endpoints they went to."""
+    total = 0
+    touched: set[int] = set()
+    last_id = 0
+    while events := events_after(last_id):
         with atomic():
             created, endpoints = _replay_to_current_endpoints(events, utcnow())
         total += created
         touched |= endpoints
         last_id = events[-1].id
+    return total, touched
 
 
 def deliveries(tenant_id: int, endpoint_public_id: str | None = None, event_name: str | None = None,
