@@ -54,8 +54,8 @@ CLAIM_TIMEOUT = dt.timedelta(seconds=15)
 # After this many failed runs a batch is left alone (and logged) instead of failing forever.
 MAX_ATTEMPTS = 20
 
-# What a user sends that opens the 24-hour customer service window; reactions, edits, revokes,
-# system and unsupported messages do not.
+# What a user sends that opens the 24-hour customer service window; reactions, edits (of any
+# kind), revokes, system and unsupported messages do not.
 WINDOW_OPENING_TYPES = frozenset({"text", "image", "video", "audio", "document", "sticker", "location",
                                   "contacts", "interactive", "button", "order"})
 
@@ -236,7 +236,7 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
     at = to_utc_naive(message.timestamp)
     sender = message.sender
     key = platform_users.remember(account.id, sender)
-    if message.type in WINDOW_OPENING_TYPES:
+    if message.type in WINDOW_OPENING_TYPES and message.edited_wamid is None:
         accounts.open_window(account.id, key, at, message.wamid)
     data = {
         "account_id": account.public_id,
