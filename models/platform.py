@@ -284,14 +284,15 @@ def _identity(user: PlatformUser) -> dict[str, str]:
 
 
 def _link_status_recipients(statuses: list[StatusUpdate]) -> None:
-    """A status naming its recipient by both phone and id links them (once per user a batch)."""
-    seen: set[tuple[str, str, str]] = set()
-    for update in statuses:
-        user = update.recipient
-        if not (user.wa_id and user.user_id) or (update.phone_number_id, user.wa_id, user.user_id) in seen:
-            continue
-        seen.add((update.phone_number_id, user.wa_id, user.user_id))
-        account = MessagingAccount.get_or_none(MessagingAccount.phone_id == update.phone_number_id)
+    """A status naming its recipient by both phone and id links them (once per user a batch).
+
+    Concurrent batches name the same users in any order: they are taken in one order (number,
+    phone, id; the lock order of docs/reliability.md), so two batches inserting or updating the
+    same `platform_user` rows wait for each other instead of deadlocking."""
+    users = {(update.phone_number_id, update.recipient.wa_id, update.recipient.user_id): update.recipient
+             for update in statuses if update.recipient.wa_id and update.recipient.user_id}
+    for (phone_number_id, _wa_id, _user_id), user in sorted(users.items(), key=lambda item: item[0]):
+        account = MessagingAccount.get_or_none(MessagingAccount.phone_id == phone_number_id)
         if account is not None:
             platform_users.remember(account.id, user)
 
