@@ -8,7 +8,7 @@ from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, Inte
 
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import execute
+from models.db import execute, lock_in_order
 from models.errors import Invalid, NotFound
 from models.secrets import EncryptedText
 from models.tenants import Tenant
@@ -187,6 +187,34 @@ def open_window(account_id: int, wa_id: str, at: dt.datetime, wamid: str | None 
                   update={ContactWindow.last_inbound_at: at, ContactWindow.last_inbound_wamid: wamid},
                   where=(ContactWindow.last_inbound_at < at))
      .execute())
+
+
+def move_user(account_id: int, old_keys: set[str], new_key: str) -> None:
+    """A user the number knew by other keys (a business-scoped id, before the platform linked the
+    phone) is known by `new_key` from now on: their customer window and business-initiated send
+    move to it, the later of each kept, so a send by either key sees one user.
+
+    Call in the transaction that linked the user, after its `platform_user` rows (docs/reliability.md,
+    the lock order): the business-initiated rows are locked in ascending (number, user) first."""
+    keys = sorted(old_keys | {new_key})
+    windows = list(ContactWindow.select().where(
+        (ContactWindow.account == account_id) & ContactWindow.wa_id.in_(keys)).order_by(ContactWindow.wa_id))
+    moved_windows = [window for window in windows if window.wa_id != new_key]
+    if moved_windows:
+        latest = max(windows, key=lambda window: window.last_inbound_at)
+        ContactWindow.delete().where(ContactWindow.id.in_([window.id for window in moved_windows])).execute()
+        open_window(account_id, new_key, latest.last_inbound_at, latest.last_inbound_wamid)
+    sends = list(lock_in_order(BusinessInitiated.select().where(
+        (BusinessInitiated.account == account_id) & BusinessInitiated.wa_id.in_(keys))
+        .order_by(BusinessInitiated.wa_id)))
+    moved_sends = [send for send in sends if send.wa_id != new_key]
+    if moved_sends:
+        latest_send = max(send.last_sent_at for send in sends)
+        BusinessInitiated.delete().where(BusinessInitiated.id.in_([send.id for send in moved_sends])).execute()
+        (BusinessInitiated.insert(account=account_id, wa_id=new_key, last_sent_at=latest_send)
+         .on_conflict(conflict_target=[BusinessInitiated.account, BusinessInitiated.wa_id],
+                      update={BusinessInitiated.last_sent_at: latest_send})
+         .execute())
 
 
 def window_open(account_id: int, wa_id: str, now: dt.datetime | None = None) -> bool:
