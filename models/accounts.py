@@ -6,6 +6,7 @@ import datetime as dt
 
 from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField, fn
 
+from messaging.payloads import USER_ID
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
 from models.db import execute, lock_in_order
@@ -145,7 +146,7 @@ def record_business_sends_many(pairs: set[tuple[int, str]], at: dt.datetime) -> 
     (number, user) order, the lock order of docs/reliability.md. Hand-written SQL: this runs in
     every batch of sends and of status updates."""
     table = BusinessInitiated._meta.table_name
-    rows = sorted(pairs)
+    rows = sorted(_with_linked_phones(pairs))
     for start in range(0, len(rows), BUSINESS_CHUNK):
         chunk = rows[start:start + BUSINESS_CHUNK]
         params: list = []
@@ -154,6 +155,27 @@ def record_business_sends_many(pairs: set[tuple[int, str]], at: dt.datetime) -> 
         values = ", ".join(["(?, ?, ?)"] * len(chunk))
         execute(f'INSERT INTO "{table}" (account_id, wa_id, last_sent_at) VALUES {values} '
                 "ON CONFLICT (account_id, wa_id) DO UPDATE SET last_sent_at = excluded.last_sent_at", params)
+
+
+def _with_linked_phones(pairs: set[tuple[int, str]]) -> set[tuple[int, str]]:
+    """The pairs with each business-scoped id whose user's phone the platform has linked replaced
+    by that phone: a message stored under the id before the link and sent after counts the user
+    the link made one (`move_user`). Phone numbers, nearly every key, cost no query. The links are
+    `platform_user` rows (models/platform_users.py, which imports this module: hence SQL here)."""
+    ids: dict[int, list[str]] = {}
+    for account_id, key in pairs:
+        if USER_ID.match(key):
+            ids.setdefault(account_id, []).append(key)
+    if not ids:
+        return pairs
+    phones: dict[tuple[int, str], str] = {}
+    for account_id, keys in ids.items():
+        for start in range(0, len(keys), BUSINESS_CHUNK):
+            chunk = keys[start:start + BUSINESS_CHUNK]
+            cursor = execute('SELECT user_id, wa_id FROM "platform_user" WHERE account_id = ? AND wa_id IS NOT NULL '
+                             f"AND user_id IN ({', '.join(['?'] * len(chunk))})", [account_id, *chunk])
+            phones.update({(account_id, user_id): wa_id for user_id, wa_id in cursor.fetchall()})
+    return {(account_id, phones.get((account_id, key), key)) for account_id, key in pairs}
 
 
 def messages_sent_today(account_id: int, now: dt.datetime | None = None) -> int:

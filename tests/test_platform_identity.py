@@ -191,6 +191,9 @@ def test_a_window_opened_by_business_scoped_id_stays_with_the_user_once_their_ph
         accounts.BusinessInitiated.account == number.id)] == [phone]
     assert accounts.messages_sent_today(number.id) == 1
     assert platform_users.open_windows(number.id, [waiting.to, phone], utcnow()) == {user_id, phone}
+    # A message stored under the id before the link and accepted after it counts the same user.
+    accounts.record_business_sends(number.id, [waiting.to])
+    assert accounts.messages_sent_today(number.id) == 1
     # A later message by phone, or by id, sees the open window.
     for to in (phone, user_id):
         later = client.simulate_post("/api/v1/messages", headers=alice.headers, json={
