@@ -2,8 +2,8 @@
 
 Two files in the simulator's data dir:
 
-- `simulator.json`: numbers (with their tokens), unused codes, templates, subscriptions. Small,
-  and rewritten whole on a change: written to a temporary file, flushed to disk, then renamed
+- `simulator.json`: numbers (with their tokens, caps and blocks), unused codes, templates,
+  subscriptions. Small, and rewritten whole on a change: written to a temporary file, flushed to disk, then renamed
   over the old one, so a crash leaves the old state or the new one, never half of either.
 - `simulator-sent.jsonl`: the accepted sends, one JSON object a line, appended in batches. A
   send costs no rewrite of everything sent before it; a line torn by a crash is skipped on

@@ -1,9 +1,11 @@
 """A local stand-in for the messaging platform (the Graph API subset the service uses).
 
 A real HTTP server on 127.0.0.1 that answers with the platform's JSON success and error
-envelopes under any `/vNN.N/` prefix, and posts signed status, inbound and echo webhooks to
-the service. State is in memory, guarded by one lock; with a data dir it is also kept on disk
-(messaging/sim_state.py) and read back at start, so a restart is an outage, not a new platform.
+envelopes under the Graph versions the platform serves (`SERVED_GRAPH_VERSIONS`; a retired one
+is answered by the oldest served, as Graph does), and posts signed status, inbound and echo
+webhooks to the service. State is in memory, guarded by one lock; with a data dir it is also
+kept on disk (messaging/sim_state.py) and read back at start, so a restart is an outage, not a
+new platform.
 
 Graph API endpoints:
 
@@ -82,7 +84,21 @@ SEND_TYPES = frozenset(
      "location", "contacts", "reaction"}
 )
 
-_VERSION_PREFIX = re.compile(r"^/v\d+\.\d+/")
+_VERSION_PREFIX = re.compile(r"^/(v\d+\.\d+)/")
+
+# The Graph API versions the platform serves on 2026-11-25. Each is served for two years after
+# the next one comes out (developers.facebook.com/docs/graph-api/changelog/versions): v21.0 until
+# 2027-01-21, v22.0 until 2027-05-20, v23.0 until 2027-10-08, v24.0 until 2028-02-18, v25.0
+# until 2028-07-29, v26.0 (released 2026-07-29) until two years after v27.0. Update this set as
+# versions come and go, so that the simulator answers a stale SVC_GRAPH_VERSION as Graph does.
+SERVED_GRAPH_VERSIONS = ("v21.0", "v22.0", "v23.0", "v24.0", "v25.0", "v26.0")
+# Every version Graph released before those (v1.0, v2.0 to v2.12, v3.0 to v3.3, v4.0 to v20.0).
+# Graph answers a call to one of them with the oldest version it still serves ("once a version is
+# no longer usable, any calls made to it will be defaulted to the next oldest usable version");
+# a version it never released is a path it does not know (error 2500).
+RETIRED_GRAPH_VERSIONS = frozenset(
+    ["v1.0", *(f"v2.{minor}" for minor in range(13)), *(f"v3.{minor}" for minor in range(4)),
+     *(f"v{major}.0" for major in range(4, 21))])
 
 
 class GraphError(Exception):
@@ -201,14 +217,16 @@ class SimNumber:
             "id": self.id, "waba_id": self.waba_id, "display_phone_number": self.display_phone_number,
             "verified_name": self.verified_name, "token": self.token, "mps": self.bucket.rate,
             "quality_rating": self.quality_rating, "messaging_limit_tier": self.messaging_limit_tier,
-            "synced": sorted(self.synced),
+            "synced": sorted(self.synced), "blocked": self.blocked,
         }
 
     @classmethod
     def restored(cls, saved: dict[str, Any]) -> SimNumber:
         fields = {name: saved[name] for name in ("id", "waba_id", "display_phone_number", "verified_name",
                                                  "token", "quality_rating", "messaging_limit_tier")}
-        return cls(**fields, bucket=ThroughputWindow(float(saved["mps"])), synced=set(saved["synced"]))
+        # A state file written before blocks were kept has no "blocked": the number was not blocked.
+        return cls(**fields, bucket=ThroughputWindow(float(saved["mps"])), synced=set(saved["synced"]),
+                   blocked=saved.get("blocked"))
 
 
 def builtin_templates() -> list[dict[str, Any]]:
@@ -726,7 +744,8 @@ class Simulator:
                 except (TypeError, ValueError) as exc:  # e.g. {"mps": "fast"}
                     raise ControlError(400, f"invalid request: {exc}") from exc
             match = _VERSION_PREFIX.match(url.path)
-            if match is None:
+            version = served_version(match.group(1)) if match is not None else None
+            if match is None or version is None:
                 raise GraphError(400, 2500, f"Unknown path components: {url.path}")
             return 200, self.handle_graph(
                 request.method,
@@ -734,7 +753,7 @@ class Simulator:
                 dict(parse_qsl(url.query)),
                 body,
                 request.headers.get("authorization"),
-                version=match.group(0).strip("/"),
+                version=version,
             )
         except (GraphError, ControlError) as exc:
             return _error_response(exc)
@@ -1192,6 +1211,16 @@ def _quality_event(
             return "FLAGGED"
         if number.quality_rating == "RED":
             return "UNFLAGGED"
+    return None
+
+
+def served_version(asked: str) -> str | None:
+    """The Graph version that answers a call made to `asked`: itself while served, the oldest
+    served one for a retired version, None for a version Graph never released."""
+    if asked in SERVED_GRAPH_VERSIONS:
+        return asked
+    if asked in RETIRED_GRAPH_VERSIONS:
+        return SERVED_GRAPH_VERSIONS[0]
     return None
 
 

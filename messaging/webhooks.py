@@ -53,6 +53,18 @@ class StatusUpdate:
     callback_data: str | None
     errors: list[dict[str, Any]] = field(default_factory=list)
     recipient: PlatformUser = field(default_factory=PlatformUser)
+    # What the platform charges for the message (`billable`, `pricing_model`, `category`, `type`).
+    pricing: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Media:
+    """A media attachment as the platform reports it: its media id (downloadable through the
+    Graph API with the number's token), type and, for documents, the file's name."""
+
+    id: str
+    mime_type: str | None = None
+    filename: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +77,11 @@ class InboundMessage:
     timestamp: datetime
     raw: dict[str, Any]
     sender: PlatformUser = field(default_factory=PlatformUser)
-    # A quick-reply button's payload, and the edited message's original id.
+    # A quick-reply button's payload or the id of the chosen interactive reply (button or list
+    # row), and the edited message's original id.
     payload: str | None = None
     edited_wamid: str | None = None
+    media: Media | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,11 +358,16 @@ def _status(phone_number_id: str, item: Mapping[str, Any], users: Users) -> Stat
         callback_data=_str_or_none(item.get("biz_opaque_callback_data")),
         errors=list(_dicts(item.get("errors"))),
         recipient=recipient,
+        pricing=dict(item["pricing"]) if isinstance(item.get("pricing"), Mapping) else None,
     )
 
 
 def _inbound(phone_number_id: str, item: Mapping[str, Any], users: Users) -> InboundMessage:
-    sender = _user(users, item.get("from"), item.get("from_user_id"), item.get("from_parent_user_id"))
+    system = item.get("system") if isinstance(item.get("system"), Mapping) else {}
+    # A system message may name no sender: a user who changed their business-scoped id is named
+    # by the new one inside `system`.
+    sender = _user(users, item.get("from"), item.get("from_user_id") or system.get("user_id"),
+                   item.get("from_parent_user_id"))
     for error in _dicts(item.get("errors")):
         log.warning("platform reports an error on inbound message %s: %s %s", item.get("id"),
                     error.get("code"), error.get("title"))
@@ -356,7 +375,6 @@ def _inbound(phone_number_id: str, item: Mapping[str, Any], users: Users) -> Inb
     edit = item.get("edit")
     if isinstance(edit, Mapping) and isinstance(edit.get("message"), Mapping):
         content = edit["message"]
-    button = content.get("button") if isinstance(content.get("button"), Mapping) else {}
     return InboundMessage(
         phone_number_id=phone_number_id,
         wamid=_required_str(item, "id"),
@@ -366,8 +384,9 @@ def _inbound(phone_number_id: str, item: Mapping[str, Any], users: Users) -> Inb
         timestamp=_timestamp(item["timestamp"]),
         raw=dict(item),
         sender=sender,
-        payload=_str_or_none(button.get("payload")),
+        payload=_reply_payload(content),
         edited_wamid=_str_or_none(edit.get("original_message_id")) if isinstance(edit, Mapping) else None,
+        media=_media(content),
     )
 
 
@@ -443,20 +462,59 @@ def _log_value_errors(value: Mapping[str, Any]) -> None:
                     else None)
 
 
-def _message_body(item: Mapping[str, Any]) -> str | None:
-    """The text a person would read: text body, media caption, or the chosen reply."""
+MEDIA_TYPES = frozenset({"image", "video", "audio", "document", "sticker"})
+
+
+def _content(item: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The object named by the message's type (`{"type": "image", "image": {...}}`)."""
     kind = item.get("type")
     content = item.get(kind) if isinstance(kind, str) else None
-    if not isinstance(content, Mapping):
+    return content if isinstance(content, Mapping) else None
+
+
+def _message_body(item: Mapping[str, Any]) -> str | None:
+    """The text a person would read: text body, media caption, the chosen reply, a reaction's
+    emoji, an order's note, or what a system message says."""
+    kind, content = item.get("type"), _content(item)
+    if content is None:
         return None
-    if kind == "text":
+    if kind in ("text", "system"):
         return _str_or_none(content.get("body"))
-    if kind == "button":
-        return _str_or_none(content.get("text"))
+    if kind in ("button", "order"):
+        return _str_or_none(content.get("text")) or None
+    if kind == "reaction":
+        return _str_or_none(content.get("emoji")) or None  # none: the reaction was removed
     if kind == "interactive":
-        reply = content.get("button_reply") or content.get("list_reply")
-        return _str_or_none(reply.get("title")) if isinstance(reply, Mapping) else None
+        reply = _interactive_reply(content)
+        return _str_or_none(reply.get("title")) if reply is not None else None
     return _str_or_none(content.get("caption"))
+
+
+def _interactive_reply(content: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    reply = content.get("button_reply") or content.get("list_reply")
+    return reply if isinstance(reply, Mapping) else None
+
+
+def _reply_payload(item: Mapping[str, Any]) -> str | None:
+    """What the business put behind the reply the user chose: a template quick-reply button's
+    payload, or the id of an interactive button or list row."""
+    kind, content = item.get("type"), _content(item)
+    if content is None:
+        return None
+    if kind == "button":
+        return _str_or_none(content.get("payload"))
+    if kind == "interactive":
+        reply = _interactive_reply(content)
+        return _str_or_none(reply.get("id")) if reply is not None else None
+    return None
+
+
+def _media(item: Mapping[str, Any]) -> Media | None:
+    content = _content(item)
+    if item.get("type") not in MEDIA_TYPES or content is None or not content.get("id"):
+        return None
+    return Media(id=str(content["id"]), mime_type=_str_or_none(content.get("mime_type")),
+                 filename=_str_or_none(content.get("filename")))
 
 
 def _skip_malformed(

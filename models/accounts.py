@@ -6,9 +6,10 @@ import datetime as dt
 
 from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField, fn
 
+from messaging.payloads import USER_ID
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import execute
+from models.db import execute, lock_in_order
 from models.errors import Invalid, NotFound
 from models.secrets import EncryptedText
 from models.tenants import Tenant
@@ -145,7 +146,7 @@ def record_business_sends_many(pairs: set[tuple[int, str]], at: dt.datetime) -> 
     (number, user) order, the lock order of docs/reliability.md. Hand-written SQL: this runs in
     every batch of sends and of status updates."""
     table = BusinessInitiated._meta.table_name
-    rows = sorted(pairs)
+    rows = sorted(_with_linked_phones(pairs))
     for start in range(0, len(rows), BUSINESS_CHUNK):
         chunk = rows[start:start + BUSINESS_CHUNK]
         params: list = []
@@ -154,6 +155,27 @@ def record_business_sends_many(pairs: set[tuple[int, str]], at: dt.datetime) -> 
         values = ", ".join(["(?, ?, ?)"] * len(chunk))
         execute(f'INSERT INTO "{table}" (account_id, wa_id, last_sent_at) VALUES {values} '
                 "ON CONFLICT (account_id, wa_id) DO UPDATE SET last_sent_at = excluded.last_sent_at", params)
+
+
+def _with_linked_phones(pairs: set[tuple[int, str]]) -> set[tuple[int, str]]:
+    """The pairs with each business-scoped id whose user's phone the platform has linked replaced
+    by that phone: a message stored under the id before the link and sent after counts the user
+    the link made one (`move_user`). Phone numbers, nearly every key, cost no query. The links are
+    `platform_user` rows (models/platform_users.py, which imports this module: hence SQL here)."""
+    ids: dict[int, list[str]] = {}
+    for account_id, key in pairs:
+        if USER_ID.match(key):
+            ids.setdefault(account_id, []).append(key)
+    if not ids:
+        return pairs
+    phones: dict[tuple[int, str], str] = {}
+    for account_id, keys in ids.items():
+        for start in range(0, len(keys), BUSINESS_CHUNK):
+            chunk = keys[start:start + BUSINESS_CHUNK]
+            cursor = execute('SELECT user_id, wa_id FROM "platform_user" WHERE account_id = ? AND wa_id IS NOT NULL '
+                             f"AND user_id IN ({', '.join(['?'] * len(chunk))})", [account_id, *chunk])
+            phones.update({(account_id, user_id): wa_id for user_id, wa_id in cursor.fetchall()})
+    return {(account_id, phones.get((account_id, key), key)) for account_id, key in pairs}
 
 
 def messages_sent_today(account_id: int, now: dt.datetime | None = None) -> int:
@@ -187,6 +209,34 @@ def open_window(account_id: int, wa_id: str, at: dt.datetime, wamid: str | None 
                   update={ContactWindow.last_inbound_at: at, ContactWindow.last_inbound_wamid: wamid},
                   where=(ContactWindow.last_inbound_at < at))
      .execute())
+
+
+def move_user(account_id: int, old_keys: set[str], new_key: str) -> None:
+    """A user the number knew by other keys (a business-scoped id, before the platform linked the
+    phone) is known by `new_key` from now on: their customer window and business-initiated send
+    move to it, the later of each kept, so a send by either key sees one user.
+
+    Call in the transaction that linked the user, after its `platform_user` rows (docs/reliability.md,
+    the lock order): the business-initiated rows are locked in ascending (number, user) first."""
+    keys = sorted(old_keys | {new_key})
+    windows = list(ContactWindow.select().where(
+        (ContactWindow.account == account_id) & ContactWindow.wa_id.in_(keys)).order_by(ContactWindow.wa_id))
+    moved_windows = [window for window in windows if window.wa_id != new_key]
+    if moved_windows:
+        latest = max(windows, key=lambda window: window.last_inbound_at)
+        ContactWindow.delete().where(ContactWindow.id.in_([window.id for window in moved_windows])).execute()
+        open_window(account_id, new_key, latest.last_inbound_at, latest.last_inbound_wamid)
+    sends = list(lock_in_order(BusinessInitiated.select().where(
+        (BusinessInitiated.account == account_id) & BusinessInitiated.wa_id.in_(keys))
+        .order_by(BusinessInitiated.wa_id)))
+    moved_sends = [send for send in sends if send.wa_id != new_key]
+    if moved_sends:
+        latest_send = max(send.last_sent_at for send in sends)
+        BusinessInitiated.delete().where(BusinessInitiated.id.in_([send.id for send in moved_sends])).execute()
+        (BusinessInitiated.insert(account=account_id, wa_id=new_key, last_sent_at=latest_send)
+         .on_conflict(conflict_target=[BusinessInitiated.account, BusinessInitiated.wa_id],
+                      update={BusinessInitiated.last_sent_at: latest_send})
+         .execute())
 
 
 def window_open(account_id: int, wa_id: str, now: dt.datetime | None = None) -> bool:

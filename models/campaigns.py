@@ -492,10 +492,11 @@ def _recipient_rows(data: CampaignInput, variable_count: int, account_id: int) -
     seen: set[str] = set()
     stored = 0
     bad_numbers: dict[str, list[str]] = {}
+    # Keyed (and deduplicated) by the user: a business-scoped id known to belong to a phone number
+    # is that number (looked up together, not one query per recipient).
+    keys = platform_users.user_keys(account_id, [item.user_id for item in data.recipients if item.user_id])
     for index, item in enumerate(data.recipients):
-        # Keyed (and deduplicated) by the user: a business-scoped id known to belong to a phone
-        # number is that number.
-        wa_id = platform_users.user_key(account_id, item.user_id) if item.user_id else digits(item.wa_id or "")
+        wa_id = keys[item.user_id] if item.user_id else digits(item.wa_id or "")
         if not wa_id:
             bad_numbers[f"recipients.{index}.wa_id"] = ["must contain digits"]
             continue

@@ -237,7 +237,7 @@ def create_message(tenant_id: int, data: MessageInput) -> Message:
     # The window, daily count, pacing and the send go by the user's key: a business-scoped id known
     # to belong to a phone number is sent to that number.
     to = platform_users.user_key(account.id, normalize_recipient(data.to))
-    if not accounts.window_open(account.id, to):
+    if to not in platform_users.open_windows(account.id, [to], utcnow()):
         raise Invalid(f"{to} has not written to this number in the last 24 hours; use a template campaign",
                       code="outside_24h_window", details={"to": to})
     if account.daily_limit is not None and not accounts.recently_messaged(account.id, [to]):

@@ -252,6 +252,11 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
         data["payload"] = message.payload
     if message.edited_wamid is not None:
         data["edited_wam_id"] = message.edited_wamid
+    if message.media is not None:
+        # The media id is fetched through the Graph API with the number's token; nothing is downloaded here.
+        data["media"] = {name: value for name, value in (("id", message.media.id),
+                                                         ("mime_type", message.media.mime_type),
+                                                         ("filename", message.media.filename)) if value}
     # The receivables replica: a debtor is known by phone, and a user who hides theirs is still
     # that phone's user once the platform linked the two.
     if key and key.isdigit() and (debts := cartera.open_debts_of_phone(account.tenant_id, key)):

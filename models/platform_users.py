@@ -5,16 +5,21 @@ by phone number (`wa_id`) only while the user shares it, or by both. The service
 (24-hour window, daily-limit count, pair pacing, dedupe, events' `from`/`to`) by one string, the
 *user key*: the phone number whenever it is known, else the business-scoped id. Every webhook
 that names both links them here, so a user who later hides their phone behind a username keeps
-the same key, and a debtor's phone still finds the user who replies.
+the same key, and a debtor's phone still finds the user who replies. When the platform links a
+phone to a user known until then by id alone, what was kept under the id (the customer window,
+the business-initiated send) moves to the phone in the same transaction (`accounts.move_user`).
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField
 
 from messaging.payloads import USER_ID
 from messaging.webhooks import PlatformUser as WebhookUser
-from models.accounts import MessagingAccount
+from models import accounts
+from models.accounts import CUSTOMER_WINDOW, ContactWindow, MessagingAccount
 from models.base import BaseModel
 from models.clock import utcnow
 
@@ -63,6 +68,7 @@ def remember(account_id: int, user: WebhookUser, contact_name: str | None = None
         by_id = _by(account_id, PlatformUser.user_id, user.user_id)
         by_phone = _by(account_id, PlatformUser.wa_id, user.wa_id)
     row = by_id or by_phone
+    keys_before = {known.wa_id or known.user_id for known in (by_id, by_phone) if known is not None}
     if by_id is not None and by_phone is not None and by_id.id != by_phone.id:
         # Known apart until now (one by id, one by phone): one user from here on.
         row.contact_name = row.contact_name or by_phone.contact_name
@@ -77,7 +83,10 @@ def remember(account_id: int, user: WebhookUser, contact_name: str | None = None
         row.contact_name = contact_name[:255]
     row.updated_at = utcnow()
     row.save()
-    return row.wa_id or row.user_id
+    key = row.wa_id or row.user_id
+    if keys_before - {key}:
+        accounts.move_user(account_id, keys_before - {key}, key)
+    return key
 
 
 def forget_contact(account_id: int, user: WebhookUser) -> None:
@@ -94,10 +103,46 @@ def contacts_of(account_id: int) -> int:
 
 def user_key(account_id: int, value: str) -> str:
     """The key of a recipient given as a phone number (digits) or a business-scoped id."""
-    if not is_user_id(value):
-        return value
-    row = _find(account_id, None, value)
-    return row.wa_id if row is not None and row.wa_id else value
+    return user_keys(account_id, [value])[value]
+
+
+LOOKUP_CHUNK = 500  # ids per query: well under SQLite's parameter limit
+
+
+def user_keys(account_id: int, values: list[str]) -> dict[str, str]:
+    """`user_key` for many recipients: the business-scoped ids are looked up in one query per
+    chunk, phone numbers are their own keys."""
+    keys = {value: value for value in values}
+    ids = sorted({value for value in values if is_user_id(value)})
+    for start in range(0, len(ids), LOOKUP_CHUNK):
+        query = PlatformUser.select(PlatformUser.user_id, PlatformUser.wa_id).where(
+            (PlatformUser.account == account_id) & PlatformUser.user_id.in_(ids[start:start + LOOKUP_CHUNK])
+            & PlatformUser.wa_id.is_null(False))
+        keys.update({user_id: wa_id for user_id, wa_id in query.tuples()})
+    return keys
+
+
+def open_windows(account_id: int, keys: list[str], now: dt.datetime) -> set[str]:
+    """Which of these user keys may be sent a free-form message: the user wrote within 24 hours.
+
+    A key taken before the platform linked the user's phone (a business-scoped id; a message
+    stored then still names it) finds the window that moved to the phone. One statement, so a
+    link committed meanwhile is seen whole or not at all."""
+    if not keys:
+        return set()
+    since = now - CUSTOMER_WINDOW
+    query = ContactWindow.select(ContactWindow.wa_id).where(
+        (ContactWindow.account == account_id) & ContactWindow.wa_id.in_(keys)
+        & (ContactWindow.last_inbound_at > since))
+    ids = [key for key in keys if is_user_id(key)]
+    if ids:
+        query = query.union_all(
+            PlatformUser.select(PlatformUser.user_id)
+            .join(ContactWindow, on=((ContactWindow.account == PlatformUser.account)
+                                     & (ContactWindow.wa_id == PlatformUser.wa_id)))
+            .where((PlatformUser.account == account_id) & PlatformUser.user_id.in_(ids)
+                   & (ContactWindow.last_inbound_at > since)))
+    return {key for (key,) in query.tuples()}
 
 
 def set_marketing_opt_out(account_id: int, user: WebhookUser, opted_out: bool) -> None:

@@ -9,16 +9,18 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import fields
 from datetime import datetime
 
 import pytest
 import requests
 from typer.testing import CliRunner
 
-from messaging.client import GraphClient
+from config.settings import Settings
+from messaging.client import GRAPH_VERSION, GraphClient
 from messaging.errors import PermanentPlatformError, ThrottledError
 from messaging.payloads import template_message, text_message
-from messaging.simulator import DEFAULT_WABA_ID, Simulator
+from messaging.simulator import DEFAULT_WABA_ID, SERVED_GRAPH_VERSIONS, Simulator
 from messaging.testing import WebhookReceiver
 from messaging.webhooks import (
     EchoMessage,
@@ -395,13 +397,50 @@ def test_signup_over_http_and_health(sim):
     assert health["status"] == "ok" and health["numbers"] == 1
 
 
-def test_any_graph_version_prefix_is_accepted(sim):
+def template_page(sim: Simulator, version: str, token: str) -> requests.Response:
+    return requests.get(f"{sim.base_url}/{version}/{DEFAULT_WABA_ID}/message_templates", params={"limit": 1},
+                        headers={"Authorization": f"Bearer {token}"}, timeout=2)
+
+
+def test_the_graph_versions_the_platform_serves_answer_as_themselves(sim):
     signup = sim.signup()
-    for version in ("v19.0", "v23.0"):
+    token = GraphClient(sim.base_url, app_id="app", app_secret=SECRET).exchange_code(signup["code"])
+    for version in ("v21.0", "v23.0", "v26.0"):
         client = GraphClient(sim.base_url, version=version, app_id="app", app_secret=SECRET)
-        if version == "v19.0":
-            token = client.exchange_code(signup["code"])
         assert client.get_phone_number(signup["phone_number_id"], token)["id"] == signup["phone_number_id"]
+        # The cursor's next page names the version that answered.
+        assert template_page(sim, version, token).json()["paging"]["next"].startswith(f"{sim.base_url}/{version}/")
+
+
+def test_a_retired_graph_version_is_answered_by_the_oldest_served_one(sim):
+    signup = sim.signup()
+    token = GraphClient(sim.base_url, app_id="app", app_secret=SECRET).exchange_code(signup["code"])
+    # v19.0 was served until 2026-05-21 and v20.0 until 2026-09-24: Graph answers them as v21.0.
+    for retired in ("v19.0", "v20.0"):
+        page = template_page(sim, retired, token)
+        assert page.status_code == 200
+        assert page.json()["paging"]["next"].startswith(f"{sim.base_url}/{SERVED_GRAPH_VERSIONS[0]}/")
+    assert SERVED_GRAPH_VERSIONS[0] == "v21.0"
+
+
+@pytest.mark.parametrize("version", ["v27.0", "v2.80", "v99.0", "v26.1"])
+def test_a_graph_version_never_released_is_an_unknown_path(sim, version):
+    signup = sim.signup()
+    token = GraphClient(sim.base_url, app_id="app", app_secret=SECRET).exchange_code(signup["code"])
+
+    response = template_page(sim, version, token)
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("OAuthException", 2500)
+    assert error["message"] == f"Unknown path components: /{version}/{DEFAULT_WABA_ID}/message_templates"
+    with pytest.raises(PermanentPlatformError):
+        GraphClient(sim.base_url, version=version).get_phone_number(signup["phone_number_id"], token)
+
+
+def test_the_service_speaks_a_version_the_platform_serves():
+    assert GRAPH_VERSION in SERVED_GRAPH_VERSIONS
+    assert {field.name: field.default for field in fields(Settings)}["graph_version"] == GRAPH_VERSION
 
 
 def test_unknown_paths_answer_a_graph_error(sim):
@@ -523,6 +562,37 @@ def test_a_restarted_simulator_keeps_its_numbers_tokens_templates_and_sends(tmp_
     finally:
         stop(process)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["simulator-sent.jsonl", "simulator.json"]
+
+
+def test_a_restarted_simulator_keeps_a_number_blocked_until_lifted(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    graph = GraphClient(url, app_id="app", app_secret=SECRET)
+    process = sim_process(tmp_path, port)
+    try:
+        signup = requests.post(f"{url}/_sim/signup", json={}, timeout=5).json()
+        number_id, token = signup["phone_number_id"], graph.exchange_code(signup["code"])
+        blocked = requests.post(f"{url}/_sim/numbers/{number_id}", json={"blocked": 131042}, timeout=5)
+        assert blocked.status_code == 200
+    finally:
+        stop(process)
+
+    process = sim_process(tmp_path, port)
+    try:
+        with pytest.raises(PermanentPlatformError) as refused:
+            graph.send_message(number_id, token, recipient(1))
+        assert refused.value.code == 131042
+        assert requests.post(f"{url}/_sim/numbers/{number_id}", json={"blocked": None}, timeout=5).status_code == 200
+    finally:
+        stop(process)
+
+    process = sim_process(tmp_path, port)
+    try:
+        assert graph.send_message(number_id, token, recipient(2))
+        assert [item["to"] for item in requests.get(f"{url}/_sim/sent", timeout=5).json()["data"]] == [
+            recipient(2)["to"]]
+    finally:
+        stop(process)
 
 
 def test_a_send_record_cut_short_by_a_crash_is_skipped_on_load(tmp_path):

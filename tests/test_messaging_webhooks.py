@@ -114,6 +114,7 @@ def test_status_updates_are_parsed():
         callback_data="rcp_123",
         errors=[],
         recipient=PlatformUser(wa_id="5215551234567"),
+        pricing={"billable": True, "pricing_model": "PMP", "category": "marketing"},
     )
     assert failed.status == "failed"
     assert failed.callback_data is None
@@ -280,15 +281,16 @@ INBOUND_SAMPLES = [
     ({"type": "location", "location": {"latitude": 19.4, "longitude": -99.1, "name": "Office"}}, None, None),
     ({"type": "contacts", "contacts": [{"name": {"formatted_name": "Ana"}, "phones": [{"phone": "+1 555"}]}]},
      None, None),
+    # The chosen reply's id is its payload, as a quick-reply button's payload is.
     ({"type": "interactive", "interactive": {"type": "button_reply", "button_reply": {"id": "y", "title": "Yes"}}},
-     "Yes", None),
+     "Yes", "y"),
     ({"type": "interactive", "interactive": {"type": "list_reply",
                                              "list_reply": {"id": "m", "title": "Monthly", "description": "d"}}},
-     "Monthly", None),
+     "Monthly", "m"),
     ({"type": "button", "button": {"payload": "PAID", "text": "Ya pagué"},
       "context": {"from": "15550783881", "id": "wamid.TPL"}}, "Ya pagué", "PAID"),
     ({"type": "order", "order": {"catalog_id": "1", "product_items": []}}, None, None),
-    ({"type": "reaction", "reaction": {"message_id": "wamid.X", "emoji": "👍"}}, None, None),
+    ({"type": "reaction", "reaction": {"message_id": "wamid.X", "emoji": "👍"}}, "👍", None),
     ({"type": "unsupported", "errors": [{"code": 131051, "title": "Message type unknown",
                                          "error_data": {"details": "Message type is not currently supported"}}],
       "unsupported": {"type": "edit"}}, None, None),

@@ -3,14 +3,17 @@ codes that pause a number; payloads in the platform's documented shapes through 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 
 import pytest
 
 from messaging.simulator import user_id_for
-from models import accounts
+from models import accounts, platform_users
 from models.accounts import MessagingAccount
-from models.campaigns import CampaignRecipient
+from models.campaigns import Campaign, CampaignRecipient
+from models.clock import utcnow
 from models.events import Event
 from models.messages import Message
 from models.platform_users import PlatformUser, marketing_opted_out
@@ -157,3 +160,87 @@ def test_a_restricted_business_account_pauses_the_number_instead_of_failing_the_
     assert paused["account"]["id"] == number.public_id and "368" in paused["reason"]
     statuses = {r.wa_id: r.status for r in CampaignRecipient.select()}
     assert statuses[blocked] != "failed" and statuses[later] != "failed"
+
+
+def test_a_window_opened_by_business_scoped_id_stays_with_the_user_once_their_phone_is_linked(
+        client, alice, number, sim):
+    phone = wa()
+    user_id = user_id_for(phone)
+    # 1. The user writes without sharing the phone: the window is the id's; it is answered by id.
+    signed_post(client, inbound(number, "wamid.L1", user_id=user_id))
+    answer = client.simulate_post("/api/v1/messages", headers=alice.headers, json={
+        "account_id": number.public_id, "to": user_id, "type": "text", "text": {"body": "hola"}})
+    assert answer.status_code == 202 and answer.json["data"]["to"] == user_id
+    # A message stored under the id before the link: the window must still be found for it after.
+    waiting = Message.get(Message.public_id == answer.json["data"]["id"])
+
+    # 2. A campaign reaches the user by phone; its status names phone and id together: linked.
+    response = client.simulate_post("/api/v1/campaigns", headers=alice.headers, json=campaign_body(number, [phone]))
+    assert response.status_code in (201, 202), response.text
+    [sent] = [item for item in sim.sent() if item["to"] == phone]
+    status = {"id": sent["wamid"], "status": "delivered", "timestamp": str(int(time.time())),
+              "recipient_id": phone, "recipient_user_id": user_id}
+    signed_post(client, notification(number.business_account_id, "messages", value(
+        number, contacts=[{"profile": {"name": "Ana"}, "wa_id": phone, "user_id": user_id}], statuses=[status])))
+    assert PlatformUser.get(PlatformUser.user_id == user_id).wa_id == phone
+
+    # 3. The window, and the business-initiated send counted against the daily limit, are the user's.
+    assert [(w.wa_id, w.last_inbound_wamid) for w in accounts.ContactWindow.select().where(
+        accounts.ContactWindow.account == number.id)] == [(phone, "wamid.L1")]
+    assert [b.wa_id for b in accounts.BusinessInitiated.select().where(
+        accounts.BusinessInitiated.account == number.id)] == [phone]
+    assert accounts.messages_sent_today(number.id) == 1
+    assert platform_users.open_windows(number.id, [waiting.to, phone], utcnow()) == {user_id, phone}
+    # A message stored under the id before the link and accepted after it counts the same user.
+    accounts.record_business_sends(number.id, [waiting.to])
+    assert accounts.messages_sent_today(number.id) == 1
+    # A later message by phone, or by id, sees the open window.
+    for to in (phone, user_id):
+        later = client.simulate_post("/api/v1/messages", headers=alice.headers, json={
+            "account_id": number.public_id, "to": to, "type": "text", "text": {"body": "¿algo más?"}})
+        assert later.status_code == 202, later.text
+        assert later.json["data"]["to"] == phone
+        assert Message.get(Message.public_id == later.json["data"]["id"]).status == "sent"
+
+
+class StatementLog(logging.Handler):
+    """Every SQL statement peewee runs that reads a table (peewee logs each one at DEBUG)."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.table, self.statements = table, []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sql = record.msg[0] if isinstance(record.msg, tuple) else str(record.msg)
+        if sql.lstrip().upper().startswith("SELECT") and f'FROM "{self.table}"' in sql:
+            self.statements.append(sql)
+
+
+@contextlib.contextmanager
+def statements_on(table: str):
+    log, handler = logging.getLogger("peewee"), StatementLog(table)
+    level = log.level
+    log.setLevel(logging.DEBUG)
+    log.addHandler(handler)
+    try:
+        yield handler.statements
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+def test_campaign_recipients_by_business_scoped_id_are_looked_up_together(client, alice, number):
+    linked = [wa() for _ in range(3)]
+    for n, phone in enumerate(linked):
+        signed_post(client, inbound(number, f"wamid.B{n}", user_id=user_id_for(phone), wa_id=phone))
+    hidden = [f"MX.90000000{n:04d}" for n in range(600)]  # more than one lookup chunk
+    body = campaign_body(number, [])
+    body["recipients"] = [{"user_id": user_id_for(phone)} for phone in linked] + [{"user_id": u} for u in hidden]
+    with statements_on("platform_user") as lookups:
+        response = client.simulate_post("/api/v1/campaigns", headers=alice.headers, json=body)
+    assert response.status_code in (201, 202), response.text
+    # One lookup per 500 ids, not one a recipient.
+    assert len(lookups) == 2, lookups
+    keys = {r.wa_id for r in CampaignRecipient.select().where(
+        CampaignRecipient.campaign == Campaign.get(Campaign.public_id == response.json["data"]["id"]))}
+    assert keys == set(linked) | set(hidden)

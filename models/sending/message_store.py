@@ -17,8 +17,8 @@ from typing import Any
 
 from peewee import fn
 
-from models import credits
-from models.accounts import CUSTOMER_WINDOW, ContactWindow, MessagingAccount, record_business_sends_many
+from models import credits, platform_users
+from models.accounts import MessagingAccount, record_business_sends_many
 from models.campaigns import emit_rows
 from models.clock import utcnow
 from models.db import atomic, lock_rows, skip_locked
@@ -221,12 +221,8 @@ def _open_windows(messages: list[Message], now: dt.datetime) -> set[tuple[int, s
     by_account: dict[int, set[str]] = defaultdict(set)
     for message in messages:
         by_account[message.account_id].add(message.to)
-    found: set[tuple[int, str]] = set()
-    for account_id, wa_ids in by_account.items():
-        found |= set(ContactWindow.select(ContactWindow.account, ContactWindow.wa_id).where(
-            (ContactWindow.account == account_id) & ContactWindow.wa_id.in_(list(wa_ids))
-            & (ContactWindow.last_inbound_at > now - CUSTOMER_WINDOW)).tuples())
-    return found
+    return {(account_id, key) for account_id, keys in by_account.items()
+            for key in platform_users.open_windows(account_id, sorted(keys), now)}
 
 
 def _give_back(job: Job, kind: Verdict, mine, now: dt.datetime) -> int:
