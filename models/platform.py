@@ -147,10 +147,10 @@ def process_batch(batch_id: int) -> BatchOutcome:
         statuses = [update for update in updates if isinstance(update, StatusUpdate)]
         if batch.applied_at is None:
             with atomic():
+                _remember_users_in_order(updates)
                 for update in updates:
                     if not isinstance(update, StatusUpdate):
                         _apply(update, outcome)
-                _link_status_recipients(statuses)
                 PlatformWebhookBatch.update(applied_at=utcnow()).where(
                     PlatformWebhookBatch.id == batch_id).execute()
         outcome.statuses_applied = _apply_statuses(batch_id, statuses)
@@ -288,17 +288,35 @@ def _identity(user: PlatformUser) -> dict[str, str]:
     return {name: value for name, value in fields.items() if value}
 
 
-def _link_status_recipients(statuses: list[StatusUpdate]) -> None:
-    """A status naming its recipient by both phone and id links them (once per user a batch).
+def _remember_users_in_order(updates: list[Any]) -> None:
+    """Record every user the batch names before acting on any of them.
 
     Concurrent batches name the same users in any order: they are taken in one order (number,
     phone, id; the lock order of docs/reliability.md), so two batches inserting or updating the
-    same `platform_user` rows wait for each other instead of deadlocking."""
-    users = {(update.phone_number_id, update.recipient.wa_id, update.recipient.user_id): update.recipient
-             for update in statuses if update.recipient.wa_id and update.recipient.user_id}
+    same `platform_user` rows wait for each other instead of deadlocking. What acts on a user
+    afterwards finds its row already held by this transaction. A status links its recipient only
+    when it names both phone and id; a contact the business app removed is left to its update."""
+    users: dict[tuple[str, str, str], PlatformUser] = {}
+    for update in updates:
+        if isinstance(update, StatusUpdate):
+            user = update.recipient if update.recipient.wa_id and update.recipient.user_id else None
+        elif isinstance(update, InboundMessage):
+            user = update.sender
+        elif isinstance(update, EchoMessage):
+            user = update.recipient
+        elif isinstance(update, (HistoryThread, UserPreference)):
+            user = update.user
+        elif isinstance(update, SyncedContact) and update.action != "remove":
+            user = PlatformUser(user_id=update.user_id, wa_id=update.wa_id)
+        else:
+            user = None
+        if user is not None and (user.wa_id or user.user_id):
+            users.setdefault((update.phone_number_id, user.wa_id or "", user.user_id or ""), user)
+    accounts_by_number: dict[str, MessagingAccount | None] = {}
     for (phone_number_id, _wa_id, _user_id), user in sorted(users.items(), key=lambda item: item[0]):
-        account = MessagingAccount.get_or_none(MessagingAccount.phone_id == phone_number_id)
-        if account is not None:
+        if phone_number_id not in accounts_by_number:
+            accounts_by_number[phone_number_id] = _account_for_number(phone_number_id)
+        if (account := accounts_by_number[phone_number_id]) is not None:
             platform_users.remember(account.id, user)
 
 
