@@ -22,7 +22,10 @@ Control endpoints (no version prefix), all JSON:
                                  phone_number_id, display_phone_number}
     GET    /_sim/numbers         every number (its token only in process: Simulator.numbers())
     POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?, blocked?}
-    POST   /_sim/templates       {name, language, status?, category?, body?, header?}
+    POST   /_sim/templates       {name, language, status?, category?, body?, header?, buttons?}
+                                 buttons: [{type: URL, text, url (a dynamic one ends in {{1}})}
+                                 | {type: QUICK_REPLY, text}]; a body or buttons given for an
+                                 existing template replace its components (an edit)
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
     GET    /_sim/reads           every mark-as-read call (message_id, typing)
     POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
@@ -565,27 +568,35 @@ class Simulator:
         body: str | None = None,
         header: str | None = None,
         reason: str | None = None,
+        buttons: list[Any] | None = None,
     ) -> dict[str, Any]:
-        """Add a template, or change one's status (notified like the platform does)."""
+        """Add a template, or change one's status (notified like the platform does); a `body` or
+        `buttons` given for an existing template replace its components, as an edit in the
+        business's template manager does."""
         status = status.upper()
+        template_buttons = _template_buttons(buttons) if buttons is not None else None
         with self._lock:
             template = self._find_template(name, language)
             if template is None:
                 if body is None:
                     raise ControlError(400, "a new template needs a body")
-                components: list[dict[str, Any]] = []
-                if header:
-                    components.append({"type": "HEADER", "format": header.upper()})
-                components.append({"type": "BODY", "text": body})
                 template = _template(
                     str(1500000000000000 + len(self._templates) + 1),
-                    name, language, status, category.upper(), components,
+                    name, language, status, category.upper(),
+                    _components(body, header, template_buttons),
                 )
                 self._templates.append(template)
                 changed = True
             else:
                 changed = template["status"] != status
                 template["status"] = status
+                if body is not None or template_buttons is not None:
+                    current = _graph_body(template) if body is None else body
+                    if current is None:
+                        raise ControlError(400, "the template has no body to keep")
+                    kept_header = header or next((c.get("format") for c in template["components"]
+                                                  if c.get("type") == "HEADER"), None)
+                    template["components"] = _components(current, kept_header, template_buttons)
             snapshot = json.loads(json.dumps(template))
             self._changed = True
         if changed:
@@ -1064,7 +1075,7 @@ class Simulator:
             )
         if route == ("POST", "templates"):
             _require(args, "name", "language")
-            options = {k: args[k] for k in ("status", "category", "body", "header", "reason")
+            options = {k: args[k] for k in ("status", "category", "body", "header", "reason", "buttons")
                        if args.get(k) is not None}
             return self.set_template(args["name"], args["language"], **options)
         if route == ("GET", "sent"):
@@ -1156,8 +1167,9 @@ def _check_template(template: dict[str, Any] | None, requested: dict[str, Any]) 
             404, 132001, "(#132001) Template name does not exist in the translation",
             details=f"template name ({name}) {state} in {language}",
         )
-    sent = {str(c.get("type", "")).lower(): c for c in requested.get("components") or []
-            if isinstance(c, dict)}
+    requested_components = [c for c in requested.get("components") or [] if isinstance(c, dict)]
+    sent = {str(c.get("type", "")).lower(): c for c in requested_components
+            if str(c.get("type", "")).lower() != "button"}
     body_component = next(c for c in template["components"] if c["type"] == "BODY")
     expected = template_variable_count(body_component.get("text"))
     given = len((sent.get("body") or {}).get("parameters") or [])
@@ -1168,6 +1180,8 @@ def _check_template(template: dict[str, Any] | None, requested: dict[str, Any]) 
             details=f"body: number of localizable_params ({given}) does not match the "
             f"expected number of params ({expected})",
         )
+    _check_buttons(template, [c for c in requested_components
+                              if str(c.get("type", "")).lower() == "button"])
     header = next((c for c in template["components"] if c["type"] == "HEADER"), None)
     if header and header.get("format") in ("IMAGE", "VIDEO", "DOCUMENT"):
         parameters = (sent.get("header") or {}).get("parameters") or [{}]
@@ -1179,6 +1193,112 @@ def _check_template(template: dict[str, Any] | None, requested: dict[str, Any]) 
                 details=f"header: Format mismatch, expected {header['format']}, "
                 f"received {received}",
             )
+
+
+# Template buttons: a URL button whose URL ends in `{{1}}` takes its suffix at send time (one
+# `text` parameter); a quick-reply button may take a `payload` (returned when it is pressed).
+# A URL without `{{1}}` is fixed and takes nothing.
+BUTTON_TYPES = ("URL", "QUICK_REPLY")
+MAX_TEMPLATE_BUTTONS = 10
+MAX_BUTTON_TEXT = 25
+MAX_BUTTON_URL = 2000
+DYNAMIC_SUFFIX = "{{1}}"
+
+
+def _template_buttons(buttons: Any) -> list[dict[str, Any]]:
+    """Buttons declared through `POST /_sim/templates`, in the Graph shape."""
+    if not isinstance(buttons, list) or not 1 <= len(buttons) <= MAX_TEMPLATE_BUTTONS:
+        raise ControlError(400, f"buttons must be a list of 1 to {MAX_TEMPLATE_BUTTONS}")
+    shaped = []
+    for index, button in enumerate(buttons):
+        if not isinstance(button, dict):
+            raise ControlError(400, f"buttons[{index}] must be an object")
+        kind = str(button.get("type", "")).upper()
+        text = button.get("text")
+        if kind not in BUTTON_TYPES:
+            raise ControlError(400, f"buttons[{index}].type must be URL or QUICK_REPLY")
+        if not isinstance(text, str) or not 1 <= len(text) <= MAX_BUTTON_TEXT:
+            raise ControlError(400, f"buttons[{index}].text must be 1 to {MAX_BUTTON_TEXT} characters")
+        item: dict[str, Any] = {"type": kind, "text": text}
+        if kind == "URL":
+            url = button.get("url")
+            if not isinstance(url, str) or not re.match(r"^https?://[^\s/?#]+", url) \
+                    or len(url) > MAX_BUTTON_URL or DYNAMIC_SUFFIX in url[:-len(DYNAMIC_SUFFIX)]:
+                raise ControlError(400, f"buttons[{index}].url must be an http(s) URL, with {{{{1}}}} "
+                                        "only at its end")
+            item["url"] = url
+            if url.endswith(DYNAMIC_SUFFIX):
+                example = button.get("example")
+                item["example"] = [str(example[0]) if isinstance(example, list) and example
+                                   else url[:-len(DYNAMIC_SUFFIX)] + "example"]
+        shaped.append(item)
+    return shaped
+
+
+def _components(body: str, header: str | None, buttons: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    components: list[dict[str, Any]] = []
+    if header:
+        components.append({"type": "HEADER", "format": header.upper()})
+    components.append({"type": "BODY", "text": body})
+    if buttons:
+        components.append({"type": "BUTTONS", "buttons": buttons})
+    return components
+
+
+def _graph_body(template: dict[str, Any]) -> str | None:
+    return next((c.get("text") for c in template["components"] if c.get("type") == "BODY"), None)
+
+
+def _check_buttons(template: dict[str, Any], sent: list[dict[str, Any]]) -> None:
+    """Button parameters against the template's buttons, as the platform checks them: a dynamic
+    URL button without its suffix, or a parameter for a button that takes none, is a count
+    mismatch (132000); a parameter of the wrong kind, or for a button the template does not
+    have, is refused as a bad parameter (132018)."""
+    declared = next((c.get("buttons") or [] for c in template["components"] if c.get("type") == "BUTTONS"), [])
+    by_index: dict[int, dict[str, Any]] = {}
+    for component in sent:
+        try:
+            index = int(component.get("index"))
+        except (TypeError, ValueError):
+            raise _bad_button_parameter("button: index must be a number") from None
+        if index in by_index:
+            raise _bad_button_parameter(f"button at index {index}: given twice")
+        if not 0 <= index < len(declared):
+            raise _bad_button_parameter(f"button at index {index}: the template has no such button")
+        by_index[index] = component
+    for index, button in enumerate(declared):
+        component = by_index.get(index)
+        dynamic = button["type"] == "URL" and str(button.get("url", "")).endswith(DYNAMIC_SUFFIX)
+        parameters = (component or {}).get("parameters") or []
+        expected = 1 if dynamic else 0
+        if button["type"] == "QUICK_REPLY" and component is not None:
+            expected = 1  # a payload is optional, but a component given for it must carry one
+        if len(parameters) != expected:
+            raise GraphError(
+                400, 132000,
+                "(#132000) Number of parameters does not match the expected number of params",
+                details=f"button at index {index}: number of localizable_params ({len(parameters)}) "
+                f"does not match the expected number of params ({expected})",
+            )
+        if component is None:
+            continue
+        sub_type = str(component.get("sub_type", "")).lower()
+        parameter = parameters[0] if isinstance(parameters[0], dict) else {}
+        if button["type"] == "URL":
+            suffix = parameter.get("text")
+            if sub_type != "url" or parameter.get("type") != "text" or not isinstance(suffix, str) or not suffix:
+                raise _bad_button_parameter(f"button at index {index}: a URL button takes a text parameter")
+            url = button["url"][:-len(DYNAMIC_SUFFIX)] + suffix
+            if len(url) > MAX_BUTTON_URL:
+                raise _bad_button_parameter(f"button at index {index}: the URL is longer than {MAX_BUTTON_URL}")
+        elif sub_type != "quick_reply" or parameter.get("type") != "payload" \
+                or not isinstance(parameter.get("payload"), str):
+            raise _bad_button_parameter(f"button at index {index}: a quick-reply button takes a payload parameter")
+
+
+def _bad_button_parameter(details: str) -> GraphError:
+    return GraphError(400, 132018, "(#132018) There was an issue with the parameters in your template.",
+                      details=details)
 
 
 def _quality_event(
