@@ -266,7 +266,8 @@ def _template(
         "language": language,
         "status": status,
         "category": category,
-        "quality_score": {"score": "GREEN" if status == "APPROVED" else "UNKNOWN"},
+        "parameter_format": "POSITIONAL",
+        "quality_score": {"score": "GREEN" if status == "APPROVED" else "UNKNOWN", "date": int(time.time())},
         "components": components,
     }
 
@@ -857,7 +858,17 @@ class Simulator:
         with self._lock:
             page = json.loads(json.dumps(self._templates[start:start + limit]))
             total = len(self._templates)
+        for template in page:
+            # Positional `{{1}}` placeholders, as the platform names them (named ones are `{{name}}`);
+            # a template kept from before the field was listed gets it too.
+            template.setdefault("parameter_format", "POSITIONAL")
+            template["quality_score"].setdefault("date", int(time.time()))
         result: dict[str, Any] = {"data": page}
+        summary = [name for name in query.get("summary", "").split(",") if name]
+        if summary:
+            counts = {"total_count": total, "message_template_count": total, "message_template_limit": 250,
+                      "are_translations_complete": True}
+            result["summary"] = {name: counts[name] for name in summary if name in counts}
         if page:
             end = start + len(page)
             result["paging"] = {
@@ -1239,7 +1250,12 @@ def _components(body: str, header: str | None, buttons: list[dict[str, Any]] | N
     components: list[dict[str, Any]] = []
     if header:
         components.append({"type": "HEADER", "format": header.upper()})
-    components.append({"type": "BODY", "text": body})
+    body_component: dict[str, Any] = {"type": "BODY", "text": body}
+    count = template_variable_count(body)
+    if count:
+        # The platform approves a body with variables only with an example for each.
+        body_component["example"] = {"body_text": [[f"example {n}" for n in range(1, count + 1)]]}
+    components.append(body_component)
     if buttons:
         components.append({"type": "BUTTONS", "buttons": buttons})
     return components
