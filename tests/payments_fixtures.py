@@ -13,8 +13,8 @@ import requests
 from config import get_settings
 from gateway.mercadopago import sign
 from gateway.simulator import GatewaySimulator
-from messaging.client import template_from_graph
 from models import payments
+from tests.campaigns_fixtures import template_row
 
 __all__ = ["gateway_sim", "gateway", "Seller"]
 
@@ -27,13 +27,6 @@ def add_link_template(sim_url: str, public_url: str | None = None) -> dict:
                              json=payments.link_template_definition(public_url or get_settings().public_url))
     response.raise_for_status()
     return template_row(response.json())
-
-
-def template_row(graph_template: dict) -> dict:
-    """A platform template as `make_number` stores it (what `svcctl templates sync` would write)."""
-    shaped = template_from_graph(graph_template)
-    return {name: shaped[name] for name in ("name", "language", "status", "category", "body_text", "header_type",
-                                            "variable_count", "variables", "components")}
 
 
 @pytest.fixture(scope="session")
