@@ -117,7 +117,9 @@ class RecipientInput(Input):
     external_contact_id: text(160) | None = None
     vars: Variables | None = None
     payload: dict[str, Any] | None = None
-    buttons: Annotated[list[ButtonInput], Field(max_length=MAX_BUTTONS)] | None = None
+    buttons: Annotated[list[ButtonInput], Field(max_length=MAX_BUTTONS)] | None = Field(
+        None, description="the template's button parameters for this recipient, by button index: a URL button's "
+                          "{{1}} suffix or a quick-reply payload (docs/campaigns.md, Template buttons)")
 
     @field_validator("buttons")
     @classmethod
