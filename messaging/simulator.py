@@ -29,6 +29,8 @@ Control endpoints (no version prefix), all JSON:
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
     GET    /_sim/reads           every mark-as-read call (message_id, typing)
     POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
+    POST   /_sim/press           {wamid, index}: the user presses quick-reply button `index` of an
+                                 accepted template send; the `button` message names it in `context`
     POST   /_sim/echo            {from: phone_number_id, to: wa_id | user_id, text}
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
     GET|POST /_sim/config        webhook_url, app_secret (set only; GET says app_secret_set), delivery
@@ -679,6 +681,35 @@ class Simulator:
         return {"wamid": wamid, "user_id": user_id,
                 "webhook_status": self._post_now(number, "messages", value)}
 
+    def press(self, wamid: str, index: int) -> dict[str, Any]:
+        """The user presses a quick-reply button of a template message they got: a `button`
+        message whose payload is the one the send gave that button (the button's text without
+        one), replying to (`context`) the template message."""
+        with self._lock:
+            record = next((item for item in self._sent if item["wamid"] == wamid), None)
+            template = self._find_template(record["template"], record["language"]) if record else None
+        if record is None or template is None:
+            raise ControlError(404, f"no accepted template send {wamid}")
+        declared = next((c.get("buttons") or [] for c in template["components"] if c.get("type") == "BUTTONS"), [])
+        if not 0 <= index < len(declared) or declared[index]["type"] != "QUICK_REPLY":
+            raise ControlError(400, f"the template {record['template']} has no quick-reply button at index {index}")
+        payload = declared[index]["text"]
+        for component in record["components"] or []:
+            if component.get("type") == "button" and str(component.get("index")) == str(index):
+                payload = component["parameters"][0]["payload"]
+        number = self._control_number(record["phone_number_id"])
+        wa_id, user_id = _user_ids(record["to"] if record["to"] != record["recipient"] else None, record["recipient"])
+        reply = _wamid(wa_id or _digits(user_id))
+        message: dict[str, Any] = {
+            "context": {"from": _digits(number.display_phone_number), "id": wamid},
+            "from_user_id": user_id, "id": reply, "timestamp": str(int(time.time())), "type": "button",
+            "button": {"payload": payload, "text": declared[index]["text"]}}
+        if wa_id:
+            message = {"from": wa_id, **message}
+        value = {"messaging_product": "whatsapp", "metadata": number.metadata(),
+                 "contacts": [sim_contact(wa_id, user_id)], "messages": [message]}
+        return {"wamid": reply, "payload": payload, "webhook_status": self._post_now(number, "messages", value)}
+
     def echo(self, phone_number_id: str, to_wa_id: str | None, text: str,
              user_id: str | None = None) -> dict[str, Any]:
         """The business replies from its own app: post a `smb_message_echoes` webhook now."""
@@ -1100,6 +1131,11 @@ class Simulator:
             _require(args, "to", "text")
             return self.inbound(_opt_str(args.get("from")), str(args["to"]), str(args["text"]),
                                 args.get("name"), _opt_str(args.get("user_id")))
+        if route == ("POST", "press"):
+            _require(args, "wamid", "index")
+            if not isinstance(args["index"], int):
+                raise ControlError(400, "index must be an integer")
+            return self.press(str(args["wamid"]), args["index"])
         if route == ("POST", "echo"):
             _require(args, "from", "text")
             return self.echo(str(args["from"]), _opt_str(args.get("to")), str(args["text"]),

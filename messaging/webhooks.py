@@ -68,6 +68,8 @@ class InboundMessage:
     # A quick-reply button's payload, and the edited message's original id.
     payload: str | None = None
     edited_wamid: str | None = None
+    # The message this one answers (`context.id`): a template whose button was pressed, a quoted reply.
+    context_wamid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +359,7 @@ def _inbound(phone_number_id: str, item: Mapping[str, Any], users: Users) -> Inb
     if isinstance(edit, Mapping) and isinstance(edit.get("message"), Mapping):
         content = edit["message"]
     button = content.get("button") if isinstance(content.get("button"), Mapping) else {}
+    context = content.get("context") if isinstance(content.get("context"), Mapping) else {}
     return InboundMessage(
         phone_number_id=phone_number_id,
         wamid=_required_str(item, "id"),
@@ -368,6 +371,7 @@ def _inbound(phone_number_id: str, item: Mapping[str, Any], users: Users) -> Inb
         sender=sender,
         payload=_str_or_none(button.get("payload")),
         edited_wamid=_str_or_none(edit.get("original_message_id")) if isinstance(edit, Mapping) else None,
+        context_wamid=_str_or_none(context.get("id")),
     )
 
 

@@ -153,7 +153,8 @@ def test_a_worker_killed_mid_campaign_never_sends_anyone_twice(live_service, sto
 def test_a_campaign_with_button_parameters_sends_them_and_a_mismatch_is_refused(live_service, storage):
     """A template with a "Pay now" URL button (a `{{1}}` suffix) and a quick reply, declared on the
     platform: each recipient's suffix reaches the platform in the button component; recipients
-    whose buttons do not fit the template are a 422 at creation, and nothing is sent or reserved."""
+    whose buttons do not fit the template are a 422 at creation, and nothing is sent or reserved.
+    A press of the quick reply comes back with its payload and the campaign message it answers."""
     alice = Persona("Alice Buttons", credits=100)
     declared = requests.post(f"{live_service.sim_url}/_sim/templates", timeout=5, json={
         "name": "pay_buttons", "language": "es", "body": "Hola {{1}}", "buttons": [
@@ -193,6 +194,27 @@ def test_a_campaign_with_button_parameters_sends_them_and_a_mismatch_is_refused(
         "5215551240002": [("url", "0", [{"type": "text", "text": "plk_1"}])],
         "5215551240003": [("url", "0", [{"type": "text", "text": "plk_2"}]),
                           ("quick_reply", "1", [{"type": "payload", "payload": "PAID-2"}])]}
-    listed = {item["wa_id"]: item["buttons"] for item in recipients_of(live_service, alice, campaign_id)}
+    listed_rows = recipients_of(live_service, alice, campaign_id)
+    listed = {item["wa_id"]: item["buttons"] for item in listed_rows}
+    listed_ids = {item["wa_id"]: item["id"] for item in listed_rows}
     assert listed["5215551240003"] == [{"index": 0, "type": "url", "text": "plk_2"},
                                        {"index": 1, "type": "quick_reply", "payload": "PAID-2"}]
+
+    # The third recipient presses "Already paid": the payload the campaign gave it comes back,
+    # with the campaign and recipient; the first, whose send gave none, sends the button's text.
+    by_wa_id = {item["to"]: item["wamid"] for item in sent}
+    for wa_id in ("5215551240003", "5215551240001"):
+        pressed = requests.post(f"{live_service.sim_url}/_sim/press", timeout=5,
+                                json={"wamid": by_wa_id[wa_id], "index": 1})
+        assert pressed.status_code == 200, pressed.text
+
+    def presses() -> list[dict]:
+        found = [e.payload for e in Event.select().where(Event.name == "message.inbound.created")]
+        return found if len(found) == 2 else []
+
+    by_sender = {item["from"]: item for item in wait_until(presses, timeout=30, message="the presses")}
+    third = by_sender["5215551240003"]
+    assert (third["type"], third["payload"], third["body"], third["context_wam_id"]) == (
+        "button", "PAID-2", "Already paid", by_wa_id["5215551240003"])
+    assert (third["campaign_id"], third["recipient_id"]) == (campaign_id, listed_ids["5215551240003"])
+    assert by_sender["5215551240001"]["payload"] == "Already paid"

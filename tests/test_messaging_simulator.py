@@ -447,6 +447,44 @@ def test_an_existing_template_is_edited_with_new_components(sim, graph):
     assert len(sim.sent()) == 1
 
 
+def test_a_quick_reply_press_answers_the_template_message_with_its_payload(sim, graph, receiver):
+    number_id, token = onboard(sim, graph)
+    buttons_template(sim)
+    given = graph.send_message(number_id, token, template_message(
+        "5215551234567", "pay_buttons", "es", ["Ana"],
+        buttons=[{"index": 0, "type": "url", "text": "a"}, {"index": 1, "type": "quick_reply", "payload": "PAID"}]))
+    bare = graph.send_message(number_id, token, template_message(
+        "5215551234568", "pay_buttons", "es", ["Bea"], buttons=[{"index": 0, "type": "url", "text": "b"}]))
+
+    for wamid in (given, bare):
+        response = requests.post(f"{sim.base_url}/_sim/press", json={"wamid": wamid, "index": 1}, timeout=2)
+        assert response.status_code == 200, response.text
+
+    receiver.wait_for(lambda r: len([u for u in r.updates() if isinstance(u, InboundMessage)]) == 2)
+    first, second = [u for u in receiver.updates() if isinstance(u, InboundMessage)]
+    assert (first.type, first.payload, first.body, first.context_wamid, first.from_wa_id) == (
+        "button", "PAID", "Already paid", given, "5215551234567")
+    assert (second.payload, second.context_wamid) == ("Already paid", bare)
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"wamid": "wamid.nobody", "index": 1}, 404),  # no such send
+    ({"index": 0}, 400),  # a URL button
+    ({"index": 3}, 400),  # no such button
+    ({"index": "1"}, 400),
+])
+def test_a_press_of_something_not_pressable_is_refused(sim, graph, body, status):
+    number_id, token = onboard(sim, graph)
+    buttons_template(sim)
+    sent = graph.send_message(number_id, token, template_message("5215551234567", "pay_buttons", "es", ["Ana"],
+                                                                 buttons=[{"index": 0, "type": "url", "text": "a"}]))
+    body = {"wamid": sent, **body}
+
+    response = requests.post(f"{sim.base_url}/_sim/press", json=body, timeout=2)
+
+    assert response.status_code == status and response.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("buttons", [
     [], [{"type": "PHONE_NUMBER", "text": "Call"}], [{"type": "URL", "text": "Go", "url": "ftp://x/{{1}}"}],
     [{"type": "URL", "text": "Go", "url": "https://x/{{1}}/more"}], [{"type": "QUICK_REPLY", "text": "x" * 26}],
