@@ -24,10 +24,15 @@ Control endpoints (no version prefix), all JSON:
                                  phone_number_id, display_phone_number}
     GET    /_sim/numbers         every number (its token only in process: Simulator.numbers())
     POST   /_sim/numbers/{id}    {mps?, quality_rating?, messaging_limit_tier?, blocked?}
-    POST   /_sim/templates       {name, language, status?, category?, body?, header?}
+    POST   /_sim/templates       {name, language, status?, category?, body?, header?, buttons?}
+                                 buttons: [{type: URL, text, url (a dynamic one ends in {{1}})}
+                                 | {type: QUICK_REPLY, text}]; a body or buttons given for an
+                                 existing template replace its components (an edit)
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
     GET    /_sim/reads           every mark-as-read call (message_id, typing)
     POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
+    POST   /_sim/press           {wamid, index}: the user presses quick-reply button `index` of an
+                                 accepted template send; the `button` message names it in `context`
     POST   /_sim/echo            {from: phone_number_id, to: wa_id | user_id, text}
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
     GET|POST /_sim/config        webhook_url, app_secret (set only; GET says app_secret_set), delivery
@@ -281,7 +286,8 @@ def _template(
         "language": language,
         "status": status,
         "category": category,
-        "quality_score": {"score": "GREEN" if status == "APPROVED" else "UNKNOWN"},
+        "parameter_format": "POSITIONAL",
+        "quality_score": {"score": "GREEN" if status == "APPROVED" else "UNKNOWN", "date": int(time.time())},
         "components": components,
     }
 
@@ -583,27 +589,35 @@ class Simulator:
         body: str | None = None,
         header: str | None = None,
         reason: str | None = None,
+        buttons: list[Any] | None = None,
     ) -> dict[str, Any]:
-        """Add a template, or change one's status (notified like the platform does)."""
+        """Add a template, or change one's status (notified like the platform does); a `body` or
+        `buttons` given for an existing template replace its components, as an edit in the
+        business's template manager does."""
         status = status.upper()
+        template_buttons = _template_buttons(buttons) if buttons is not None else None
         with self._lock:
             template = self._find_template(name, language)
             if template is None:
                 if body is None:
                     raise ControlError(400, "a new template needs a body")
-                components: list[dict[str, Any]] = []
-                if header:
-                    components.append({"type": "HEADER", "format": header.upper()})
-                components.append({"type": "BODY", "text": body})
                 template = _template(
                     str(1500000000000000 + len(self._templates) + 1),
-                    name, language, status, category.upper(), components,
+                    name, language, status, category.upper(),
+                    _components(body, header, template_buttons),
                 )
                 self._templates.append(template)
                 changed = True
             else:
                 changed = template["status"] != status
                 template["status"] = status
+                if body is not None or template_buttons is not None:
+                    current = _graph_body(template) if body is None else body
+                    if current is None:
+                        raise ControlError(400, "the template has no body to keep")
+                    kept_header = header or next((c.get("format") for c in template["components"]
+                                                  if c.get("type") == "HEADER"), None)
+                    template["components"] = _components(current, kept_header, template_buttons)
             snapshot = json.loads(json.dumps(template))
             self._changed = True
         if changed:
@@ -684,6 +698,35 @@ class Simulator:
         }
         return {"wamid": wamid, "user_id": user_id,
                 "webhook_status": self._post_now(number, "messages", value)}
+
+    def press(self, wamid: str, index: int) -> dict[str, Any]:
+        """The user presses a quick-reply button of a template message they got: a `button`
+        message whose payload is the one the send gave that button (the button's text without
+        one), replying to (`context`) the template message."""
+        with self._lock:
+            record = next((item for item in self._sent if item["wamid"] == wamid), None)
+            template = self._find_template(record["template"], record["language"]) if record else None
+        if record is None or template is None:
+            raise ControlError(404, f"no accepted template send {wamid}")
+        declared = next((c.get("buttons") or [] for c in template["components"] if c.get("type") == "BUTTONS"), [])
+        if not 0 <= index < len(declared) or declared[index]["type"] != "QUICK_REPLY":
+            raise ControlError(400, f"the template {record['template']} has no quick-reply button at index {index}")
+        payload = declared[index]["text"]
+        for component in record["components"] or []:
+            if component.get("type") == "button" and str(component.get("index")) == str(index):
+                payload = component["parameters"][0]["payload"]
+        number = self._control_number(record["phone_number_id"])
+        wa_id, user_id = _user_ids(record["to"] if record["to"] != record["recipient"] else None, record["recipient"])
+        reply = _wamid(wa_id or _digits(user_id))
+        message: dict[str, Any] = {
+            "context": {"from": _digits(number.display_phone_number), "id": wamid},
+            "from_user_id": user_id, "id": reply, "timestamp": str(int(time.time())), "type": "button",
+            "button": {"payload": payload, "text": declared[index]["text"]}}
+        if wa_id:
+            message = {"from": wa_id, **message}
+        value = {"messaging_product": "whatsapp", "metadata": number.metadata(),
+                 "contacts": [sim_contact(wa_id, user_id)], "messages": [message]}
+        return {"wamid": reply, "payload": payload, "webhook_status": self._post_now(number, "messages", value)}
 
     def echo(self, phone_number_id: str, to_wa_id: str | None, text: str,
              user_id: str | None = None) -> dict[str, Any]:
@@ -865,7 +908,17 @@ class Simulator:
         with self._lock:
             page = json.loads(json.dumps(self._templates[start:start + limit]))
             total = len(self._templates)
+        for template in page:
+            # Positional `{{1}}` placeholders, as the platform names them (named ones are `{{name}}`);
+            # a template kept from before the field was listed gets it too.
+            template.setdefault("parameter_format", "POSITIONAL")
+            template["quality_score"].setdefault("date", int(time.time()))
         result: dict[str, Any] = {"data": page}
+        summary = [name for name in query.get("summary", "").split(",") if name]
+        if summary:
+            counts = {"total_count": total, "message_template_count": total, "message_template_limit": 250,
+                      "are_translations_complete": True}
+            result["summary"] = {name: counts[name] for name in summary if name in counts}
         if page:
             end = start + len(page)
             result["paging"] = {
@@ -1083,7 +1136,7 @@ class Simulator:
             )
         if route == ("POST", "templates"):
             _require(args, "name", "language")
-            options = {k: args[k] for k in ("status", "category", "body", "header", "reason")
+            options = {k: args[k] for k in ("status", "category", "body", "header", "reason", "buttons")
                        if args.get(k) is not None}
             return self.set_template(args["name"], args["language"], **options)
         if route == ("GET", "sent"):
@@ -1097,6 +1150,11 @@ class Simulator:
             _require(args, "to", "text")
             return self.inbound(_opt_str(args.get("from")), str(args["to"]), str(args["text"]),
                                 args.get("name"), _opt_str(args.get("user_id")))
+        if route == ("POST", "press"):
+            _require(args, "wamid", "index")
+            if not isinstance(args["index"], int):
+                raise ControlError(400, "index must be an integer")
+            return self.press(str(args["wamid"]), args["index"])
         if route == ("POST", "echo"):
             _require(args, "from", "text")
             return self.echo(str(args["from"]), _opt_str(args.get("to")), str(args["text"]),
@@ -1175,8 +1233,9 @@ def _check_template(template: dict[str, Any] | None, requested: dict[str, Any]) 
             404, 132001, "(#132001) Template name does not exist in the translation",
             details=f"template name ({name}) {state} in {language}",
         )
-    sent = {str(c.get("type", "")).lower(): c for c in requested.get("components") or []
-            if isinstance(c, dict)}
+    requested_components = [c for c in requested.get("components") or [] if isinstance(c, dict)]
+    sent = {str(c.get("type", "")).lower(): c for c in requested_components
+            if str(c.get("type", "")).lower() != "button"}
     body_component = next(c for c in template["components"] if c["type"] == "BODY")
     expected = template_variable_count(body_component.get("text"))
     given = len((sent.get("body") or {}).get("parameters") or [])
@@ -1187,6 +1246,8 @@ def _check_template(template: dict[str, Any] | None, requested: dict[str, Any]) 
             details=f"body: number of localizable_params ({given}) does not match the "
             f"expected number of params ({expected})",
         )
+    _check_buttons(template, [c for c in requested_components
+                              if str(c.get("type", "")).lower() == "button"])
     header = next((c for c in template["components"] if c["type"] == "HEADER"), None)
     if header and header.get("format") in ("IMAGE", "VIDEO", "DOCUMENT"):
         parameters = (sent.get("header") or {}).get("parameters") or [{}]
@@ -1198,6 +1259,117 @@ def _check_template(template: dict[str, Any] | None, requested: dict[str, Any]) 
                 details=f"header: Format mismatch, expected {header['format']}, "
                 f"received {received}",
             )
+
+
+# Template buttons: a URL button whose URL ends in `{{1}}` takes its suffix at send time (one
+# `text` parameter); a quick-reply button may take a `payload` (returned when it is pressed).
+# A URL without `{{1}}` is fixed and takes nothing.
+BUTTON_TYPES = ("URL", "QUICK_REPLY")
+MAX_TEMPLATE_BUTTONS = 10
+MAX_BUTTON_TEXT = 25
+MAX_BUTTON_URL = 2000
+DYNAMIC_SUFFIX = "{{1}}"
+
+
+def _template_buttons(buttons: Any) -> list[dict[str, Any]]:
+    """Buttons declared through `POST /_sim/templates`, in the Graph shape."""
+    if not isinstance(buttons, list) or not 1 <= len(buttons) <= MAX_TEMPLATE_BUTTONS:
+        raise ControlError(400, f"buttons must be a list of 1 to {MAX_TEMPLATE_BUTTONS}")
+    shaped = []
+    for index, button in enumerate(buttons):
+        if not isinstance(button, dict):
+            raise ControlError(400, f"buttons[{index}] must be an object")
+        kind = str(button.get("type", "")).upper()
+        text = button.get("text")
+        if kind not in BUTTON_TYPES:
+            raise ControlError(400, f"buttons[{index}].type must be URL or QUICK_REPLY")
+        if not isinstance(text, str) or not 1 <= len(text) <= MAX_BUTTON_TEXT:
+            raise ControlError(400, f"buttons[{index}].text must be 1 to {MAX_BUTTON_TEXT} characters")
+        item: dict[str, Any] = {"type": kind, "text": text}
+        if kind == "URL":
+            url = button.get("url")
+            if not isinstance(url, str) or not re.match(r"^https?://[^\s/?#]+", url) \
+                    or len(url) > MAX_BUTTON_URL or DYNAMIC_SUFFIX in url[:-len(DYNAMIC_SUFFIX)]:
+                raise ControlError(400, f"buttons[{index}].url must be an http(s) URL, with {{{{1}}}} "
+                                        "only at its end")
+            item["url"] = url
+            if url.endswith(DYNAMIC_SUFFIX):
+                example = button.get("example")
+                item["example"] = [str(example[0]) if isinstance(example, list) and example
+                                   else url[:-len(DYNAMIC_SUFFIX)] + "example"]
+        shaped.append(item)
+    return shaped
+
+
+def _components(body: str, header: str | None, buttons: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    components: list[dict[str, Any]] = []
+    if header:
+        components.append({"type": "HEADER", "format": header.upper()})
+    body_component: dict[str, Any] = {"type": "BODY", "text": body}
+    count = template_variable_count(body)
+    if count:
+        # The platform approves a body with variables only with an example for each.
+        body_component["example"] = {"body_text": [[f"example {n}" for n in range(1, count + 1)]]}
+    components.append(body_component)
+    if buttons:
+        components.append({"type": "BUTTONS", "buttons": buttons})
+    return components
+
+
+def _graph_body(template: dict[str, Any]) -> str | None:
+    return next((c.get("text") for c in template["components"] if c.get("type") == "BODY"), None)
+
+
+def _check_buttons(template: dict[str, Any], sent: list[dict[str, Any]]) -> None:
+    """Button parameters against the template's buttons, as the platform checks them: a dynamic
+    URL button without its suffix, or a parameter for a button that takes none, is a count
+    mismatch (132000); a parameter of the wrong kind, or for a button the template does not
+    have, is refused as a bad parameter (132018)."""
+    declared = next((c.get("buttons") or [] for c in template["components"] if c.get("type") == "BUTTONS"), [])
+    by_index: dict[int, dict[str, Any]] = {}
+    for component in sent:
+        try:
+            index = int(component.get("index"))
+        except (TypeError, ValueError):
+            raise _bad_button_parameter("button: index must be a number") from None
+        if index in by_index:
+            raise _bad_button_parameter(f"button at index {index}: given twice")
+        if not 0 <= index < len(declared):
+            raise _bad_button_parameter(f"button at index {index}: the template has no such button")
+        by_index[index] = component
+    for index, button in enumerate(declared):
+        component = by_index.get(index)
+        dynamic = button["type"] == "URL" and str(button.get("url", "")).endswith(DYNAMIC_SUFFIX)
+        parameters = (component or {}).get("parameters") or []
+        expected = 1 if dynamic else 0
+        if button["type"] == "QUICK_REPLY" and component is not None:
+            expected = 1  # a payload is optional, but a component given for it must carry one
+        if len(parameters) != expected:
+            raise GraphError(
+                400, 132000,
+                "(#132000) Number of parameters does not match the expected number of params",
+                details=f"button at index {index}: number of localizable_params ({len(parameters)}) "
+                f"does not match the expected number of params ({expected})",
+            )
+        if component is None:
+            continue
+        sub_type = str(component.get("sub_type", "")).lower()
+        parameter = parameters[0] if isinstance(parameters[0], dict) else {}
+        if button["type"] == "URL":
+            suffix = parameter.get("text")
+            if sub_type != "url" or parameter.get("type") != "text" or not isinstance(suffix, str) or not suffix:
+                raise _bad_button_parameter(f"button at index {index}: a URL button takes a text parameter")
+            url = button["url"][:-len(DYNAMIC_SUFFIX)] + suffix
+            if len(url) > MAX_BUTTON_URL:
+                raise _bad_button_parameter(f"button at index {index}: the URL is longer than {MAX_BUTTON_URL}")
+        elif sub_type != "quick_reply" or parameter.get("type") != "payload" \
+                or not isinstance(parameter.get("payload"), str):
+            raise _bad_button_parameter(f"button at index {index}: a quick-reply button takes a payload parameter")
+
+
+def _bad_button_parameter(details: str) -> GraphError:
+    return GraphError(400, 132018, "(#132018) There was an issue with the parameters in your template.",
+                      details=details)
 
 
 def _quality_event(

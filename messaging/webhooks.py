@@ -82,6 +82,8 @@ class InboundMessage:
     payload: str | None = None
     edited_wamid: str | None = None
     media: Media | None = None
+    # The message this one answers (`context.id`): a template whose button was pressed, a quoted reply.
+    context_wamid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +377,7 @@ def _inbound(phone_number_id: str, item: Mapping[str, Any], users: Users) -> Inb
     edit = item.get("edit")
     if isinstance(edit, Mapping) and isinstance(edit.get("message"), Mapping):
         content = edit["message"]
+    context = content.get("context") if isinstance(content.get("context"), Mapping) else {}
     return InboundMessage(
         phone_number_id=phone_number_id,
         wamid=_required_str(item, "id"),
@@ -387,6 +390,7 @@ def _inbound(phone_number_id: str, item: Mapping[str, Any], users: Users) -> Inb
         payload=_reply_payload(content),
         edited_wamid=_str_or_none(edit.get("original_message_id")) if isinstance(edit, Mapping) else None,
         media=_media(content),
+        context_wamid=_str_or_none(context.get("id")),
     )
 
 

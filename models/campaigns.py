@@ -77,6 +77,38 @@ MAX_CAMPAIGN_STORED_BYTES = 4 * 1024 * 1024  # every recipient's variables and p
 Variable = Annotated[str, StringConstraints(max_length=1000)] | None
 Variables = Annotated[list[Variable], Field(max_length=MAX_VARIABLES)]
 
+# Template buttons (the platform's bounds): at most 10 buttons; a URL button's URL, with its
+# suffix, at most 2000 characters. A quick-reply payload is bounded here like an interactive
+# reply's id. A recipient's buttons are stored as given, at most 4 KiB as compact JSON.
+MAX_BUTTONS = 10
+MAX_BUTTON_URL = 2000
+MAX_QUICK_REPLY_PAYLOAD = 256
+DYNAMIC_SUFFIX = "{{1}}"
+UrlSuffix = Annotated[str, StringConstraints(min_length=1, max_length=MAX_BUTTON_URL)]
+QuickReplyPayload = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUICK_REPLY_PAYLOAD)]
+
+
+class ButtonInput(Input):
+    """One button's parameter: `{index, type: "url", text}` (the suffix of a URL button whose URL
+    ends in `{{1}}`) or `{index, type: "quick_reply", payload}` (returned when it is pressed)."""
+
+    index: Annotated[int, Field(ge=0, lt=MAX_BUTTONS)]
+    type: Literal["url", "quick_reply"]
+    text: UrlSuffix | None = None
+    payload: QuickReplyPayload | None = None
+
+    @model_validator(mode="after")
+    def _one_parameter(self) -> ButtonInput:
+        if self.type == "url" and (self.text is None or self.payload is not None):
+            raise ValueError("a url button takes `text` (the URL's suffix) and no `payload`")
+        if self.type == "quick_reply" and (self.payload is None or self.text is not None):
+            raise ValueError("a quick_reply button takes `payload` and no `text`")
+        return self
+
+    def stored(self) -> dict[str, Any]:
+        value = self.text if self.type == "url" else self.payload
+        return {"index": self.index, "type": self.type, ("text" if self.type == "url" else "payload"): value}
+
 
 class RecipientInput(Input):
     # A phone number, or `user_id`: the business-scoped id of a user who hides their phone.
@@ -85,6 +117,21 @@ class RecipientInput(Input):
     external_contact_id: text(160) | None = None
     vars: Variables | None = None
     payload: dict[str, Any] | None = None
+    buttons: Annotated[list[ButtonInput], Field(max_length=MAX_BUTTONS)] | None = Field(
+        None, description="the template's button parameters for this recipient, by button index: a URL button's "
+                          "{{1}} suffix or a quick-reply payload (docs/campaigns.md, Template buttons)")
+
+    @field_validator("buttons")
+    @classmethod
+    def _distinct_buttons(cls, value: list[ButtonInput] | None) -> list[ButtonInput] | None:
+        if value is not None:
+            indexes = [button.index for button in value]
+            if len(set(indexes)) != len(indexes):
+                raise ValueError("each button index at most once")
+            size = len(orjson.dumps([button.stored() for button in value]))
+            if size > MAX_PAYLOAD_BYTES:
+                raise ValueError(f"must be at most {MAX_PAYLOAD_BYTES} bytes as JSON, got {size}")
+        return value
 
     @field_validator("payload")
     @classmethod
@@ -174,6 +221,7 @@ class CampaignRecipient(BaseModel):
     external_contact_id = CharField(max_length=160, null=True)
     vars = JSONField(null=True)
     payload = JSONField(null=True)
+    buttons = JSONField(null=True)  # [{index, type: url, text} | {index, type: quick_reply, payload}]
     status = CharField(max_length=16, default="pending")
     attempts = IntegerField(default=0)  # times it was handed to the platform
     throttled = IntegerField(default=0)  # pair-rate throttles (131056): the X of the 4^X s wait
@@ -213,6 +261,7 @@ class CampaignRecipient(BaseModel):
             "delivered_at": isoformat(self.delivered_at),
             "read_at": isoformat(self.read_at),
             "payload": self.payload,
+            "buttons": self.buttons,
         }
 
 
@@ -481,12 +530,54 @@ def _header(template: Template, data: CampaignInput) -> tuple[str | None, str | 
     return expected, data.header_url
 
 
-def _recipient_rows(data: CampaignInput, variable_count: int, account_id: int) -> list[dict[str, Any]]:
-    """Normalize, deduplicate and resolve the variables of every recipient.
+def template_buttons(template: Template) -> list[dict[str, Any]]:
+    """The template's buttons in order (their index is their position), from its components as
+    the platform lists them: `{"type": "URL", "text", "url"}`, `{"type": "QUICK_REPLY", "text"}`..."""
+    for component in template.components or []:
+        if isinstance(component, dict) and str(component.get("type", "")).upper() == "BUTTONS":
+            return [button for button in component.get("buttons") or [] if isinstance(button, dict)]
+    return []
+
+
+def _dynamic_url(button: dict[str, Any]) -> bool:
+    return str(button.get("type", "")).upper() == "URL" and str(button.get("url", "")).endswith(DYNAMIC_SUFFIX)
+
+
+def button_mismatch(declared: list[dict[str, Any]], given: list[ButtonInput]) -> str | None:
+    """Why these button parameters do not fit the template's buttons, or None when they do.
+
+    Every URL button whose URL ends in `{{1}}` needs its suffix; a quick-reply button may take a
+    payload; any other button (a fixed URL, a phone number) takes nothing. The platform refuses
+    a send that breaks these (132000, 132018): it is refused here, before anything is reserved.
+    """
+    for button in given:
+        if button.index >= len(declared):
+            return f"the template has {len(declared)} buttons: there is none at index {button.index}"
+        kind = str(declared[button.index].get("type", "")).upper()
+        if button.type == "url" and not _dynamic_url(declared[button.index]):
+            return f"the button at index {button.index} ({kind}) takes no URL suffix"
+        if button.type == "quick_reply" and kind != "QUICK_REPLY":
+            return f"the button at index {button.index} ({kind}) takes no quick-reply payload"
+        if button.type == "url":
+            url = str(declared[button.index]["url"])[:-len(DYNAMIC_SUFFIX)] + (button.text or "")
+            if len(url) > MAX_BUTTON_URL:
+                return f"the button at index {button.index}: its URL would be longer than {MAX_BUTTON_URL} characters"
+    given_indexes = {button.index for button in given}
+    missing = [index for index, button in enumerate(declared) if _dynamic_url(button) and index not in given_indexes]
+    if missing:
+        return f"the URL button at index {missing[0]} needs its suffix: {{index: {missing[0]}, type: url, text}}"
+    return None
+
+
+def _recipient_rows(data: CampaignInput, variable_count: int, account_id: int,
+                    declared_buttons: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Normalize, deduplicate and resolve the variables and buttons of every recipient.
 
     A recipient's `vars` replace `body_placeholders`; a null in `vars` takes the default at the
-    same position. Every recipient must end with exactly the template's variable count.
+    same position. Every recipient must end with exactly the template's variable count, and
+    button parameters that fit the template's buttons (`button_mismatch`).
     """
+    declared_buttons = declared_buttons or []
     defaults = data.body_placeholders or []
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -514,16 +605,24 @@ def _recipient_rows(data: CampaignInput, variable_count: int, account_id: int) -
                 code="variable_count_mismatch",
                 details={"recipient_index": index, "wa_id": wa_id, "expected": variable_count,
                          "given": sum(value is not None for value in values)})
+        mismatch = button_mismatch(declared_buttons, item.buttons or [])
+        if mismatch:
+            raise Invalid("The given data was invalid.", details={
+                "recipient_index": index, "errors": {f"recipients.{index}.buttons": [mismatch]}})
+        buttons = [button.stored() for button in sorted(item.buttons, key=lambda b: b.index)] \
+            if item.buttons else None
         # Counted as stored, defaults included: they are copied to every recipient that takes them.
         stored += sum(len(value.encode()) for value in values)
         if item.payload is not None:
             stored += len(orjson.dumps(item.payload))
+        if buttons is not None:
+            stored += len(orjson.dumps(buttons))
         if stored > MAX_CAMPAIGN_STORED_BYTES:
             raise Invalid("The given data was invalid.", details={"errors": {"recipients": [
                 f"the recipients' variables and payloads (defaults included) may store at most "
                 f"{MAX_CAMPAIGN_STORED_BYTES} bytes; recipient {index} goes past it"]}})
         rows.append({"wa_id": wa_id, "external_contact_id": item.external_contact_id, "vars": values,
-                     "payload": item.payload})
+                     "payload": item.payload, "buttons": buttons})
     if bad_numbers:
         raise Invalid("The given data was invalid.", details={"errors": bad_numbers})
     return rows
@@ -542,7 +641,7 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
     account = sendable_account(tenant_id, data.account_id)
     template = approved_template(account, data.template_name, data.language)
     header_type, header_url = _header(template, data)
-    rows = _recipient_rows(data, template.variable_count or 0, account.id)
+    rows = _recipient_rows(data, template.variable_count or 0, account.id, template_buttons(template))
     if (template.category or "").upper() == "MARKETING":
         opted_out = platform_users.marketing_opted_out(account.id, [row["wa_id"] for row in rows])
         for row in rows:
@@ -574,8 +673,8 @@ SKIP_REASONS = {MARKETING_OPT_OUT: "the user asked this number for no marketing 
 def insert_recipients(campaign_id: int, rows: list[dict[str, Any]], now: dt.datetime) -> None:
     """The campaign's recipients, `pending`, in a few multi-row INSERTs (5000 in ~0.1 s)."""
     table = CampaignRecipient._meta.table_name
-    columns = ("public_id", "campaign_id", "wa_id", "external_contact_id", "vars", "payload", "status", "attempts",
-               "throttled", "retries", "created_at", "error_code", "last_error")
+    columns = ("public_id", "campaign_id", "wa_id", "external_contact_id", "vars", "payload", "buttons", "status",
+               "attempts", "throttled", "retries", "created_at", "error_code", "last_error")
     ids = public_ids("rcp_", len(rows))
     for start in range(0, len(rows), INSERT_CHUNK):
         chunk = rows[start:start + INSERT_CHUNK]
@@ -584,6 +683,7 @@ def insert_recipients(campaign_id: int, rows: list[dict[str, Any]], now: dt.date
             params += [public_id, campaign_id, row["wa_id"], row["external_contact_id"],
                        orjson.dumps(row["vars"]).decode(),
                        orjson.dumps(row["payload"]).decode() if row["payload"] is not None else None,
+                       orjson.dumps(row["buttons"]).decode() if row.get("buttons") else None,
                        "skipped" if row.get("skipped") else "pending", 0, 0, 0, now,
                        row.get("skipped"), SKIP_REASONS.get(row.get("skipped"))]
         run_sql(f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES {placeholders(len(chunk), len(columns))}',

@@ -14,7 +14,9 @@ happen only inside the sending window (settings.quiet_hours_start to quiet_hours
 08:00-20:00, in the tenant's time zone). Installments of one debt due the same run share one
 message. Reminders go out as campaigns of the `payment_reminder` template (vars: the debtor's
 name and the outstanding balance with its currency), one campaign per number and run, so they
-reserve and consume credits like any message.
+reserve and consume credits like any message. A company with a payment gateway whose number has
+`payment_reminder_link` sends that one instead: the same words, and a "Pay now" URL button that
+opens a payment link (models/payments.py).
 """
 
 from __future__ import annotations
@@ -195,13 +197,13 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
             balances[debt_id] = (claimed[0].saldo_pendiente, claimed[0].moneda)
     if not recipients:
         return None
-    # With a payment gateway, the reminder carries a link to pay (models.payments).
-    from models.payments import LINK_TEMPLATE, reminder_links
+    # With a payment gateway, the reminder carries a link to pay in its URL button (models.payments).
+    from models.payments import LINK_TEMPLATE, reminder_link_buttons
 
-    links = reminder_links(tenant_id, account_public_id, balances)
+    links = reminder_link_buttons(tenant_id, account_public_id, balances)
     if links:
         for recipient, debt_id in zip(recipients, balances, strict=True):
-            recipient["vars"].append(links[debt_id])
+            recipient["buttons"] = links[debt_id]
     local_day = now.date().isoformat()
     spec = {"account_id": account_public_id, "template_name": LINK_TEMPLATE if links else TEMPLATE_NAME,
             "language": TEMPLATE_LANGUAGE,

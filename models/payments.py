@@ -3,7 +3,9 @@
 The flow (docs/payments.md):
 1. a payment link (`plk_`) is made for an amount on a debt, from the API or with a collection
    reminder; its public URL `/pay/{plk_}` sends the payer to the gateway's checkout, created on
-   first use for reminder links (no network call inside the reminder's transaction);
+   first use for reminder links (no network call inside the reminder's transaction). A reminder
+   carries it in the `payment_reminder_link` template's URL button, `/pay/{{1}}`, whose
+   suffix is the link's id;
 2. the gateway's signed notification names a transaction; it is stored once per request id and
    the transaction's state is fetched from the gateway, never taken from the notification;
 3. `apply_transaction` records it once: the payment through `cartera.record_service_payment`
@@ -43,9 +45,12 @@ from models.tenants import Tenant
 log = logging.getLogger("payments")
 
 PROVIDER = "mercadopago"
-LINK_TEMPLATE = "payment_reminder_link"  # payment_reminder's words plus {{3}}: the link
+# payment_reminder's words, and a URL button to `{public URL}/pay/{{1}}`: the link's id is the suffix.
+LINK_TEMPLATE = "payment_reminder_link"
 LINK_TEMPLATE_LANGUAGE = "es"
-LINK_TEMPLATE_BODY = "Hola {{1}}, tu saldo pendiente es {{2}}. Paga aquí: {{3}}"
+LINK_TEMPLATE_BODY = "Hola {{1}}, tu saldo pendiente es {{2}}."
+LINK_TEMPLATE_VARIABLES = 2
+LINK_BUTTON_TEXT = "Pay now"
 WEBHOOK_PATH = "/payments/webhook"
 PAY_PATH = "/pay"
 
@@ -287,9 +292,57 @@ def _title(debt: Debt) -> str:
     return (debt.referencia or f"Deuda {debt.external_id}")[:250]
 
 
-def reminder_links(tenant_id: int, account_public_id: str, debts: dict[int, tuple[int, str]]) -> dict[int, str]:
-    """Links for reminders about to go out, keyed by debt id ({} when the company has no gateway or
-    the number lacks the template that carries a link). `debts`: debt id -> (balance, currency).
+def link_button_url(public_url: str | None = None) -> str:
+    """The URL of the reminder template's button: the service's payment page, the link's id the suffix."""
+    return f"{public_url or _public_url()}{PAY_PATH}/{{{{1}}}}"
+
+
+def link_template_definition(public_url: str | None = None) -> dict:
+    """`payment_reminder_link` as the business declares it on the platform (WhatsApp Manager; on
+    the simulator `POST /_sim/templates`): payment_reminder's words and a "Pay now" URL button."""
+    base = public_url or _public_url()
+    return {"name": LINK_TEMPLATE, "language": LINK_TEMPLATE_LANGUAGE, "category": "UTILITY",
+            "body": LINK_TEMPLATE_BODY,
+            "buttons": [{"type": "URL", "text": LINK_BUTTON_TEXT, "url": link_button_url(base),
+                         "example": [f"{base}{PAY_PATH}/plk_0000example"]}]}
+
+
+def _link_button_index(tenant_id: int, account_public_id: str) -> int | None:
+    """The index of the number's `payment_reminder_link` button that opens this service's payment
+    page, when the template is approved and a reminder can fill it: its body takes
+    payment_reminder's variables, and that button is all it needs. None otherwise (an older
+    template with the link in its body, or a button pointing elsewhere), and the reminder goes
+    out without a link rather than with one that would not open."""
+    from models.accounts import MessagingAccount
+    from models.campaigns import ButtonInput, approved_template, button_mismatch, template_buttons
+
+    account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant_id)
+                                           & (MessagingAccount.public_id == account_public_id))
+    try:
+        template = approved_template(account, LINK_TEMPLATE, LINK_TEMPLATE_LANGUAGE)
+    except DomainError:
+        return None
+    if (template.variable_count or 0) != LINK_TEMPLATE_VARIABLES:
+        log.warning("%s on %s takes %s variables, not %s: reminders go without a link", LINK_TEMPLATE,
+                    account_public_id, template.variable_count, LINK_TEMPLATE_VARIABLES)
+        return None
+    buttons = template_buttons(template)
+    wanted = link_button_url()
+    for index, button in enumerate(buttons):
+        if str(button.get("type", "")).upper() == "URL" and button.get("url") == wanted \
+                and button_mismatch(buttons, [ButtonInput(index=index, type="url", text="plk_")]) is None:
+            return index
+    log.warning("%s on %s has no URL button to %s that a reminder can fill: reminders go without a link",
+                LINK_TEMPLATE, account_public_id, wanted)
+    return None
+
+
+def reminder_link_buttons(tenant_id: int, account_public_id: str,
+                          debts: dict[int, tuple[int, str]]) -> dict[int, list[dict]]:
+    """The button parameters that carry a payment link, for reminders about to go out, keyed by
+    debt id: `[{"index": i, "type": "url", "text": "plk_..."}]`, the link's id being the suffix
+    of the template's `/pay/{{1}}` button. {} when the company has no gateway or the number no
+    `payment_reminder_link` template a reminder can fill. `debts`: debt id -> (balance, currency).
 
     Called inside the reminder's transaction: only rows are written; the gateway's checkout is
     made when the payer first opens the link. An unexpired reminder link for the same amount is
@@ -297,14 +350,8 @@ def reminder_links(tenant_id: int, account_public_id: str, debts: dict[int, tupl
     """
     if not debts or not PaymentGateway.select().where(PaymentGateway.tenant == tenant_id).exists():
         return {}
-    from models.accounts import MessagingAccount
-    from models.campaigns import approved_template
-
-    account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant_id)
-                                           & (MessagingAccount.public_id == account_public_id))
-    try:
-        approved_template(account, LINK_TEMPLATE, LINK_TEMPLATE_LANGUAGE)
-    except DomainError:
+    index = _link_button_index(tenant_id, account_public_id)
+    if index is None:
         return {}
     now = utcnow()
     reusable = {(link.debt_id, link.monto): link.public_id for link in PaymentLink.select().where(
@@ -318,7 +365,7 @@ def reminder_links(tenant_id: int, account_public_id: str, debts: dict[int, tupl
             public_id = new_id("plk_")
             rows.append({"public_id": public_id, "tenant": tenant_id, "debt": debt_id, "monto": balance,
                          "moneda": currency, "origin": "reminder", "expires_at": expires_at, "created_at": now})
-        found[debt_id] = f"{_public_url()}{PAY_PATH}/{public_id}"
+        found[debt_id] = [{"index": index, "type": "url", "text": public_id}]
     if rows:
         PaymentLink.insert_many(rows).execute()
     return found

@@ -257,6 +257,11 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
         data["media"] = {name: value for name, value in (("id", message.media.id),
                                                          ("mime_type", message.media.mime_type),
                                                          ("filename", message.media.filename)) if value}
+    if message.context_wamid is not None:
+        # A press of a campaign message's quick-reply button (or a reply quoting it) names the
+        # campaign and recipient it answers, so the payload is matched back without guessing.
+        data["context_wam_id"] = message.context_wamid
+        data.update(_campaign_message(account, message.context_wamid))
     # The receivables replica: a debtor is known by phone, and a user who hides theirs is still
     # that phone's user once the platform linked the two.
     if key and key.isdigit() and (debts := cartera.open_debts_of_phone(account.tenant_id, key)):
@@ -280,6 +285,21 @@ def _apply_echo(message: EchoMessage, outcome: BatchOutcome) -> None:
         **_identity(message.recipient),
     })
     outcome.events += 1
+
+
+def _campaign_message(account: MessagingAccount, wamid: str) -> dict[str, str | None]:
+    """The campaign and recipient of one of this number's campaign messages, by its wamid."""
+    from models.campaigns import Campaign, CampaignRecipient
+
+    found = (CampaignRecipient
+             .select(CampaignRecipient.public_id, CampaignRecipient.external_contact_id, Campaign.public_id)
+             .join(Campaign, on=(CampaignRecipient.campaign == Campaign.id))
+             .where((CampaignRecipient.wam_id == wamid[:255]) & (Campaign.account == account.id))
+             .tuples().first())
+    if found is None:
+        return {}
+    recipient_id, external_contact_id, campaign_id = found
+    return {"campaign_id": campaign_id, "recipient_id": recipient_id, "external_contact_id": external_contact_id}
 
 
 def _identity(user: PlatformUser) -> dict[str, str]:

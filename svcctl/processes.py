@@ -136,28 +136,36 @@ def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
 
 def _connect_demo_number(tenant_public_id: str) -> str | None:
     """Connect a number of the platform simulator to the demo company, once, the way a business
-    does through embedded signup; its business account first gets the payment-link template a
-    reminder carries its link in (as if the business had created it in WhatsApp Manager)."""
+    does through embedded signup. Its business account first gets the payment-link template a
+    reminder carries its link in (as if the business had created it in WhatsApp Manager): the
+    reminder's words and a "Pay now" URL button to this service's payment page. It is declared on
+    every start, so a simulator kept from an older start gets the template as it is now, and an
+    already connected number syncs its templates again."""
     import requests
 
     from jobs.accounts import connected
+    from messaging.errors import PlatformError
     from models import onboarding
     from models.accounts import MessagingAccount
-    from models.payments import LINK_TEMPLATE, LINK_TEMPLATE_BODY, LINK_TEMPLATE_LANGUAGE
+    from models.payments import link_template_definition
+    from models.templates_sync import sync_templates
     from models.tenants import get_tenant
 
     settings = get_settings()
+    if not _wait_for(f"{settings.graph_url}/_sim/health", "platform simulator"):
+        return None
+    requests.post(f"{settings.graph_url}/_sim/templates", timeout=5,
+                  json=link_template_definition(settings.public_url)).raise_for_status()
     with connection():
         tenant = get_tenant(tenant_public_id)
         account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant.id)
                                                & (MessagingAccount.status == "active"))
         if account is not None:
+            try:
+                sync_templates(account)
+            except PlatformError as error:
+                err.print(f"[yellow]the demo number's templates did not sync: {error.message}[/yellow]")
             return account.public_id
-        if not _wait_for(f"{settings.graph_url}/_sim/health", "platform simulator"):
-            return None
-        requests.post(f"{settings.graph_url}/_sim/templates", timeout=5, json={
-            "name": LINK_TEMPLATE, "language": LINK_TEMPLATE_LANGUAGE, "category": "UTILITY",
-            "body": LINK_TEMPLATE_BODY}).raise_for_status()
         attempt = onboarding.create_attempt(tenant.id, redirect_url=f"{settings.public_url}/portal",
                                             label="demo number")
         signup = onboarding.simulator_signup()

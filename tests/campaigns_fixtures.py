@@ -15,7 +15,7 @@ import requests
 from falcon import testing
 
 from config import get_settings, use_settings
-from messaging.client import GraphClient
+from messaging.client import GraphClient, template_from_graph
 from messaging.simulator import Simulator
 from messaging.webhooks import StatusUpdate
 from models.accounts import MessagingAccount, Template, open_window
@@ -121,6 +121,13 @@ def make_number(tenant_id: int, simulator: Simulator | None = None, *, mps: int 
     for template in templates:
         Template.create(account=account.id, platform_id=str(1500000000000000 + serial), **template)
     return account
+
+
+def template_row(graph_template: dict) -> dict:
+    """A platform template as `make_number` stores it (what `svcctl templates sync` would write)."""
+    shaped = template_from_graph(graph_template)
+    return {name: shaped[name] for name in ("name", "language", "status", "category", "body_text", "header_type",
+                                            "variable_count", "variables", "components")}
 
 
 @pytest.fixture

@@ -14,20 +14,19 @@ from config import get_settings
 from gateway.mercadopago import sign
 from gateway.simulator import GatewaySimulator
 from models import payments
+from tests.campaigns_fixtures import template_row
 
 __all__ = ["gateway_sim", "gateway", "Seller"]
 
-LINK_TEMPLATE_ROW = {"name": payments.LINK_TEMPLATE, "language": payments.LINK_TEMPLATE_LANGUAGE, "status": "approved",
-                     "category": "UTILITY", "body_text": payments.LINK_TEMPLATE_BODY, "header_type": None,
-                     "variable_count": 3}
-
-
-def add_link_template(sim_url: str) -> None:
+def add_link_template(sim_url: str, public_url: str | None = None) -> dict:
     """The business creates the payment-link template on the platform (the simulator's control
-    endpoint stands in for WhatsApp Manager): the simulator's built-in ones are DECISIONS' four."""
-    requests.post(f"{sim_url}/_sim/templates", timeout=5, json={
-        "name": payments.LINK_TEMPLATE, "language": payments.LINK_TEMPLATE_LANGUAGE, "category": "UTILITY",
-        "body": payments.LINK_TEMPLATE_BODY}).raise_for_status()
+    endpoint stands in for WhatsApp Manager): the simulator's built-in ones are DECISIONS' four.
+    Its button opens `public_url` (the service's, by default this process's settings'). Returns
+    the template as the service stores it (a `Template` row's fields), as a sync would."""
+    response = requests.post(f"{sim_url}/_sim/templates", timeout=5,
+                             json=payments.link_template_definition(public_url or get_settings().public_url))
+    response.raise_for_status()
+    return template_row(response.json())
 
 
 @pytest.fixture(scope="session")

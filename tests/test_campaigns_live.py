@@ -15,7 +15,7 @@ import requests
 from models import credits
 from models.campaigns import Campaign, CampaignRecipient
 from models.events import Event
-from tests.campaigns_fixtures import campaign_body, make_number, sim_signup
+from tests.campaigns_fixtures import TEMPLATES, campaign_body, make_number, sim_signup, template_row
 from tests.conftest import Persona
 from tests.live import LiveService, wait_until
 from tests.live_fixtures import *  # noqa: F403
@@ -26,10 +26,12 @@ MESSAGE_FIELDS = {"event", "account_id", "campaign_id", "recipient", "external_c
                   "timestamp"}
 
 
-def live_number(service: LiveService, persona: Persona, mps: int = 20, mode: str = "coexistence"):
+def live_number(service: LiveService, persona: Persona, mps: int = 20, mode: str = "coexistence",
+                templates=TEMPLATES):
     """A number onboarded on the live simulator, stored as onboarding stores it."""
     phone_id, token = sim_signup(service.sim_url, service.env["SVC_APP_SECRET"], mps)
-    return make_number(persona.id, mps=mps, connection_mode=mode, phone_id=phone_id, token=token)
+    return make_number(persona.id, mps=mps, connection_mode=mode, phone_id=phone_id, token=token,
+                       templates=templates)
 
 
 def api(service: LiveService, persona: Persona, method: str, path: str, **kwargs):
@@ -146,3 +148,73 @@ def test_a_worker_killed_mid_campaign_never_sends_anyone_twice(live_service, sto
     wallet = credits.wallet_of(alice.id)
     assert (wallet.balance, wallet.reserved) == (5000 - len(reached), 0)
     assert replay_ledger(alice.id) == (wallet.balance, wallet.reserved)
+
+
+def test_a_campaign_with_button_parameters_sends_them_and_a_mismatch_is_refused(live_service, storage):
+    """A template with a "Pay now" URL button (a `{{1}}` suffix) and a quick reply, declared on the
+    platform: each recipient's suffix reaches the platform in the button component; recipients
+    whose buttons do not fit the template are a 422 at creation, and nothing is sent or reserved.
+    A press of the quick reply comes back with its payload and the campaign message it answers."""
+    alice = Persona("Alice Buttons", credits=100)
+    declared = requests.post(f"{live_service.sim_url}/_sim/templates", timeout=5, json={
+        "name": "pay_buttons", "language": "es", "body": "Hola {{1}}", "buttons": [
+            {"type": "URL", "text": "Pay now", "url": "https://pay.example.com/pay/{{1}}"},
+            {"type": "QUICK_REPLY", "text": "Already paid"}]})
+    declared.raise_for_status()
+    account = live_number(live_service, alice, templates=[*TEMPLATES, template_row(declared.json())])
+    wa_ids = ["5215551240001", "5215551240002", "5215551240003"]
+    recipients = [{"wa_id": wa_id, "vars": [f"Cliente {n}"],
+                   "buttons": [{"index": 0, "type": "url", "text": f"plk_{n}"}]} for n, wa_id in enumerate(wa_ids)]
+    recipients[2]["buttons"].append({"index": 1, "type": "quick_reply", "payload": "PAID-2"})
+    body = {"account_id": account.public_id, "template_name": "pay_buttons", "language": "es",
+            "recipients": recipients}
+
+    mismatched = {**body, "recipients": [*recipients, {"wa_id": "5215551240004", "vars": ["Sin botón"]}]}
+    refused = api(live_service, alice, "POST", "/campaigns", json=mismatched)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "validation_failed"
+    assert refused.json()["error"]["details"]["errors"] == {
+        "recipients.3.buttons": ["the URL button at index 0 needs its suffix: {index: 0, type: url, text}"]}
+    assert credits.wallet_of(alice.id).reserved == 0
+
+    created = api(live_service, alice, "POST", "/campaigns", json=body)
+    assert created.status_code == 201, created.text
+    campaign_id = created.json()["data"]["id"]
+
+    def accepted() -> bool:
+        data = api(live_service, alice, "GET", f"/campaigns/{campaign_id}").json()["data"]
+        return data["consumed_credits"] == 3
+
+    wait_until(accepted, timeout=30, message="the three sends")
+    sent = requests.get(f"{live_service.sim_url}/_sim/sent", timeout=5).json()["data"]
+    buttons = {item["to"]: [(c["sub_type"], c["index"], c["parameters"]) for c in item["components"]
+                            if c["type"] == "button"] for item in sent if item["phone_number_id"] == account.phone_id}
+    assert buttons == {
+        "5215551240001": [("url", "0", [{"type": "text", "text": "plk_0"}])],
+        "5215551240002": [("url", "0", [{"type": "text", "text": "plk_1"}])],
+        "5215551240003": [("url", "0", [{"type": "text", "text": "plk_2"}]),
+                          ("quick_reply", "1", [{"type": "payload", "payload": "PAID-2"}])]}
+    listed_rows = recipients_of(live_service, alice, campaign_id)
+    listed = {item["wa_id"]: item["buttons"] for item in listed_rows}
+    listed_ids = {item["wa_id"]: item["id"] for item in listed_rows}
+    assert listed["5215551240003"] == [{"index": 0, "type": "url", "text": "plk_2"},
+                                       {"index": 1, "type": "quick_reply", "payload": "PAID-2"}]
+
+    # The third recipient presses "Already paid": the payload the campaign gave it comes back,
+    # with the campaign and recipient; the first, whose send gave none, sends the button's text.
+    by_wa_id = {item["to"]: item["wamid"] for item in sent}
+    for wa_id in ("5215551240003", "5215551240001"):
+        pressed = requests.post(f"{live_service.sim_url}/_sim/press", timeout=5,
+                                json={"wamid": by_wa_id[wa_id], "index": 1})
+        assert pressed.status_code == 200, pressed.text
+
+    def presses() -> list[dict]:
+        found = [e.payload for e in Event.select().where(Event.name == "message.inbound.created")]
+        return found if len(found) == 2 else []
+
+    by_sender = {item["from"]: item for item in wait_until(presses, timeout=30, message="the presses")}
+    third = by_sender["5215551240003"]
+    assert (third["type"], third["payload"], third["body"], third["context_wam_id"]) == (
+        "button", "PAID-2", "Already paid", by_wa_id["5215551240003"])
+    assert (third["campaign_id"], third["recipient_id"]) == (campaign_id, listed_ids["5215551240003"])
+    assert by_sender["5215551240001"]["payload"] == "Already paid"

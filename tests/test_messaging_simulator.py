@@ -354,6 +354,151 @@ def test_a_template_status_change_is_notified_and_listed(sim, graph, receiver):
     assert listed["promo_pending"] == "APPROVED"
 
 
+
+# Template buttons
+
+PAY_BUTTONS = [{"type": "URL", "text": "Pay now", "url": "https://pay.example.com/pay/{{1}}"},
+               {"type": "QUICK_REPLY", "text": "Already paid"},
+               {"type": "URL", "text": "Terms", "url": "https://pay.example.com/terms"}]
+
+
+def buttons_template(sim: Simulator) -> None:
+    response = requests.post(f"{sim.base_url}/_sim/templates", timeout=2, json={
+        "name": "pay_buttons", "language": "es", "body": "Hola {{1}}", "buttons": PAY_BUTTONS})
+    assert response.status_code == 200, response.text
+
+
+def test_a_template_declares_buttons_and_lists_them_in_the_graph_shape(sim, graph):
+    _, token = onboard(sim, graph)
+    buttons_template(sim)
+
+    [listed] = [t for t in graph.list_templates(DEFAULT_WABA_ID, token) if t["name"] == "pay_buttons"]
+    [buttons] = [c["buttons"] for c in listed["components"] if c["type"] == "BUTTONS"]
+    assert [(b["type"], b["text"], b.get("url")) for b in buttons] == [
+        ("URL", "Pay now", "https://pay.example.com/pay/{{1}}"), ("QUICK_REPLY", "Already paid", None),
+        ("URL", "Terms", "https://pay.example.com/terms")]
+    assert buttons[0]["example"] == ["https://pay.example.com/pay/example"]
+
+
+def test_a_send_with_the_button_parameters_is_accepted_and_kept_with_them(sim, graph):
+    number_id, token = onboard(sim, graph)
+    buttons_template(sim)
+
+    graph.send_message(number_id, token, template_message(
+        "5215551234567", "pay_buttons", "es", ["Ana"],
+        buttons=[{"index": 0, "type": "url", "text": "plk_abc"}, {"index": 1, "type": "quick_reply",
+                                                                  "payload": "PAID"}]))
+    graph.send_message(number_id, token, template_message(  # a quick-reply payload is optional
+        "5215551234568", "pay_buttons", "es", ["Bea"], buttons=[{"index": 0, "type": "url", "text": "plk_def"}]))
+
+    first, second = sim.sent()
+    assert [c for c in first["components"] if c["type"] == "button"] == [
+        {"type": "button", "sub_type": "url", "index": "0", "parameters": [{"type": "text", "text": "plk_abc"}]},
+        {"type": "button", "sub_type": "quick_reply", "index": "1",
+         "parameters": [{"type": "payload", "payload": "PAID"}]}]
+    over_http = requests.get(f"{sim.base_url}/_sim/sent", timeout=2).json()["data"]
+    assert over_http[1]["components"][-1]["parameters"] == [{"type": "text", "text": "plk_def"}] == \
+        second["components"][-1]["parameters"]
+
+
+@pytest.mark.parametrize(("buttons", "code", "detail"), [
+    ([], 132000, "button at index 0: number of localizable_params (0) does not match the expected number of "
+                 "params (1)"),
+    ([{"index": 0, "type": "quick_reply", "payload": "X"}], 132018, "a URL button takes a text parameter"),
+    ([{"index": 0, "type": "url", "text": "a"}, {"index": 1, "type": "url", "text": "b"}], 132018,
+     "a quick-reply button takes a payload parameter"),
+    ([{"index": 0, "type": "url", "text": "a"}, {"index": 2, "type": "url", "text": "b"}], 132000,
+     "button at index 2: number of localizable_params (1) does not match the expected number of params (0)"),
+    ([{"index": 0, "type": "url", "text": "a"}, {"index": 3, "type": "url", "text": "b"}], 132018,
+     "the template has no such button"),
+    ([{"index": 0, "type": "url", "text": "x" * 2000}], 132018, "the URL is longer than 2000"),
+])
+def test_button_parameters_that_do_not_match_are_refused_with_the_platforms_error(sim, graph, buttons, code,
+                                                                                  detail):
+    number_id, token = onboard(sim, graph)
+    buttons_template(sim)
+
+    with pytest.raises(PermanentPlatformError) as raised:
+        graph.send_message(number_id, token, template_message("5215551234567", "pay_buttons", "es", ["Ana"],
+                                                              buttons=buttons))
+
+    assert raised.value.code == code
+    assert detail in raised.value.details["error_data"]["details"]
+    assert sim.sent() == []
+
+
+def test_button_parameters_for_a_template_without_buttons_are_refused(sim, graph):
+    number_id, token = onboard(sim, graph)
+
+    with pytest.raises(PermanentPlatformError) as raised:
+        graph.send_message(number_id, token, template_message(
+            "5215551234567", "payment_reminder", "es", ["A", "B"], buttons=[{"index": 0, "type": "url",
+                                                                              "text": "x"}]))
+
+    assert raised.value.code == 132018
+
+
+def test_an_existing_template_is_edited_with_new_components(sim, graph):
+    number_id, token = onboard(sim, graph)
+    requests.post(f"{sim.base_url}/_sim/templates", timeout=2, json={
+        "name": "pay_buttons", "language": "es", "body": "Hola {{1}}, paga: {{2}}"}).raise_for_status()
+    buttons_template(sim)  # the same name again: body and buttons replaced
+
+    graph.send_message(number_id, token, template_message("5215551234567", "pay_buttons", "es", ["Ana"],
+                                                          buttons=[{"index": 0, "type": "url", "text": "p"}]))
+    assert len(sim.sent()) == 1
+
+
+def test_a_quick_reply_press_answers_the_template_message_with_its_payload(sim, graph, receiver):
+    number_id, token = onboard(sim, graph)
+    buttons_template(sim)
+    given = graph.send_message(number_id, token, template_message(
+        "5215551234567", "pay_buttons", "es", ["Ana"],
+        buttons=[{"index": 0, "type": "url", "text": "a"}, {"index": 1, "type": "quick_reply", "payload": "PAID"}]))
+    bare = graph.send_message(number_id, token, template_message(
+        "5215551234568", "pay_buttons", "es", ["Bea"], buttons=[{"index": 0, "type": "url", "text": "b"}]))
+
+    for wamid in (given, bare):
+        response = requests.post(f"{sim.base_url}/_sim/press", json={"wamid": wamid, "index": 1}, timeout=2)
+        assert response.status_code == 200, response.text
+
+    receiver.wait_for(lambda r: len([u for u in r.updates() if isinstance(u, InboundMessage)]) == 2)
+    first, second = [u for u in receiver.updates() if isinstance(u, InboundMessage)]
+    assert (first.type, first.payload, first.body, first.context_wamid, first.from_wa_id) == (
+        "button", "PAID", "Already paid", given, "5215551234567")
+    assert (second.payload, second.context_wamid) == ("Already paid", bare)
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"wamid": "wamid.nobody", "index": 1}, 404),  # no such send
+    ({"index": 0}, 400),  # a URL button
+    ({"index": 3}, 400),  # no such button
+    ({"index": "1"}, 400),
+])
+def test_a_press_of_something_not_pressable_is_refused(sim, graph, body, status):
+    number_id, token = onboard(sim, graph)
+    buttons_template(sim)
+    sent = graph.send_message(number_id, token, template_message("5215551234567", "pay_buttons", "es", ["Ana"],
+                                                                 buttons=[{"index": 0, "type": "url", "text": "a"}]))
+    body = {"wamid": sent, **body}
+
+    response = requests.post(f"{sim.base_url}/_sim/press", json=body, timeout=2)
+
+    assert response.status_code == status and response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("buttons", [
+    [], [{"type": "PHONE_NUMBER", "text": "Call"}], [{"type": "URL", "text": "Go", "url": "ftp://x/{{1}}"}],
+    [{"type": "URL", "text": "Go", "url": "https://x/{{1}}/more"}], [{"type": "QUICK_REPLY", "text": "x" * 26}],
+    [{"type": "QUICK_REPLY", "text": "ok"}] * 11, "URL",
+])
+def test_bad_template_buttons_are_400(sim, buttons):
+    response = requests.post(f"{sim.base_url}/_sim/templates", timeout=2, json={
+        "name": "bad_buttons", "language": "es", "body": "Hola", "buttons": buttons})
+
+    assert response.status_code == 400 and response.json()["error"]["message"]
+
+
 # Control endpoints
 
 

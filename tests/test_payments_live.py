@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 
@@ -25,7 +28,7 @@ from models.payments import GatewayNotification
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.cartera_fixtures import debt_body
 from tests.live import ROOT, LiveService, env_for, free_port, wait_until
-from tests.payments_fixtures import LINK_TEMPLATE_ROW, add_link_template
+from tests.payments_fixtures import add_link_template
 from tests.test_onboarding_browser import browser  # noqa: F401  (the Chromium fixture)
 from tests.webhooks_fixtures import *  # noqa: F403  (receiver, webhook_ca, webhook_settings)
 from tests.webhooks_fixtures import verify
@@ -71,22 +74,28 @@ def sent_to(service: LiveService, wa_id: str) -> list[dict]:
     return [item for item in sent if item["to"] == wa_id]
 
 
-def link_in(message: dict) -> str:
+def link_in(message: dict, template: dict) -> str:
+    """The URL the reminder's button opens: the template's button URL with the sent suffix in it.
+    The body carries no link."""
     [body] = [c for c in message["components"] if c["type"] == "body"]
-    return body["parameters"][2]["text"]
+    assert len(body["parameters"]) == 2 and "/pay/" not in str(body)
+    [button] = [c for c in message["components"] if c["type"] == "button"]
+    [declared] = [c["buttons"] for c in template["components"] if c["type"] == "BUTTONS"]
+    return declared[int(button["index"])]["url"].replace("{{1}}", button["parameters"][0]["text"])
 
 
-@pytest.mark.timeout(120)
-def test_a_reminder_is_paid_from_the_phone_and_reaches_the_erp_once(service, alice, receiver, browser):  # noqa: F811
-    add_link_template(service.sim_url)
+def remind_with_a_link(service: PaymentsLiveService, alice) -> tuple[dict, str]:
+    """Alice's number has the link template, her company a seller on the gateway, and a debt due
+    today: `svcctl cartera remind` sends its reminder. Returns what the platform got and the URL
+    its button opens."""
+    link_template = add_link_template(service.sim_url, service.api_url)
     signup = requests.post(f"{service.sim_url}/_sim/signup", json={"mps": 20}, timeout=5).json()
     with GraphClient(service.sim_url, app_id=get_settings().app_id, app_secret=service.env["SVC_APP_SECRET"]) as graph:
         token = graph.exchange_code(signup["code"])
     number = make_number(alice.id, phone_id=signup["phone_number_id"], token=token,
-                         templates=[*TEMPLATES, LINK_TEMPLATE_ROW])
+                         templates=[*TEMPLATES, link_template])
     seller = requests.post(f"{service.gateway_url}/_sim/sellers", timeout=5).json()
     payments.connect_gateway(alice.id, seller["access_token"], seller["webhook_secret"])
-    _endpoint, secret = webhooks.set_payment_endpoint(alice.id, receiver.url())
     today = dt.datetime.now(dt.UTC).date().isoformat()
     body = debt_body(number.public_id, "E2E-1", moneda="COP", monto_original=150000, saldo_pendiente=150000,
                      auto_send=True, deudor={"nombre": "Ana", "documento": "CC-1", "telefono": DEBTOR_PHONE},
@@ -99,8 +108,28 @@ def test_a_reminder_is_paid_from_the_phone_and_reaches_the_erp_once(service, ali
     assert len(json.loads(reminded.stdout)["campaigns"]) == 1
     [message] = wait_until(lambda: sent_to(service, DEBTOR_PHONE), message="the reminder")
     assert message["template"] == "payment_reminder_link"
-    url = link_in(message)
+    url = link_in(message, link_template)
     assert url.startswith(f"{service.api_url}/pay/plk_")
+    return message, url
+
+
+@pytest.mark.timeout(120)
+def test_a_reminder_sends_its_link_in_the_button_and_the_link_opens_the_checkout(service, alice):
+    message, url = remind_with_a_link(service, alice)
+
+    [body] = [c for c in message["components"] if c["type"] == "body"]
+    assert [p["text"] for p in body["parameters"]] == ["Ana", "COP 150.000,00"]
+    opened = requests.get(url, timeout=10)  # the debtor taps "Pay now": /pay/plk_… redirects
+    assert opened.history and opened.history[0].status_code == 302
+    assert opened.status_code == 200 and opened.url.startswith(f"{service.gateway_url}/checkout/v1/redirect")
+    assert "COP 150000" in opened.text  # the gateway simulator's checkout, for the debt's balance
+
+
+@pytest.mark.timeout(120)
+def test_a_reminder_is_paid_from_the_phone_and_reaches_the_erp_once(service, alice, receiver, browser):  # noqa: F811
+    _endpoint, secret = webhooks.set_payment_endpoint(alice.id, receiver.url())
+    _message, url = remind_with_a_link(service, alice)
+    today = dt.datetime.now(dt.UTC).date().isoformat()
 
     # The debtor taps the link: the service sends the browser to the gateway's checkout.
     page = browser.new_page()
@@ -141,3 +170,39 @@ def test_a_reminder_is_paid_from_the_phone_and_reaches_the_erp_once(service, ali
     [row] = [json.loads(line) for line in exported.stdout.splitlines()]
     assert (row["transaction_id"], row["monto"], row["moneda"], row["tipo"]) == (transaction_id, "150000.00",
                                                                                   "COP", "pago")
+
+
+@pytest.mark.timeout(120)
+def test_svcctl_up_sim_gives_the_demo_number_the_link_template_with_its_button(storage, tmp_path):
+    """`svcctl up --sim` (what `scripts/up` runs) declares `payment_reminder_link` on the simulator
+    with its "Pay now" button to the service's own payment page, and the demo number syncs it."""
+    api_port, sim_port, gateway_port = free_port(), free_port(), free_port()
+    env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1", "COLUMNS": "250"}
+    log_path = tmp_path / "up.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "svcctl.main", "up", "--sim", "--bind", f"127.0.0.1:{api_port}",
+             "--sim-bind", f"127.0.0.1:{sim_port}", "--payments-sim-bind", f"127.0.0.1:{gateway_port}"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    api = f"http://127.0.0.1:{api_port}"
+    try:
+        printed = wait_until(lambda: re.search(r"number\s+(wacc_\w+).*?key\s+(svc_live_\S+)", log_path.read_text(),
+                                               re.S), timeout=60, message="the demo number and key")
+        number, key = printed.groups()
+
+        def link_template():
+            try:
+                answer = requests.get(f"{api}/api/v1/accounts/{number}/templates", timeout=5,
+                                      headers={"Authorization": f"Bearer {key}"})
+            except requests.RequestException:
+                return None  # the API is still starting
+            found = [t for t in answer.json().get("data", []) if t["name"] == "payment_reminder_link"]
+            return found[0] if found else None
+
+        template = wait_until(link_template, timeout=30, message="the demo number's link template")
+        assert template["body_text"] == "Hola {{1}}, tu saldo pendiente es {{2}}." and template["variable_count"] == 2
+        [buttons] = [c["buttons"] for c in template["components"] if c["type"] == "BUTTONS"]
+        assert [(b["type"], b["text"], b["url"]) for b in buttons] == [("URL", "Pay now", f"{api}/pay/{{{{1}}}}")]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=40)

@@ -1,17 +1,24 @@
 """Collection reminders carry a payment link when the company has a gateway and its number the
-`payment_reminder_link` template; the link's checkout is made when the debtor first opens it."""
+`payment_reminder_link` template: payment_reminder's words, and the link in the template's
+"Pay now" URL button (`{public URL}/pay/{{1}}`, the link's id the suffix), never in the body.
+The link's checkout is made when the debtor first opens it."""
 
 from __future__ import annotations
 
-import pytest
+from urllib.parse import urlsplit
 
+import pytest
+import requests
+
+from config import get_settings
+from models import payments
 from models.campaigns import Campaign, CampaignRecipient
 from models.cartera_collection import send_due_reminders
 from models.payments import PaymentLink
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)
-from tests.payments_fixtures import LINK_TEMPLATE_ROW, add_link_template
+from tests.payments_fixtures import add_link_template, template_row
 from tests.test_cartera_collection import DAY, NOON, sync
 
 pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
@@ -23,36 +30,86 @@ def recipients(campaign_public_id: str) -> dict[str, CampaignRecipient]:
     return {row.external_contact_id: row for row in rows}
 
 
-def test_a_reminder_carries_a_link_that_opens_the_checkout(client, alice, sim, gateway):
-    add_link_template(sim.base_url)
-    number = make_number(alice.id, sim, templates=[*TEMPLATES, LINK_TEMPLATE_ROW])
+def sent_to(sim, number) -> list[dict]:
+    return [item for item in sim.sent() if item["phone_number_id"] == number.phone_id]
+
+
+def test_a_reminder_carries_its_link_in_the_button_and_the_link_opens_the_checkout(client, alice, sim, gateway):
+    row = add_link_template(sim.base_url)
+    number = make_number(alice.id, sim, templates=[*TEMPLATES, row])
     sync(alice, number, "A", [NOON.date()], telefono="56911120001")
     [campaign] = send_due_reminders(NOON)
     assert Campaign.get(Campaign.public_id == campaign).template_name == "payment_reminder_link"
     reminder = recipients(campaign)["A"]
-    name, balance, url = reminder.vars
-    assert (name, balance) == ("Cliente A", "USD 100,00")
     link = PaymentLink.get()
-    assert url.endswith(f"/pay/{link.public_id}") and (link.origin, link.monto, link.checkout_url) == (
-        "reminder", 10000, None)
-    sent = [item for item in sim.sent() if item["phone_number_id"] == number.phone_id]
-    assert [c["parameters"][2]["text"] for item in sent for c in item["components"] if c["type"] == "body"] == [url]
-    # Opening it makes the checkout once; a second opening goes to the same one.
-    first = client.simulate_get(f"/pay/{link.public_id}")
+    assert reminder.vars == ["Cliente A", "USD 100,00"]
+    assert reminder.buttons == [{"index": 0, "type": "url", "text": link.public_id}]
+    assert (link.origin, link.monto, link.checkout_url) == ("reminder", 10000, None)
+
+    # What the platform got: two body parameters without the link, and the link as the button's suffix.
+    [message] = sent_to(sim, number)
+    [body] = [c for c in message["components"] if c["type"] == "body"]
+    assert [p["text"] for p in body["parameters"]] == ["Cliente A", "USD 100,00"]
+    assert link.public_id not in str(body)
+    [button] = [c for c in message["components"] if c["type"] == "button"]
+    assert button == {"type": "button", "sub_type": "url", "index": "0",
+                      "parameters": [{"type": "text", "text": link.public_id}]}
+
+    # The button the debtor taps: the template's URL with the suffix put in, the service's /pay page.
+    [declared] = [c["buttons"] for c in row["components"] if c["type"] == "BUTTONS"]
+    assert declared[0]["text"] == "Pay now"
+    url = declared[0]["url"].replace("{{1}}", button["parameters"][0]["text"])
+    assert url == f"{get_settings().public_url}/pay/{link.public_id}"
+    first = client.simulate_get(urlsplit(url).path)
     assert first.status_code == 302 and first.headers["location"].startswith(gateway.sim.base_url)
-    assert client.simulate_get(f"/pay/{link.public_id}").headers["location"] == first.headers["location"]
+    checkout = requests.get(first.headers["location"], timeout=5)
+    assert checkout.status_code == 200 and "USD 100" in checkout.text  # the gateway's checkout answers
+    assert client.simulate_get(urlsplit(url).path).headers["location"] == first.headers["location"]
+
     # The next stage's reminder, for the same balance, sends the same link again.
     [later] = send_due_reminders(NOON + 3 * DAY)
-    assert recipients(later)["A"].vars[2] == url and PaymentLink.select().count() == 1
+    assert recipients(later)["A"].buttons == reminder.buttons and PaymentLink.select().count() == 1
 
 
 def test_without_the_template_or_a_gateway_the_reminder_has_no_link(alice, sim, gateway, charlie):
+    row = add_link_template(sim.base_url)
     number = make_number(alice.id, sim)  # the plain templates only
     sync(alice, number, "A", [NOON.date()], telefono="56911120002")
-    other = make_number(charlie.id, sim, templates=[*TEMPLATES, LINK_TEMPLATE_ROW])  # charlie has no gateway
+    other = make_number(charlie.id, sim, templates=[*TEMPLATES, row])  # charlie has no gateway
     sync(charlie, other, "B", [NOON.date()], telefono="56911120003")
     created = send_due_reminders(NOON)
     assert len(created) == 2
     assert {Campaign.get(Campaign.public_id == c).template_name for c in created} == {"payment_reminder"}
-    assert [len(r.vars) for c in created for r in recipients(c).values()] == [2, 2]
+    assert [(len(r.vars), r.buttons) for c in created for r in recipients(c).values()] == [(2, None), (2, None)]
     assert PaymentLink.select().count() == 0
+    assert all("components" in item and not [c for c in item["components"] if c["type"] == "button"]
+               for item in sim.sent())
+
+
+@pytest.mark.parametrize("definition", [
+    # The template as it was: the link in the body's third variable, no button.
+    {"body": "Hola {{1}}, tu saldo pendiente es {{2}}. Paga aquí: {{3}}"},
+    # A button that opens some other site.
+    {"buttons": [{"type": "URL", "text": "Pay now", "url": "https://elsewhere.example.com/pay/{{1}}"}]},
+    # A second dynamic button a reminder has nothing to fill with.
+    {"buttons": [{"type": "URL", "text": "Pay now", "url": "{public}/pay/{{1}}"},
+                 {"type": "URL", "text": "Track", "url": "https://track.example.com/{{1}}"}]},
+], ids=["link-in-body", "foreign-url", "two-dynamic-buttons"])
+def test_a_link_template_a_reminder_cannot_fill_sends_the_plain_reminder(alice, sim, gateway, definition):
+    public = get_settings().public_url
+    shape = {**payments.link_template_definition(public), **definition}
+    for button in shape.get("buttons", []):
+        button["url"] = button["url"].replace("{public}", public)
+    if "body" in definition:
+        shape.pop("buttons")
+    response = requests.post(f"{sim.base_url}/_sim/templates", json=shape, timeout=5)
+    response.raise_for_status()
+    number = make_number(alice.id, sim, templates=[*TEMPLATES, template_row(response.json())])
+    sync(alice, number, "A", [NOON.date()], telefono="56911120004")
+
+    [campaign] = send_due_reminders(NOON)
+
+    assert Campaign.get(Campaign.public_id == campaign).template_name == "payment_reminder"
+    assert recipients(campaign)["A"].buttons is None and PaymentLink.select().count() == 0
+    [message] = sent_to(sim, number)
+    assert message["template"] == "payment_reminder"

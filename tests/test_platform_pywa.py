@@ -13,8 +13,9 @@ from collections import Counter
 import pytest
 import requests
 from pywa import WhatsApp, types
+from pywa.errors import TemplateParamCountMismatch, WhatsAppError
 from pywa.handlers import MessageHandler, MessageStatusHandler, OutgoingMessageHandler, RawUpdateHandler
-from pywa.types.templates import BodyText, TemplateLanguage, URLButton
+from pywa.types.templates import BodyText, Buttons, QuickReplyButton, TemplateLanguage, URLButton
 
 from messaging.simulator import business_app_contacts, user_id_for, username_for
 from messaging.testing import WebhookReceiver
@@ -75,7 +76,7 @@ def pywa_client(sim_url: str, parsed: Parsed) -> tuple[WhatsApp, str]:
                          timeout=5).json()["access_token"]
     # Repeats are kept: the simulator posts one history chunk twice, as the platform may.
     wa = WhatsApp(phone_id=signup["phone_number_id"], token=token, app_secret=SECRET, server=None,
-                  skip_duplicate_updates=False)
+                  skip_duplicate_updates=False, waba_id=signup["waba_id"])
     # pywa speaks to graph.facebook.com; its session is pointed at the simulator instead.
     wa.api._session.base_url = f"{sim_url}/v26.0"
     wa.add_handlers(
@@ -95,9 +96,44 @@ def feed(wa: WhatsApp, receiver: WebhookReceiver, seen: int) -> int:
     return len(receiver.posts)
 
 
+PAY_LINK = {"name": "pay_link", "language": "es", "body": "Hola {{1}}, paga tu saldo.",
+            "buttons": [{"type": "URL", "text": "Pay now", "url": "https://pay.example.com/pay/{{1}}"},
+                        {"type": "QUICK_REPLY", "text": "Already paid"}]}
+
+
+def test_pywa_parses_templates_with_buttons_and_their_sends_are_checked(sim_url, receiver):
+    wa, _number_id = pywa_client(sim_url, Parsed())
+    requests.post(f"{sim_url}/_sim/templates", json=PAY_LINK, timeout=5).raise_for_status()
+
+    templates = {template.name: template for template in wa.get_templates()}
+    assert templates["payment_reminder"].components[0].text == "Hola {{1}}, tu saldo pendiente es {{2}}."
+    [buttons] = [c for c in templates["pay_link"].components if isinstance(c, Buttons)]
+    url_button, quick_reply = buttons.buttons
+    assert isinstance(url_button, URLButton) and isinstance(quick_reply, QuickReplyButton)
+    assert (url_button.text, url_button.url, quick_reply.text) == (
+        "Pay now", "https://pay.example.com/pay/{{1}}", "Already paid")
+
+    sent = wa.send_template(PHONE, "pay_link", TemplateLanguage.SPANISH, params=[
+        BodyText.params("Ana"), URLButton.params(url_variable="plk_abc", index=0)])
+    [kept] = requests.get(f"{sim_url}/_sim/sent", timeout=5).json()["data"]
+    assert kept["wamid"] == sent.id
+    assert [c["parameters"] for c in kept["components"] if c["type"] == "button"] == [
+        [{"type": "text", "text": "plk_abc"}]]
+    # The URL button's suffix left out, and a URL parameter for a template without buttons: the
+    # platform's errors, which pywa raises with their codes.
+    with pytest.raises(TemplateParamCountMismatch) as missing:
+        wa.send_template(PHONE, "pay_link", TemplateLanguage.SPANISH, params=[BodyText.params("Ana")])
+    assert missing.value.code == 132000 and "button at index 0" in missing.value.details
+    with pytest.raises(WhatsAppError) as foreign:
+        wa.send_template(PHONE, "payment_reminder", TemplateLanguage.SPANISH, params=[
+            BodyText.params("Ana", "$10.00"), URLButton.params(url_variable="pay/abc", index=0)])
+    assert foreign.value.code == 132018
+
+
 def test_pywa_sends_every_kind_and_parses_every_simulator_webhook(sim_url, receiver):
     parsed = Parsed()
     wa, number_id = pywa_client(sim_url, parsed)
+    requests.post(f"{sim_url}/_sim/templates", json=PAY_LINK, timeout=5).raise_for_status()
 
     assert wa.get_business_phone_number().id == number_id
     sent = [
@@ -110,8 +146,10 @@ def test_pywa_sends_every_kind_and_parses_every_simulator_webhook(sim_url, recei
         wa.send_location(PHONE, latitude=19.43, longitude=-99.13, name="Office"),
         wa.send_template(PHONE, "hello_world", TemplateLanguage.ENGLISH_US),
         wa.send_template(PHONE, "payment_reminder", TemplateLanguage.SPANISH, params=[
-            BodyText.params("Ana", "$10.00"),
-            URLButton.params(url_variable="pay/abc", index=0)]),
+            BodyText.params("Ana", "$10.00")]),
+        wa.send_template(PHONE, "pay_link", TemplateLanguage.SPANISH, params=[
+            BodyText.params("Ana"), URLButton.params(url_variable="plk_abc", index=0),
+            QuickReplyButton.params(callback_data="PAID", index=1)]),
         wa.send_message(USERNAME_PHONE, "hi username user"),
         wa.send_message(HIDDEN_USER, "by business-scoped id"),
     ]

@@ -211,15 +211,16 @@ class CampaignStore:
                         still[account_id] = fuller
                 open_numbers = still
             jobs: list[Job] = []
-            for row_id, public_id, campaign_id, wa_id, contact, variables, throttled, retries in rows:
+            for row_id, public_id, campaign_id, wa_id, contact, variables, throttled, retries, buttons in rows:
                 campaign = campaigns[campaign_id]
                 account = numbers[campaign.account_id]
                 variables = orjson.loads(variables) if isinstance(variables, (str, bytes)) else variables
+                buttons = orjson.loads(buttons) if isinstance(buttons, (str, bytes)) else buttons
                 jobs.append(Job(
                     store=self.name, id=row_id, public_id=public_id, tenant_id=campaign.tenant_id,
                     account_id=account.id, account_public_id=account.public_id, phone_id=account.phone_id,
                     token=self._token(account), wa_id=wa_id, throttled=throttled, retries=retries,
-                    payload=template_payload(campaign, wa_id, variables, public_id), claim_token=claim_token,
+                    payload=template_payload(campaign, wa_id, variables, public_id, buttons), claim_token=claim_token,
                     campaign_id=campaign_id, campaign_public_id=campaign.public_id,
                     external_contact_id=contact))
         return jobs
@@ -285,7 +286,7 @@ class CampaignStore:
             rows += run_sql(
                 f'UPDATE "{table}" SET status = ?, claim_token = ?, claimed_at = ?, attempts = attempts + 1, '
                 f"last_error = NULL WHERE id IN ({placeholders(len(chunk))}) AND status = ? "
-                "RETURNING id, public_id, campaign_id, wa_id, external_contact_id, vars, throttled, retries",
+                "RETURNING id, public_id, campaign_id, wa_id, external_contact_id, vars, throttled, retries, buttons",
                 ["queued", claim_token, now, *chunk, "pending"]).fetchall()
         return rows
 

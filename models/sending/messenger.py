@@ -78,11 +78,13 @@ class GraphMessenger:
         return self.client_factory().send_message(job.phone_id, job.token, job.payload)
 
 
-def template_payload(campaign: Any, wa_id: str, variables: list[str] | None, callback: str) -> dict:
-    """A campaign recipient's template message (`campaign` is the campaign row)."""
+def template_payload(campaign: Any, wa_id: str, variables: list[str] | None, callback: str,
+                     buttons: list[dict] | None = None) -> dict:
+    """A campaign recipient's template message (`campaign` is the campaign row); `buttons` are the
+    recipient's button parameters, sent as `button` components by index."""
     header = {"type": campaign.header_type, "link": campaign.header_url} if campaign.header_type else None
     return payloads.template_message(wa_id, campaign.template_name, campaign.template_language, variables or (),
-                                     header=header, callback_data=callback)
+                                     header=header, callback_data=callback, buttons=buttons or ())
 
 
 def message_payload(message: Any) -> dict:
