@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import falcon
@@ -45,7 +46,7 @@ def _reset_in(now: float) -> int:
     return WINDOW - int(now % WINDOW)
 
 
-def check(limits: list[Limit], resp: falcon.Response | None = None) -> None:
+def check(limits: Sequence[Limit], resp: falcon.Response | None = None) -> None:
     """Count this request against every limit; 429 when any is exceeded.
 
     With `resp`, the RateLimit-* headers describe the limit closest to running out.
@@ -71,7 +72,7 @@ def check(limits: list[Limit], resp: falcon.Response | None = None) -> None:
                        headers={**headers, "Retry-After": str(reset)})
 
 
-def _count(limits: list[Limit], now: float) -> dict[str, int]:
+def _count(limits: Sequence[Limit], now: float) -> dict[str, int]:
     """Each limit's count in this window, this request included (see the module's docstring)."""
     store, start, moment = counters(), window_start(WINDOW, now), time.monotonic()
     counts: dict[str, int] = {}
@@ -101,13 +102,26 @@ def _count(limits: list[Limit], now: float) -> dict[str, int]:
     return counts
 
 
-def request_limits(key, method: str, route: str, endpoint_limit: int | None) -> list[Limit]:
+# The limits of a request, by everything they are made of: a key's requests share one tuple
+# rather than building three limits and their key strings on every request.
+_request_limits: dict[tuple, tuple[Limit, ...]] = {}
+_REQUEST_LIMITS_KEPT = 10_000
+
+
+def request_limits(key, method: str, route: str, endpoint_limit: int | None) -> tuple[Limit, ...]:
     settings = get_settings()
-    tenant_id = key.tenant_id
     if endpoint_limit is None:
         endpoint_limit = settings.read_rate_limit if method in {"GET", "HEAD"} else settings.write_rate_limit
-    return [
-        Limit(f"k:{key.id}", key.rate_limit, "api_key"),
-        Limit(f"t:{tenant_id}", settings.tenant_rate_limit, "tenant"),
-        Limit(f"e:{tenant_id}:{method}:{route}", endpoint_limit, "endpoint"),
-    ]
+    tenant_id = key.tenant_id
+    made_of = (key.id, key.rate_limit, tenant_id, settings.tenant_rate_limit, method, route, endpoint_limit)
+    limits = _request_limits.get(made_of)
+    if limits is None:
+        limits = (
+            Limit(f"k:{key.id}", key.rate_limit, "api_key"),
+            Limit(f"t:{tenant_id}", settings.tenant_rate_limit, "tenant"),
+            Limit(f"e:{tenant_id}:{method}:{route}", endpoint_limit, "endpoint"),
+        )
+        if len(_request_limits) >= _REQUEST_LIMITS_KEPT:
+            _request_limits.clear()
+        _request_limits[made_of] = limits
+    return limits
