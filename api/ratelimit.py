@@ -7,7 +7,9 @@ at most FLUSH_SECONDS apart: a high-volume key costs no store round trip per req
 tolerance: while every process sees a count under half the limit, hits other processes took in
 their last FLUSH_SECONDS are not yet in the count a process checks; past half, no process
 counts locally, so what is admitted past a limit is at most those few hundred milliseconds of the
-other processes' traffic. Limits under LOCAL_FLOOR (the contract's defaults) are always exact.
+other processes' traffic. One thread of a process adds its tallies to the store at a time: the
+others count in memory until its answer is in (a round trip more of local counting). Limits
+under LOCAL_FLOOR (the contract's defaults) are always exact.
 """
 
 from __future__ import annotations
@@ -83,14 +85,18 @@ def _count(limits: Sequence[Limit], now: float) -> dict[str, int]:
             _tallies_window[0] = (store, start)
         for limit in limits:
             tally = _tallies.get(limit.key)
-            if (tally is not None and limit.limit >= LOCAL_FLOOR and moment - tally[2] < FLUSH_SECONDS
-                    and 2 * (tally[0] + tally[1] + 1) <= limit.limit):
-                tally[1] += 1
-                counts[limit.key] = tally[0] + tally[1]
-            else:
-                flush[limit.key] = 1 + (tally[1] if tally is not None else 0)
-                if tally is not None:
-                    tally[1] = 0
+            if tally is not None and limit.limit >= LOCAL_FLOOR and 2 * (tally[0] + tally[1] + 1) <= limit.limit:
+                if moment - tally[2] < FLUSH_SECONDS:
+                    tally[1] += 1
+                    counts[limit.key] = tally[0] + tally[1]
+                    continue
+                # This thread adds the tally to the store; the process's other threads go on
+                # counting here until its answer is in, rather than each making the same round
+                # trip (on Redis under load, a dozen round trips where one does).
+                tally[2] = moment
+            flush[limit.key] = 1 + (tally[1] if tally is not None else 0)
+            if tally is not None:
+                tally[1] = 0
     if flush:
         totals = store.incr(list(flush), WINDOW, now, flush)
         with _tallies_lock:

@@ -147,11 +147,22 @@ def execute(sql: str, params: tuple | list = ()):
     call, which costs more than the query itself there). Write `?` placeholders and quoted
     identifiers; the SQL must be valid on both engines."""
     if is_postgres():
-        sql = sql.replace("?", "%s")
+        spelled = _POSTGRES_SPELLING.get(sql)
+        if spelled is None:
+            spelled = sql.replace("?", "%s")
+            if len(_POSTGRES_SPELLING) < _POSTGRES_SPELLINGS_KEPT:
+                _POSTGRES_SPELLING[sql] = spelled
+        sql = spelled
     cursor = db.connection().cursor()
     with __exception_wrapper__:
         cursor.execute(sql, params)
     return cursor
+
+
+# Each hand-written statement of `execute` in PostgreSQL's placeholders, spelled once. Most are
+# fixed strings; the multi-row INSERTs vary with their batch, hence the cap.
+_POSTGRES_SPELLING: dict[str, str] = {}
+_POSTGRES_SPELLINGS_KEPT = 512
 
 
 def execute_many(sql: str, rows: list) -> None:
