@@ -56,18 +56,25 @@ def check(limits: Sequence[Limit], resp: falcon.Response | None = None) -> None:
     now = time.time()
     counts = _count(limits, now)
     reset = _reset_in(now)
-    tightest = min(limits, key=lambda limit: limit.limit - counts.get(limit.key, 0))
-    remaining = max(0, tightest.limit - counts.get(tightest.key, 0))
+    # One pass: the limit with the fewest requests left (the first of equals), and the first exceeded.
+    tightest, left, exceeded = None, 0, None
+    for limit in limits:
+        limit_left = limit.limit - counts.get(limit.key, 0)
+        if tightest is None or limit_left < left:
+            tightest, left = limit, limit_left
+        if exceeded is None and limit_left < 0:
+            exceeded = limit
+    if tightest is None:
+        raise ValueError("no limits to check")
     headers = {
         "RateLimit-Limit": str(tightest.limit),
-        "RateLimit-Remaining": str(remaining),
+        "RateLimit-Remaining": str(max(0, left)),
         "RateLimit-Reset": str(reset),
     }
     if resp is not None:
         resp.set_headers(headers)
-    exceeded = [limit for limit in limits if counts.get(limit.key, 0) > limit.limit]
-    if exceeded:
-        limit = exceeded[0]
+    if exceeded is not None:
+        limit = exceeded
         raise ApiError(429, "rate_limited",
                        f"rate limit of {limit.limit} requests per minute exceeded ({limit.scope}); retry later",
                        {"scope": limit.scope, "limit": limit.limit, "retry_after": reset},
