@@ -11,7 +11,7 @@ from api.errors import handle_unexpected, serialize_falcon_error
 from api.operations import NO_DATABASE_PATHS, RequestTelemetry
 from config import Settings, get_settings, use_settings
 from jobs.queue import load_tasks
-from models.db import db, init_db
+from models.db import init_db, request_connections
 
 BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
@@ -21,16 +21,17 @@ AREAS = ("health", "access_requests", "credits", "accounts", "campaigns", "messa
 
 
 class DatabaseConnection:
-    """One pooled connection per request, returned to the pool when the response is done."""
+    """A pooled connection for every request, which the thread keeps for its next request when
+    this one went cleanly (models/db.py, `RequestConnections`)."""
 
     def process_request(self, req, resp):
         if req.path in NO_DATABASE_PATHS:
             return
-        req.context.opened_db = db.connect(reuse_if_open=True)
+        req.context.opened_db = request_connections.take()
 
     def process_response(self, req, resp, resource, req_succeeded):
-        if getattr(req.context, "opened_db", False) and not db.is_closed():
-            db.close()
+        if getattr(req.context, "opened_db", False):
+            request_connections.give_back(req_succeeded)
 
 
 def area_modules():

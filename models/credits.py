@@ -91,8 +91,8 @@ def wallet_of(tenant_id: int) -> Wallet:
     if row is None:
         raise NotFound("the tenant has no wallet", code="wallet_not_found")
     wallet_id, balance, reserved, status, threshold = row
-    return Wallet(id=wallet_id, tenant=tenant_id, balance=balance, reserved=reserved, status=status,
-                  low_balance_threshold=threshold)
+    return Wallet.from_row(id=wallet_id, tenant=tenant_id, balance=balance, reserved=reserved, status=status,
+                           low_balance_threshold=threshold)
 
 
 def _apply(tenant_id: int, entry_type: str, amount: int, balance_delta: int, reserved_delta: int,

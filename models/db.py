@@ -147,11 +147,22 @@ def execute(sql: str, params: tuple | list = ()):
     call, which costs more than the query itself there). Write `?` placeholders and quoted
     identifiers; the SQL must be valid on both engines."""
     if is_postgres():
-        sql = sql.replace("?", "%s")
+        spelled = _POSTGRES_SPELLING.get(sql)
+        if spelled is None:
+            spelled = sql.replace("?", "%s")
+            if len(_POSTGRES_SPELLING) < _POSTGRES_SPELLINGS_KEPT:
+                _POSTGRES_SPELLING[sql] = spelled
+        sql = spelled
     cursor = db.connection().cursor()
     with __exception_wrapper__:
         cursor.execute(sql, params)
     return cursor
+
+
+# Each hand-written statement of `execute` in PostgreSQL's placeholders, spelled once. Most are
+# fixed strings; the multi-row INSERTs vary with their batch, hence the cap.
+_POSTGRES_SPELLING: dict[str, str] = {}
+_POSTGRES_SPELLINGS_KEPT = 512
 
 
 def execute_many(sql: str, rows: list) -> None:
@@ -178,6 +189,95 @@ def connection() -> Iterator[None]:
     finally:
         if opened and not db.is_closed():
             db.close()
+
+
+class RequestConnections:
+    """The connection of a request thread (api/app.py), kept by the thread between requests.
+
+    Handing a connection back to the pool and taking it again (the pool's locks, the probe,
+    peewee's per-thread state) cost more than the balance read itself. A thread that finished a
+    request cleanly keeps its connection checked out for its next request instead, within bounds
+    that leave the pool's own checks in force:
+
+    1. A connection idle longer than IDLE_AT_MOST, or kept longer than KEPT_AT_MOST in all, goes
+       back to the pool before the next request, which then takes one as usual (the pool probes
+       a connection idle for a while and recycles stale ones).
+    2. After a request that failed, left a transaction open or swapped its connection, the
+       connection goes back to the pool at once, which drops a broken one and rolls back an
+       open transaction.
+    3. At most half the pool is kept by threads, so other threads and tasks of the process still
+       find connections when a process runs more request threads than the pool holds.
+    4. A connection the pool no longer counts as in use (`close_all` closed it) is forgotten.
+
+    A thread that already holds a connection it did not take here (a test's `connection()`
+    block) keeps managing it itself: `take` answers False and `give_back` does nothing.
+    """
+
+    IDLE_AT_MOST = 1.0
+    KEPT_AT_MOST = 60.0
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._kept_by_engine: dict[int, int] = {}  # id of the engine -> connections kept by threads
+
+    def take(self) -> bool:
+        """Make sure this thread holds a connection for its request; True when it is ours to give back."""
+        engine, local = db.obj, self._local
+        now = time.monotonic()
+        if not engine.is_closed():
+            if getattr(local, "engine", None) is not engine or local.conn is not engine._state.conn:
+                return False
+            if (now - local.used > self.IDLE_AT_MOST or now - local.since > self.KEPT_AT_MOST
+                    or engine.conn_key(local.conn) not in engine._in_use):
+                self._release(engine, local)
+            else:
+                return True
+        engine.connect()
+        local.engine, local.conn, local.since, local.used, local.counted = engine, engine._state.conn, now, now, False
+        return True
+
+    def give_back(self, succeeded: bool) -> None:
+        """The request is done: keep the connection for the next one, or hand it back to the pool."""
+        engine, local = db.obj, self._local
+        if getattr(local, "engine", None) is not engine:
+            return
+        if engine.is_closed():  # closed by the request itself
+            self._forget(engine, local)
+            return
+        if (not succeeded or engine.in_transaction() or local.conn is not engine._state.conn
+                or not self._count_in(engine, local)):
+            self._release(engine, local)
+            return
+        local.used = time.monotonic()
+
+    def _count_in(self, engine, local) -> bool:
+        if local.counted:
+            return True
+        with self._lock:
+            kept = self._kept_by_engine.get(id(engine), 0)
+            if kept >= engine._max_connections // 2:
+                return False
+            self._kept_by_engine[id(engine)] = kept + 1
+        local.counted = True
+        return True
+
+    def _release(self, engine, local) -> None:
+        if engine.conn_key(local.conn) in engine._in_use or engine._state.conn is not local.conn:
+            engine.close()
+        else:  # close_all took it: this thread's state still names it
+            engine._state.reset()
+        self._forget(engine, local)
+
+    def _forget(self, engine, local) -> None:
+        if local.counted:
+            with self._lock:
+                self._kept_by_engine[id(engine)] -= 1
+        local.engine = local.conn = None
+        local.counted = False
+
+
+request_connections = RequestConnections()
 
 
 _commit_hooks: contextvars.ContextVar[tuple[Callable[[], None], ...]] = contextvars.ContextVar(

@@ -210,8 +210,8 @@ def authenticate(token: str) -> ApiKey | None:
         _passed[(public_id, presented)] = (now, row)
     key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, _status = row
     _mark_used(public_id, key_id)
-    return ApiKey(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
-                  scopes=list(scopes), allowed_ips=allowed_ips, rate_limit=rate_limit)
+    return ApiKey.from_row(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
+                           scopes=list(scopes), allowed_ips=allowed_ips, rate_limit=rate_limit)
 
 
 # (key public id, hash of the secret presented) -> (monotonic time it passed, its `_key_row`).
