@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from peewee import Case, fn
@@ -57,6 +57,15 @@ CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite'
 _PICK_SQL: dict[type, str] = {}
 
 
+class _Number(NamedTuple):
+    """A number's columns a claimed job is built from."""
+
+    id: int
+    public_id: str
+    phone_id: str
+    access_token: str | None
+
+
 class CampaignStore:
     name = "campaign"
 
@@ -65,7 +74,7 @@ class CampaignStore:
         self._campaign_cache: dict[int, Campaign] = {}
         self.in_flight = 0  # recipients `queued` in active campaigns at the last plan, anyone's
 
-    def _token(self, account: MessagingAccount) -> str:
+    def _token(self, account: MessagingAccount | _Number) -> str:
         key = (account.id, account.access_token)
         if key not in self._tokens:
             self._tokens[key] = account_token(account)
@@ -165,20 +174,21 @@ class CampaignStore:
         now = now or utcnow()
         with atomic():
             campaign_ids = [c for account_id in grants for c in plans[account_id].campaigns]
+            statuses = self._statuses(campaign_ids)
             # Only campaigns changing state are written (a row lock each, in id order): a campaign
             # already `processing` is left alone, so concurrent claims do not queue on its row.
-            starting = Campaign.id.in_(campaign_ids) & Campaign.status.in_(("queued", "pending"))
-            if Campaign.select().where(starting).exists():
+            if any(status in ("queued", "pending") for status in statuses.values()):
+                starting = Campaign.id.in_(campaign_ids) & Campaign.status.in_(("queued", "pending"))
                 lock_in_order(Campaign.select(Campaign.id).where(starting).order_by(Campaign.id)).execute()
                 (Campaign.update(status="processing", hold_reason=None,
                                  started_at=fn.COALESCE(Campaign.started_at, now))
                  .where(starting).execute())
-            started = {row_id for (row_id,) in Campaign.select(Campaign.id).where(
-                Campaign.id.in_(campaign_ids) & (Campaign.status == "processing")).tuples()}
+                statuses = self._statuses(campaign_ids)
+            started = {row_id for row_id, status in statuses.items() if status == "processing"}
             if not started:
                 return []
             campaigns = self._campaign_rows(started)
-            numbers = {a.id: a for a in MessagingAccount.select().where(MessagingAccount.id.in_(list(grants)))}
+            numbers = self._numbers(list(grants))
             wanted = dict(grants)
             live = {account_id: [c for c in plans[account_id].campaigns if c in started] for account_id in grants}
             rows: list[tuple] = []
@@ -223,6 +233,19 @@ class CampaignStore:
                     campaign_id=campaign_id, campaign_public_id=campaign.public_id,
                     external_contact_id=contact))
         return jobs
+
+    @staticmethod
+    def _statuses(campaign_ids: list[int]) -> dict[int, str]:
+        # Hand-written, as the other statements every claim makes.
+        return dict(run_sql(f'SELECT id, status FROM "{Campaign._meta.table_name}" '
+                            f"WHERE id IN ({placeholders(len(campaign_ids))})", campaign_ids).fetchall())
+
+    @staticmethod
+    def _numbers(account_ids: list[int]) -> dict[int, _Number]:
+        """What a job needs of each number, read in every claim (a token may have been rotated)."""
+        rows = run_sql(f'SELECT id, public_id, phone_id, access_token FROM "{MessagingAccount._meta.table_name}" '
+                       f"WHERE id IN ({placeholders(len(account_ids))})", account_ids).fetchall()
+        return {row[0]: _Number(*row) for row in rows}
 
     def _campaign_rows(self, ids) -> dict[int, Campaign]:
         """Campaign rows for building payloads; what is read from them never changes, so they are kept."""
