@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 import orjson
-from peewee import Case, fn
+from peewee import fn
 
 from models import accounts
 from models.accounts import MessagingAccount, record_business_sends_many
@@ -411,7 +411,7 @@ class CampaignStore:
         """Give throttled and transiently failed recipients back to the queue (not failures)."""
         if not jobs:
             return 0
-        R = CampaignRecipient
+        table = CampaignRecipient._meta.table_name
         changed = 0
         for token, group in _by_token(jobs).items():
             # Throttled, or refused because the number's business account is blocked (it is paused):
@@ -422,25 +422,28 @@ class CampaignStore:
             transient = [j for j in group if verdicts[j.id] is Verdict.RETRY]
             kinds = (
                 # The whole number is throttled (its schedule is held) or paused: due again, for a new slot.
-                (throttled, {}),
+                (throttled, "", None),
                 # The send missed its slot and never reached the platform: due again, for a new
                 # slot, and its claim was no attempt (`attempts` counts what the platform was handed).
-                (missed, {R.attempts: R.attempts - 1}),
+                (missed, ", attempts = attempts - 1", None),
                 # Too many messages to this user: only this recipient waits, 4^X seconds.
-                (pair, {R.throttled: R.throttled + 1, R.not_before: Case(R.id, [
-                    (j.id, now + dt.timedelta(seconds=4 ** (j.throttled + 1))) for j in pair])}),
+                (pair, ", throttled = throttled + 1", lambda j: now + dt.timedelta(seconds=4 ** (j.throttled + 1))),
                 # A platform hiccup: back off 2, 4, 8... seconds, a bounded number of times.
-                (transient, {R.retries: R.retries + 1, R.not_before: Case(R.id, [
-                    (j.id, now + dt.timedelta(seconds=2 ** (j.retries + 1))) for j in transient])}),
+                (transient, ", retries = retries + 1", lambda j: now + dt.timedelta(seconds=2 ** (j.retries + 1))),
             )
-            for chosen, extra in kinds:
-                if not chosen:
-                    continue
-                ids = [j.id for j in chosen]
-                changes = {R.status: "pending", R.claim_token: None, R.claimed_at: None,
-                           R.last_error: Case(R.id, [(j.id, error_text(j.error)) for j in chosen]), **extra}
-                changed += (R.update(changes)
-                            .where(R.id.in_(ids) & (R.status == "queued") & (R.claim_token == token)).execute())
+            for chosen, extra, not_before in kinds:
+                for start in range(0, len(chosen), CHUNK):
+                    chunk = chosen[start:start + CHUNK]
+                    ids = [j.id for j in chunk]
+                    # Hand-written, as the other outcomes: slots missed under load come back in numbers.
+                    text_sql, params = case_by_id("last_error", [(j.id, error_text(j.error)) for j in chunk])
+                    if not_before is not None:
+                        wait_sql, wait_params = case_by_id("not_before", [(j.id, not_before(j)) for j in chunk])
+                        text_sql, params = f"{text_sql}, {wait_sql}", params + wait_params
+                    changed += run_sql(
+                        f'UPDATE "{table}" SET status = ?, claim_token = NULL, claimed_at = NULL, {text_sql}{extra} '
+                        f"WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ?",
+                        ["pending", *params, *ids, "queued", token]).rowcount
         return changed
 
     def settle(self, jobs: list[Job], result: BatchResult) -> None:
