@@ -1,10 +1,11 @@
 """bench/dispatch: campaign dispatch throughput, POST /campaigns latency and worker memory.
 
     python -m bench.dispatch [--workers 2] [--numbers 50] [--per-number 200] [--big 5000]
-                             [--posts 30] [--webhooks] [--sqlite]
+                             [--posts 30] [--webhooks] [--sqlite] [--postgres URL] [--redis URL]
 
 Against real processes on loopback (gunicorn, `svcctl worker` consumers, `svcctl sim`) sharing
-a fresh PostgreSQL database and Redis (or SQLite with --sqlite):
+a fresh PostgreSQL database (made on the `--postgres` server, dropped at the end) and Redis
+(`--redis`, the bench's keys under a prefix of their own), or SQLite with --sqlite:
 
 1. `--numbers` coexistence numbers (20 messages/s each, capped by the simulator too) with one
    campaign of `--per-number` recipients each, spread over 5 companies, created while the
@@ -117,7 +118,7 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def storage_env(use_sqlite: bool) -> tuple[dict[str, str], callable]:
+def storage_env(use_sqlite: bool, pg_admin: str = PG_ADMIN, redis_url: str = REDIS) -> tuple[dict[str, str], callable]:
     data_dir = tempfile.mkdtemp(prefix="bench-dispatch-")
     env = {"SVC_DATA_DIR": data_dir, "SVC_SECRET_KEY": "qVnZ0D4K7wSxg8Yb8w8i3bq0Zp9dfqg3zB5Qk0Yp2pM=",
            "SVC_WEBHOOK_ALLOW_PRIVATE": "true", "SVC_TENANT_RATE_LIMIT": "100000000"}
@@ -127,14 +128,15 @@ def storage_env(use_sqlite: bool) -> tuple[dict[str, str], callable]:
     import redis
 
     name = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect(PG_ADMIN + "/postgres")
+    pg_admin = pg_admin.rstrip("/")
+    admin = psycopg2.connect(pg_admin + "/postgres")
     admin.autocommit = True
     admin.cursor().execute(f'CREATE DATABASE "{name}"')
-    env.update({"SVC_DATABASE_URL": f"{PG_ADMIN}/{name}", "SVC_REDIS_URL": REDIS, "SVC_QUEUE_NAME": name,
+    env.update({"SVC_DATABASE_URL": f"{pg_admin}/{name}", "SVC_REDIS_URL": redis_url, "SVC_QUEUE_NAME": name,
                 "SVC_DB_POOL_SIZE": "40"})
 
     def cleanup():
-        client = redis.Redis.from_url(REDIS)
+        client = redis.Redis.from_url(redis_url)
         for key in client.scan_iter(f"{name}*"):
             client.delete(key)
         admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -269,9 +271,12 @@ def main() -> None:
     parser.add_argument("--posts", type=int, default=30)
     parser.add_argument("--webhooks", action="store_true", help="simulator posts status webhooks too")
     parser.add_argument("--sqlite", action="store_true", help="SQLite instead of PostgreSQL + Redis")
+    parser.add_argument("--postgres", default=PG_ADMIN,
+                        help=f"PostgreSQL server to make the bench's database on (default {PG_ADMIN})")
+    parser.add_argument("--redis", default=REDIS, help=f"Redis database for the queue and counters (default {REDIS})")
     args = parser.parse_args()
 
-    env, cleanup = storage_env(args.sqlite)
+    env, cleanup = storage_env(args.sqlite, args.postgres, args.redis)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-dispatch-logs-"))
     stack = Stack(env, log_dir, args.webhooks)
     peaks: list[float] = []

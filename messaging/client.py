@@ -1,9 +1,10 @@
 """Graph API client for the messaging platform (WhatsApp Cloud API subset).
 
-One `GraphClient` per process: it holds a single pooled `requests.Session`, safe to share
-between threads. Each phone number has its own access token, so the token is an argument
-of every call rather than client state. Every call is bounded by `timeout` and never
-retried here: the caller decides, using the typed errors of `messaging.errors`.
+One `GraphClient` per process: it holds one keep-alive connection pool for the platform's origin
+(`messaging.transport`: proxy and verified TLS settings worked out once), safe to share between
+threads. Each phone number has its own access token, so the token is an argument of every call
+rather than client state. Every call is bounded by `timeout` and never retried here: the caller
+decides, using the typed errors of `messaging.errors`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
+import orjson
 import requests
 from prometheus_client import Counter, Histogram
 
@@ -25,7 +28,7 @@ from messaging.errors import (
     error_from_exception,
     error_from_response,
 )
-from messaging.http_adapter import PreparedTLSAdapter
+from messaging.transport import Transport
 
 PHONE_NUMBER_FIELDS = (
     "display_phone_number,verified_name,quality_rating,messaging_limit_tier,"
@@ -56,6 +59,35 @@ def _operation_of(path: str) -> str:
     return last if last in _OPERATIONS else "phone_number"
 
 
+# The metric children of the calls that succeed, looked up once per operation, not per call.
+_SUCCEEDED: dict[str, Any] = {}
+_SECONDS: dict[str, Any] = {}
+_NUMBER_SENDS: dict[str, Any] = {}
+
+
+def _succeeded(operation: str):
+    child = _SUCCEEDED.get(operation)
+    if child is None:
+        child = _SUCCEEDED[operation] = GRAPH_REQUESTS.labels(operation, "ok", "none", "none")
+    return child
+
+
+def _number_sends(phone_number_id: str):
+    child = _NUMBER_SENDS.get(phone_number_id)
+    if child is None:
+        if len(_NUMBER_SENDS) >= 4096:
+            _NUMBER_SENDS.clear()
+        child = _NUMBER_SENDS[phone_number_id] = NUMBER_SENDS.labels(phone_number_id)
+    return child
+
+
+def _seconds(operation: str):
+    child = _SECONDS.get(operation)
+    if child is None:
+        child = _SECONDS[operation] = GRAPH_SECONDS.labels(operation)
+    return child
+
+
 class GraphClient:
     def __init__(
         self,
@@ -71,22 +103,14 @@ class GraphClient:
         self.app_id = app_id
         self.app_secret = app_secret
         self.timeout = timeout
-        self.session = requests.Session()
-        # max_retries=0: a retried POST /messages could send the message twice; retrying
-        # is the caller's decision, made with the typed error in hand.
-        adapter = PreparedTLSAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-        # Proxy and CA settings from the environment are resolved once for base_url instead
-        # of on every request (requests re-reads the whole environment per call, which
-        # costs more than the request itself against a local platform).
-        environment = self.session.merge_environment_settings(self.base_url, {}, None, None, None)
-        self.session.trust_env = False
-        self.session.proxies.update(environment["proxies"])
-        self.session.verify = environment["verify"]
+        parts = urlsplit(self.base_url)
+        # One pool, as large as the most calls the client makes at once (the sending engine's
+        # threads): every call finds a kept-alive connection and none is opened only to be dropped.
+        self.transport = Transport(f"{parts.scheme}://{parts.netloc}", timeout=timeout, pool_size=pool_size)
+        self._paths: dict[str, str] = {}  # Graph path -> the request's path and query, as requests quotes it
 
     def close(self) -> None:
-        self.session.close()
+        self.transport.close()
 
     def __enter__(self) -> GraphClient:
         return self
@@ -105,7 +129,7 @@ class GraphClient:
                 "platform accepted the message but returned no message id",
                 details={"body": body},
             ) from None
-        NUMBER_SENDS.labels(phone_number_id).inc()
+        _number_sends(phone_number_id).inc()
         return wamid
 
     def mark_read(self, phone_number_id: str, token: str, message_wamid: str, typing: bool = False) -> None:
@@ -179,9 +203,25 @@ class GraphClient:
                                   str(error.code) if error.code is not None else "none").inc()
             raise
         finally:
-            GRAPH_SECONDS.labels(operation).observe(time.perf_counter() - started)
-        GRAPH_REQUESTS.labels(operation, "ok", "none", "none").inc()
+            _seconds(operation).observe(time.perf_counter() - started)
+        _succeeded(operation).inc()
         return body
+
+    def _path_url(self, path: str, params: Mapping[str, Any] | None) -> str:
+        """The request line's path and query, quoted as `requests` quotes them; kept per path
+        without a query (a send's path is the same for every message of a number)."""
+        if params is None:
+            known = self._paths.get(path)
+            if known is not None:
+                return known
+        request = requests.PreparedRequest()
+        request.prepare_url(f"{self.base_url}/{self.version}/{path}", params)
+        path_url = request.path_url
+        if params is None:
+            if len(self._paths) >= 4096:  # a path per number: a few thousand at most
+                self._paths.clear()
+            self._paths[path] = path_url
+        return path_url
 
     def _call(
         self,
@@ -198,32 +238,23 @@ class GraphClient:
         data = None
         if payload is not None:
             headers["Content-Type"] = "application/json"
-            data = json.dumps(payload, separators=(",", ":")).encode()
-        # Prepared here and handed to Session.send: Session.request merges session
-        # defaults, cookies, hooks and environment settings on every call, which nearly
-        # doubled the client's CPU per send (bench/sim_throughput.py: 1.5 against 0.85 ms).
-        # The session's pool, proxies and CA settings still apply.
-        request = requests.PreparedRequest()
-        request.prepare(
-            method=method, url=f"{self.base_url}/{self.version}/{path}", headers=headers,
-            params=params, data=data,
-        )
+            data = orjson.dumps(payload)
+        if method != "GET":
+            headers["Content-Length"] = str(len(data) if data is not None else 0)
         try:
-            response = self.session.send(request, timeout=self.timeout, allow_redirects=False)
+            status, content = self.transport.request(method, self._path_url(path, params), headers, data)
         except requests.RequestException as exc:
             raise error_from_exception(exc) from None
         try:
-            body = response.json()
+            body = json.loads(content) if content else None
         except ValueError:
             body = None
-        if response.status_code >= 400 or (isinstance(body, dict) and "error" in body):
-            raise error_from_response(
-                response.status_code, body if body is not None else response.content
-            )
+        if status >= 400 or (isinstance(body, dict) and "error" in body):
+            raise error_from_response(status, body if body is not None else content)
         if not isinstance(body, dict):
             # Possibly accepted: the answer is lost, exactly as after a read timeout.
             raise PlatformUnavailableError(
-                f"platform answered HTTP {response.status_code} with a body that is not JSON",
+                f"platform answered HTTP {status} with a body that is not JSON",
                 ambiguous=True,
             )
         return body

@@ -29,7 +29,6 @@ from typing import Annotated, Any, Literal
 import orjson
 import pydantic
 from peewee import (
-    Case,
     CharField,
     DateTimeField,
     ForeignKeyField,
@@ -43,7 +42,7 @@ from models import credits, platform_users
 from models.accounts import MessagingAccount, Template, get_account
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import after_commit, atomic, db, lock_in_order
+from models.db import after_commit, atomic, db, is_postgres
 from models.errors import Conflict, Invalid, NotFound
 from models.events import Event, announce
 from models.ids import new_id
@@ -441,19 +440,24 @@ def ledger_moves(moves: dict[int, dict[str, int]], description: str | None = Non
 
 def add_to_counters(moves: dict[int, dict[str, int]]) -> None:
     """Add to the campaigns' credit counters: their rows locked in ascending campaign id, then
-    one UPDATE for all of them."""
+    one UPDATE for all of them (hand-written: it runs in every batch a campaign sends)."""
     moves = _nonzero(moves)
     if not moves:
         return
     ids = sorted(moves)
-    list(lock_in_order(CampaignCredits.select(CampaignCredits.campaign).where(CampaignCredits.campaign.in_(ids))
-                       .order_by(CampaignCredits.campaign)).tuples())
-    changes = {}
+    table = CampaignCredits._meta.table_name
+    if is_postgres():
+        run_sql(f'SELECT campaign_id FROM "{table}" WHERE campaign_id IN ({placeholders(len(ids))}) '
+                "ORDER BY campaign_id FOR UPDATE", ids).fetchall()
+    changes, params = [], []
     for kind, column in CREDIT_COLUMNS.items():
         deltas = [(campaign_id, moves[campaign_id][kind]) for campaign_id in ids if moves[campaign_id].get(kind)]
         if deltas:
-            changes[column] = column + Case(CampaignCredits.campaign, deltas, 0)
-    CampaignCredits.update(changes).where(CampaignCredits.campaign.in_(ids)).execute()
+            name = column.column_name
+            changes.append(f"{name} = {name} + CASE campaign_id{' WHEN ? THEN ?' * len(deltas)} ELSE 0 END")
+            params += [value for pair in deltas for value in pair]
+    run_sql(f'UPDATE "{table}" SET {", ".join(changes)} WHERE campaign_id IN ({placeholders(len(ids))})',
+            params + ids)
 
 
 # Creation.
@@ -818,10 +822,10 @@ def unfinished(campaign_ids: Iterable[int]) -> set[int]:
     ids = list(campaign_ids)
     if not ids:
         return set()
-    query = (CampaignRecipient.select(CampaignRecipient.campaign).distinct()
-             .where(CampaignRecipient.campaign.in_(ids)
-                    & CampaignRecipient.status.in_(("pending", "queued"))).tuples())
-    return {campaign_id for (campaign_id,) in query}
+    # Hand-written: every sent batch asks this of its campaigns.
+    return {campaign_id for (campaign_id,) in run_sql(
+        f'SELECT DISTINCT campaign_id FROM "{CampaignRecipient._meta.table_name}" '
+        f"WHERE campaign_id IN ({placeholders(len(ids))}) AND status IN (?, ?)", [*ids, "pending", "queued"])}
 
 
 def finish_if_done(campaign_ids: Iterable[int]) -> list[Campaign]:

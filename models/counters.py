@@ -63,6 +63,8 @@ PACING_MARGIN = 0.05
 # The first slot of a call is at least this far ahead: time for the caller to claim what it sends.
 SLOT_LEAD = 0.25
 PACING_TTL = 3600  # a schedule idle this long is forgotten (its slots are all in the past)
+_PACING_CHUNK = 200  # numbers per pacing statement: a few parameters each, well under SQLite's limit
+_UNCHANGED = '("key" = ? AND "version" = ?)'  # a schedule row as it was read
 
 
 def slot_interval(rate: float) -> float:
@@ -137,35 +139,78 @@ class DatabaseCounters:
         Each row changes by a compare-and-swap on `version`, so consumers on other threads or
         hosts never get the same slot: a lost race is retried against the fresh row.
         """
-        from models.db import atomic
+        from models.db import atomic, is_postgres
 
         results: dict[str, tuple[int, float]] = {}
         if not requests:
             return results
         now = time.time() if now is None else now
+        # Keys in one order for every caller: two consumers never lock each other's rows in reverse.
+        keys = sorted(requests)
         with atomic():
-            (PacingSlot.insert_many([{"key": key, "next_free": 0.0, "version": 0} for key in sorted(requests)])
-             .on_conflict_ignore().execute())
-            rows = {row.key: row for row in PacingSlot.select().where(PacingSlot.key.in_(list(requests)))}
-            # Keys in one order for every caller: two consumers never lock each other's rows in reverse.
-            for key in sorted(requests):
+            # Hand-written SQL: this runs every engine tick for every number with work, and peewee
+            # would build each statement (and a node per value) anew.
+            for start in range(0, len(keys), _PACING_CHUNK):
+                chunk = keys[start:start + _PACING_CHUNK]
+                execute(f'INSERT INTO "pacing_slot" ("key", "next_free", "version") VALUES '
+                        f'{", ".join(["(?, 0.0, 0)"] * len(chunk))} ON CONFLICT ("key") DO NOTHING', chunk)
+            rows: dict[str, tuple[float, int]] = {}
+            for start in range(0, len(keys), _PACING_CHUNK):
+                chunk = keys[start:start + _PACING_CHUNK]
+                # PostgreSQL: the rows locked in key order, so the one UPDATE below (whose own
+                # order is the planner's) never waits on a row out of that order.
+                for key, next_free, version in execute(
+                        f'SELECT "key", "next_free", "version" FROM "pacing_slot" WHERE "key" IN '
+                        f'({", ".join(["?"] * len(chunk))}) ORDER BY "key"'
+                        + (" FOR UPDATE" if is_postgres() else ""), chunk).fetchall():
+                    rows[key] = (next_free, version)
+            # Every row's compare-and-swap in one statement; a row another caller changed in between
+            # is not returned, and is tried again alone against its fresh value.
+            planned: dict[str, tuple[int, float, float, int]] = {}
+            for key in keys:
                 rate, burst, wanted = requests[key]
-                row = rows[key]
-                results[key] = (0, 0.05)
-                for _attempt in range(20):
-                    granted, next_free, wait = schedule_slots(row.next_free, slot_interval(rate), slot_phase(key),
-                                                              burst, wanted, now)
-                    if not granted:
-                        results[key] = (0, wait)
-                        break
-                    changed = (PacingSlot.update(next_free=next_free, version=row.version + 1)
-                               .where((PacingSlot.key == key) & (PacingSlot.version == row.version))
-                               .execute())
-                    if changed == 1:
-                        results[key] = (granted, wait)
-                        break
-                    row = PacingSlot.get(PacingSlot.key == key)
+                next_free, version = rows[key]
+                granted, next_free, wait = schedule_slots(next_free, slot_interval(rate), slot_phase(key), burst,
+                                                          wanted, now)
+                results[key] = (0, wait)
+                if granted:
+                    planned[key] = (granted, wait, next_free, version)
+            swapped: set[str] = set()
+            chunked = sorted(planned)
+            for start in range(0, len(chunked), _PACING_CHUNK):
+                chunk = chunked[start:start + _PACING_CHUNK]
+                params: list = []
+                for key in chunk:
+                    params += [key, planned[key][2]]
+                for key in chunk:
+                    params += [key, planned[key][3]]
+                unchanged = " OR ".join([_UNCHANGED] * len(chunk))
+                swapped.update(key for (key,) in execute(
+                    f'UPDATE "pacing_slot" SET "next_free" = CASE "key"{" WHEN ? THEN ?" * len(chunk)} END, '
+                    f'"version" = "version" + 1 WHERE {unchanged} RETURNING "key"', params).fetchall())
+            for key in chunked:
+                if key in swapped:
+                    results[key] = planned[key][:2]
+                else:
+                    results[key] = self._take_one(key, requests[key], now)
         return results
+
+    @staticmethod
+    def _take_one(key: str, request: tuple[float, float, int], now: float) -> tuple[int, float]:
+        """One number's slots by compare-and-swap, retried against the fresh row while others win."""
+        rate, burst, wanted = request
+        for _attempt in range(20):
+            next_free, version = execute('SELECT "next_free", "version" FROM "pacing_slot" WHERE "key" = ?',
+                                         (key,)).fetchone()
+            granted, next_free, wait = schedule_slots(next_free, slot_interval(rate), slot_phase(key), burst,
+                                                      wanted, now)
+            if not granted:
+                return 0, wait
+            changed = execute('UPDATE "pacing_slot" SET "next_free" = ?, "version" = "version" + 1 '
+                              'WHERE "key" = ? AND "version" = ?', (next_free, key, version)).rowcount
+            if changed == 1:
+                return granted, wait
+        return 0, 0.05
 
     def hold_tokens(self, key: str, rate: float, seconds: float, now: float | None = None) -> None:
         """Grant no new slot for `seconds` (the platform throttled us); slots granted stay valid."""

@@ -10,6 +10,7 @@ Ledger amounts (see docs/credits.md): `purchase`, `manual_grant`, `manual_adjust
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from peewee import SQL, CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from models.base import BaseModel
 from models.clock import utcnow
-from models.db import atomic, execute
+from models.db import atomic, db, execute
 from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
 from models.tenants import Tenant
 
@@ -162,38 +163,89 @@ def _reserve_failure(tenant_id: int, amount: int) -> Exception:
     )
 
 
+def _reserved_failure() -> Exception:
+    return Invalid("fewer credits are reserved than the operation names", code="reservation_mismatch")
+
+
+# The movements of reserved credits, as hand-written SQL (they run in every batch a campaign sends):
+# kind -> (the ledger amount's sign, the balance's and the reservation's change per credit, the
+# condition the wallet must meet). One conditional UPDATE each, returning what the entry records.
+_MOVES = {
+    "reserve": (-1, 0, 1, '"status" = \'active\' AND "balance" - "reserved" >= ?'),
+    "consume": (-1, -1, -1, '"reserved" >= ?'),
+    "release": (1, 0, -1, '"reserved" >= ?'),
+    "refund": (1, 1, 0, None),
+}
+_MOVE_SQL = {
+    kind: ('UPDATE "wallet" SET "balance" = "balance" + ?, "reserved" = "reserved" + ?, '
+           '"ledger_entries" = "ledger_entries" + 1, "updated_at" = ? WHERE "tenant_id" = ?'
+           + (f" AND {condition}" if condition else "") + ' RETURNING "balance", "reserved", "ledger_entries"')
+    for kind, (_sign, _balance, _reserved, condition) in _MOVES.items()
+}
+_ENTRY_COLUMNS = ('"tenant_id", "type", "amount", "balance_after", "reserved_after", "position", "reference", '
+                  '"description", "campaign_id", "messaging_account_id", "created_at"')
+_ENTRY_CHUNK = 500  # ledger rows per INSERT: 11 parameters each, well under SQLite's limit
+
+
+def _move(tenant_id: int, kind: str, amount: int, now) -> tuple:
+    """One wallet movement: the conditional UPDATE; returns the ledger entry's values (without
+    its reference fields), or raises what the caller is told when the condition fails."""
+    sign, balance_change, reserved_change, condition = _MOVES[kind]
+    params = [balance_change * amount, reserved_change * amount, now, tenant_id]
+    if condition:
+        params.append(amount)
+    row = execute(_MOVE_SQL[kind], params).fetchone()
+    if row is None:
+        if kind == "reserve":
+            raise _reserve_failure(tenant_id, amount)
+        if kind == "refund":
+            raise NotFound("the tenant has no wallet", code="wallet_not_found")
+        raise _reserved_failure()
+    balance, reserved, position = row
+    return tenant_id, kind, sign * amount, balance, reserved, position
+
+
+def _entry(move: tuple, now, reference: str | None = None, description: str | None = None,
+           campaign_id: int | None = None, messaging_account_id: int | None = None) -> tuple:
+    return (*move, reference, description, campaign_id, messaging_account_id, now)
+
+
+def _insert_entries(entries: list[tuple]) -> list[int]:
+    """Ledger rows in as few INSERTs as fit; returns their ids."""
+    ids: list[int] = []
+    for start in range(0, len(entries), _ENTRY_CHUNK):
+        chunk = entries[start:start + _ENTRY_CHUNK]
+        ids += [row[0] for row in execute(
+            f'INSERT INTO "ledger_entry" ({_ENTRY_COLUMNS}) VALUES '
+            f'{", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))} RETURNING "id"',
+            [value for entry in chunk for value in entry]).fetchall()]
+    return ids
+
+
+def _moved(tenant_id: int, kind: str, amount: int, **options) -> LedgerEntry:
+    """One movement and its ledger entry, in one transaction; returns the entry."""
+    now = utcnow()
+    with atomic():
+        entry = _entry(_move(tenant_id, kind, _positive(amount), now), now, **options)
+        (entry_id,) = _insert_entries([entry])
+    (_tenant, entry_type, signed, balance, reserved, position, reference, description, campaign_id,
+     messaging_account_id, created_at) = entry
+    return LedgerEntry(id=entry_id, tenant=tenant_id, type=entry_type, amount=signed, balance_after=balance,
+                       reserved_after=reserved, position=position, reference=reference, description=description,
+                       campaign_id=campaign_id, messaging_account_id=messaging_account_id, created_at=created_at)
+
+
 def reserve(tenant_id: int, amount: int, *, campaign_id: int | None = None,
             messaging_account_id: int | None = None, reference: str | None = None) -> LedgerEntry:
     """Hold credits for messages about to be sent; fails unless the available balance covers them."""
-    amount = _positive(amount)
-    with atomic():
-        query = Wallet.update(
-            reserved=Wallet.reserved + amount, ledger_entries=Wallet.ledger_entries + 1, updated_at=utcnow()
-        ).where(
-            (Wallet.tenant == tenant_id)
-            & (Wallet.status == "active")
-            & (Wallet.balance - Wallet.reserved >= amount)
-        )
-        if query.execute() != 1:
-            raise _reserve_failure(tenant_id, amount)
-        wallet = Wallet.get(Wallet.tenant == tenant_id)
-        return LedgerEntry.create(
-            tenant=tenant_id, type="reserve", amount=-amount, balance_after=wallet.balance,
-            reserved_after=wallet.reserved, position=wallet.ledger_entries, reference=reference,
-            campaign_id=campaign_id, messaging_account_id=messaging_account_id,
-        )
-
-
-def _reserved_failure() -> Exception:
-    return Invalid("fewer credits are reserved than the operation names", code="reservation_mismatch")
+    return _moved(tenant_id, "reserve", amount, reference=reference, campaign_id=campaign_id,
+                  messaging_account_id=messaging_account_id)
 
 
 def consume(tenant_id: int, amount: int, *, campaign_id: int | None = None,
             messaging_account_id: int | None = None, reference: str | None = None) -> LedgerEntry:
     """The platform accepted messages: reserved credits leave the balance."""
-    amount = _positive(amount)
-    return _apply(tenant_id, "consume", -amount, -amount, -amount, Wallet.reserved >= amount,
-                  _reserved_failure(), reference=reference, campaign_id=campaign_id,
+    return _moved(tenant_id, "consume", amount, reference=reference, campaign_id=campaign_id,
                   messaging_account_id=messaging_account_id)
 
 
@@ -201,9 +253,7 @@ def release(tenant_id: int, amount: int, *, campaign_id: int | None = None,
             messaging_account_id: int | None = None, reference: str | None = None,
             description: str | None = None) -> LedgerEntry:
     """Messages that never reached the platform: their reservation returns to the available balance."""
-    amount = _positive(amount)
-    return _apply(tenant_id, "release", amount, 0, -amount, Wallet.reserved >= amount,
-                  _reserved_failure(), reference=reference, description=description,
+    return _moved(tenant_id, "release", amount, reference=reference, description=description,
                   campaign_id=campaign_id, messaging_account_id=messaging_account_id)
 
 
@@ -211,11 +261,8 @@ def refund(tenant_id: int, amount: int, *, campaign_id: int | None = None,
            messaging_account_id: int | None = None, reference: str | None = None,
            description: str | None = None) -> LedgerEntry:
     """A message the platform accepted and then failed: its consumed credit comes back."""
-    amount = _positive(amount)
-    return _apply(tenant_id, "refund", amount, amount, 0, None,
-                  NotFound("the tenant has no wallet", code="wallet_not_found"),
-                  reference=reference, description=description, campaign_id=campaign_id,
-                  messaging_account_id=messaging_account_id)
+    return _moved(tenant_id, "refund", amount, reference=reference, description=description,
+                  campaign_id=campaign_id, messaging_account_id=messaging_account_id)
 
 
 @dataclass(frozen=True)
@@ -230,10 +277,17 @@ class Move:
 
 def apply_moves(moves: list[Move]) -> None:
     """Many wallet movements in the caller's transaction, in the lock order: ascending tenant,
-    each tenant's in the order given (a reservation before the consumption it covers)."""
-    operations = {"reserve": reserve, "consume": consume, "release": release, "refund": refund}
-    for move in sorted(moves, key=lambda m: m.tenant_id):
-        operations[move.kind](move.tenant_id, move.amount, **move.options)
+    each tenant's in the order given (a reservation before the consumption it covers). One
+    conditional UPDATE per movement, then every ledger entry in one INSERT."""
+    if not moves:
+        return
+    now = utcnow()
+    # Inside the caller's transaction as it is (no savepoint: a failed movement changed nothing,
+    # and its exception rolls the caller back); a transaction of its own when called outside one.
+    with atomic() if not db.in_transaction() else contextlib.nullcontext():
+        entries = [_entry(_move(move.tenant_id, move.kind, _positive(move.amount), now), now, **move.options)
+                   for move in sorted(moves, key=lambda m: m.tenant_id)]
+        _insert_entries(entries)
 
 
 def ledger_page(tenant_id: int, page: int, per_page: int) -> tuple[list[LedgerEntry], int]:

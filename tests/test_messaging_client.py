@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
 import pytest
+import trustme
 
 from messaging import payloads
 from messaging.client import GraphClient, template_from_graph, template_variable_count
@@ -17,6 +19,7 @@ from messaging.errors import (
     error_from_response,
 )
 from messaging.simulator import DEFAULT_WABA_ID, Simulator
+from tests.webhooks_fixtures import Receiver, Reply
 
 APP_SECRET = "app-secret"
 
@@ -273,6 +276,44 @@ def test_a_stopped_simulator_stops_answering_on_open_connections():
 
     with pytest.raises(PlatformUnavailableError):
         client.get_phone_number(signup["phone_number_id"], token)
+
+
+def test_the_platform_certificate_is_verified_against_the_configured_ca(tmp_path, monkeypatch):
+    """HTTPS to the platform: a certificate no trusted CA signed is refused before anything is
+    sent; the same server is reached once the environment's CA bundle names its CA."""
+    ca = trustme.CA()
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    accepted = json.dumps({"messages": [{"id": "wamid.tls"}]}).encode()
+    platform = Receiver(ca, names=("localhost",), respond=lambda request: Reply(body=accepted))
+    try:
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        untrusting = GraphClient(f"https://localhost:{platform.port}", timeout=(2, 2))
+        with pytest.raises(PlatformUnavailableError) as refused:
+            untrusting.send_message("1", "token", payloads.text_message("5215551234567", "hi"))
+        assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value)
+        assert platform.requests == []
+
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+        trusting = GraphClient(f"https://localhost:{platform.port}", timeout=(2, 2))
+        assert trusting.send_message("1", "token", payloads.text_message("5215551234567", "hi")) == "wamid.tls"
+        (request,) = platform.requests
+        assert request.path == "/v26.0/1/messages"
+        assert request.headers["Authorization"] == "Bearer token"
+        assert json.loads(request.body)["text"]["body"] == "hi"
+
+        # A certificate for another name is refused even from the trusted CA.
+        wrong_name = Receiver(ca, names=("elsewhere.example",), respond=lambda request: Reply(body=accepted))
+        try:
+            with pytest.raises(PlatformUnavailableError):
+                GraphClient(f"https://localhost:{wrong_name.port}", timeout=(2, 2)).send_message(
+                    "1", "token", payloads.text_message("5215551234567", "hi"))
+            assert wrong_name.requests == []
+        finally:
+            wrong_name.close()
+    finally:
+        platform.close()
 
 
 # The error envelope and the retryable / permanent split

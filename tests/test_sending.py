@@ -280,6 +280,41 @@ def test_sends_that_missed_their_slot_are_held_back_and_sent_later_once(alice, n
     assert events(alice.id, "message.failed") == []
 
 
+class HoldsSeen(StalledFirst):
+    """The shared pacer, noting every hold the engine puts on a number's schedule."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 1  # no stall
+        self.holds: list[tuple[str, float]] = []
+
+    def hold_tokens(self, key, rate, seconds):
+        self.holds.append((key, seconds))
+        super().hold_tokens(key, rate, seconds)
+
+
+@sqlite_only
+def test_one_throughput_throttle_among_accepted_sends_holds_nothing(alice, number, sim, queue_only):
+    # The simulator throttles a 0429 recipient once: a single late count on a paced number.
+    slow = wa("0429")
+    campaign = create_for(alice, number, [slow, wa(), wa(), wa()])
+    pacer = HoldsSeen()
+    Engine(pacer=pacer).run(session=None, linger=0)
+    assert Campaign.get_by_id(campaign.id).status == "completed"
+    assert recipients(campaign)[slow].attempts == 2
+    assert pacer.holds == []
+
+
+@sqlite_only
+def test_a_throttle_storm_still_holds_the_number_longer_each_time(alice, number, queue_only):
+    campaign = create_for(alice, number, [wa(), wa(), wa()])
+    pacer = HoldsSeen()
+    Engine(messenger=PlatformSays(130429), pacer=pacer).run(session=2.5, linger=0)
+    assert [seconds for _key, seconds in pacer.holds][:2] == [1.0, 2.0]
+    rows = recipients(campaign).values()
+    assert {row.status for row in rows} == {"pending"} and events(alice.id, "message.failed") == []
+
+
 @sqlite_only
 def test_a_pair_rate_limit_makes_only_that_recipient_wait(alice, number, queue_only):
     campaign = create_for(alice, number, ["5215550301601"])

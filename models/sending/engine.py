@@ -49,7 +49,7 @@ from models.db import connection, counters, outlast_outage
 from models.sending.campaign_store import CampaignStore
 from models.sending.fairness import fair_shares
 from models.sending.message_store import MessageStore
-from models.sending.messenger import GraphMessenger, Messenger, SlotMissed
+from models.sending.messenger import GraphMessenger, Messenger, SlotMissed, Verdict, verdict
 from models.sending.recovery import engine_key, recover_stuck
 from models.sending.slots import SlotExecutor
 from models.sending.work import BatchResult, Job, NumberPlan, Store
@@ -74,15 +74,33 @@ class Settings:
 
 
 MAX_THROTTLE_HOLD = 16.0  # seconds a number's schedule is held after repeated 130429
+# A paced number whose batch got one 130429 among sends the platform took is not held (its
+# recipient goes back to the queue for a new slot): a platform short of CPU counts a second late
+# now and then, and holding the schedule for it cost far more sends than the throttle did. A second
+# throttle within this many seconds, several in one batch, or any other error holds it as before.
+ISOLATED_THROTTLE_WINDOW = 10.0
 LONG_HOLD = 8.0  # a throttle hold this long marks the number's campaigns `pending`
 UNANSWERED_HOLD = 15.0  # seconds a number rests after a send got no answer (past the client's timeout)
 # A send whose turn comes this long after its pacing slot (the process stalled) is not sent: late,
 # it would bunch with the sends after it and overshoot the cap. It goes back to the queue.
 LATE_SEND = 0.05
+THROUGHPUT_THROTTLE = 130429  # the platform's answer to a number sending past its throughput
 
 
 def bucket_key(account_id: int) -> str:
     return f"mps:{account_id}"
+
+
+def _isolated_throttles(jobs: list[Job], result: BatchResult) -> set[int]:
+    """Numbers whose only setback in this batch was one 130429 (the number's throughput), with
+    sends of theirs accepted in the same batch."""
+    setbacks: dict[int, list[Job]] = defaultdict(list)
+    for job in jobs:
+        if verdict(job) in (Verdict.THROTTLED, Verdict.RETRY):
+            setbacks[job.account_id].append(job)
+    return {account_id for account_id, setback in setbacks.items()
+            if len(setback) == 1 and setback[0].error.code == THROUGHPUT_THROTTLE
+            and account_id in result.accepted_numbers and account_id not in result.unanswered_numbers}
 
 
 class Pacer(Protocol):
@@ -102,6 +120,7 @@ class _Number:
     plans: dict[str, NumberPlan] = field(default_factory=dict)  # store name -> plan
     held_until: float = 0.0
     throttle_streak: int = 0
+    excused_at: float = -math.inf  # when an isolated 130429 last went without a hold
 
     @property
     def due(self) -> int:
@@ -230,6 +249,7 @@ class Engine:
                     known = self._numbers.get(plan.account_id)
                     if known is not None:
                         number.held_until, number.throttle_streak = known.held_until, known.throttle_streak
+                        number.excused_at = known.excused_at
                 number.plans[name] = plan
             self._numbers = numbers
 
@@ -310,7 +330,7 @@ class Engine:
             wait(sends)
             with connection():
                 result = self._record(jobs)
-                self._after(result)
+                self._after(result, jobs)
                 for store in self.stores:
                     mine = [job for job in jobs if job.store == store.name]
                     if mine:
@@ -355,11 +375,17 @@ class Engine:
             log.exception("send to %s failed unexpectedly", job.public_id)
             job.error = PlatformUnavailableError(f"unexpected send failure: {error}", ambiguous=True)
 
-    def _after(self, result: BatchResult) -> None:
+    def _after(self, result: BatchResult, jobs: list[Job]) -> None:
         """Throttled numbers rest (their schedules held); numbers whose send got no answer too."""
+        isolated = _isolated_throttles(jobs, result)
         for account_id in result.throttled_numbers:
             with self._lock:
                 number = self._numbers.get(account_id)
+                now = time.monotonic()
+                if (account_id in isolated and number is not None and number.throttle_streak == 0
+                        and now - number.excused_at >= ISOLATED_THROTTLE_WINDOW):
+                    number.excused_at = now
+                    continue
                 streak = (number.throttle_streak + 1) if number else 1
                 hold = min(MAX_THROTTLE_HOLD, 2.0 ** (streak - 1))
                 if number is not None:
