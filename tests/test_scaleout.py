@@ -59,6 +59,11 @@ class EngineWatch(threading.Thread):
             self.most = max(self.most, len(list(self.client.scan_iter(self.pattern))))
 
 
+def sim_throttled(cluster) -> int:
+    """Sends the simulator refused past a number's cap since it started."""
+    return requests.get(f"{cluster.sim_url}/_sim/health", timeout=30).json()["throttled"]
+
+
 def max_in_window(timestamps: list[float], seconds: float) -> int:
     ordered, most, start = sorted(timestamps), 0, 0
     for end, at in enumerate(ordered):
@@ -72,6 +77,7 @@ def test_two_consumers_share_each_numbers_pace_and_never_claim_a_recipient_twice
                                                                                  webhook_ca):
     acme = company(cluster, webhook_ca[0], "Acme scale-out", mps=CAP)
     second = connect_number(cluster, acme.persona, CAP, mode="coexistence")
+    throttled_before = sim_throttled(cluster)
     watch = EngineWatch(private_storage)
     watch.start()
     try:
@@ -102,10 +108,16 @@ def test_two_consumers_share_each_numbers_pace_and_never_claim_a_recipient_twice
     campaigns = [Campaign.get(Campaign.public_id == c) for c in acme.campaigns]
     rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign.in_([c.id for c in campaigns])))
     assert {row.status for row in rows} <= {"sent", "delivered", "read", "failed"}
-    # 130429 is answered only beyond a number's cap, and a throttled recipient is sent again:
-    # one attempt each means the two engines together never went past it.
+    # 130429 is answered only beyond a number's cap (the simulator counts each), and a throttled
+    # recipient is sent again. Two engines pacing apart would go past the cap on about every
+    # other send; sharing the schedule, every extra attempt is one the simulator counted, and
+    # those are at most 1 % of the sends (a starved machine delivers a few paced sends late,
+    # bunched into one second).
     attempts = {row.wa_id: row.attempts for row in rows}
-    assert {wa_id: n for wa_id, n in attempts.items() if n != 1 and not wa_id.endswith("0429")} == {}
+    over_cap = sim_throttled(cluster) - throttled_before
+    extra = {wa_id: n for wa_id, n in attempts.items() if n != 1 and not wa_id.endswith("0429")}
+    assert sum(n - 1 for n in extra.values()) == over_cap, extra
+    assert over_cap <= len(rows) // 100, extra
     assert all(n == 2 for wa_id, n in attempts.items() if wa_id.endswith("0429"))
     for account in numbers.values():
         times = [dt.datetime.fromisoformat(item["at"]).timestamp() for item in sent
