@@ -60,10 +60,10 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
                     for chunk in range(0, recipients, 500):
                         size = min(500, recipients - chunk)
                         execute('INSERT INTO "campaign_recipient" ("public_id", "campaign_id", "wa_id", "status", '
-                                '"attempts", "throttled", "retries", "created_at") VALUES '
-                                + ", ".join(["(?, ?, ?, 'sent', 1, 0, 0, ?)"] * size),
+                                '"attempts", "throttled", "retries", "created_at", "position") VALUES '
+                                + ", ".join(["(?, ?, ?, 'sent', 1, 0, 0, ?, ?)"] * size),
                                 [value for index in range(chunk, chunk + size)
-                                 for value in (new_id("rcp_"), campaign.id, f"5215{index:08d}", now)])
+                                 for value in (new_id("rcp_"), campaign.id, f"5215{index:08d}", now, index + 1)])
                 campaign_id = campaign.public_id
     return keys, campaign_id
 
