@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from api.errors import validation_error
 from api.operation import Reply, operation
-from api.pagination import paginate
+from api.pagination import page_envelope, page_params, paginate
 from api.schemas import PAGE_QUERY, DataOnly, Output, Page
 from jobs.campaigns import enqueue_dispatch
 from models import campaigns
@@ -102,8 +102,9 @@ class RecipientsResource:
     def on_get(self, req, resp, campaign_id: str) -> Reply:
         campaign = campaigns.get_campaign(req.context.tenant_id, campaign_id)
         status = _status_param(req, RECIPIENT_STATUSES)
-        body = paginate(req, campaigns.recipients_of(campaign, status), lambda row: row.as_dict(), max_per_page=200)
-        return Reply(200, body)
+        page, per_page = page_params(req, max_per_page=200)
+        rows, total = campaigns.recipients_page(campaign, status, page, per_page)
+        return Reply(200, page_envelope(req, page, per_page, total, [row.as_dict() for row in rows]))
 
 
 class CancelResource:

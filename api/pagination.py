@@ -48,8 +48,13 @@ def paginate(req: falcon.Request, query, serialize: Callable, max_per_page: int 
     """One page of `query` (already ordered) in the contract's envelope."""
     page, per_page = page_params(req, max_per_page)
     total = query.count()
+    return page_envelope(req, page, per_page, total, [serialize(row) for row in page_rows(query, page, per_page,
+                                                                                          total)])
+
+
+def page_envelope(req: falcon.Request, page: int, per_page: int, total: int, items: list) -> dict:
+    """A page found by other means (an index seek on positions) in the contract's envelope."""
     last_page = max(1, math.ceil(total / per_page))
-    items = [serialize(row) for row in page_rows(query, page, per_page, total)]
     first_index = (page - 1) * per_page + 1
     # From the configured public URL, never the request's Host header, which the client chooses:
     # links handed out must not point wherever a forged header says.

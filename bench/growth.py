@@ -1,6 +1,7 @@
 """bench/growth: how the cost of a read grows with the size of what it reads.
 
     .venv/bin/python -m bench.growth [--ledger 1000000] [--recipients 5000] [--reads 200] [--postgres URL]
+                                     [--campaigns 100,1000,5000] [--imports 10000,100000] [--skip-reads]
 
 In one process, through the whole API stack (Falcon app, key, rate limits, the database), on a
 fresh database: a company with `--ledger` ledger rows reading its balance and its ledger's first
@@ -9,15 +10,28 @@ and last pages, and a campaign of `--recipients` recipients listed at its first 
 database runs in-process on SQLite) and wall milliseconds. A cost that stays flat
 from the small company to the big one, or from page 1 to the last page, grows no faster than
 the work of the page itself.
+
+Then work against its size, through real processes: campaigns of `--campaigns` recipients each
+created with `POST /campaigns` (gunicorn) and dispatched to completion by a `svcctl worker`
+against the simulator (one number at 1000 messages/s, so the pace does not bound it), SQLite:
+CPU per recipient of the API's process group for the create, of the worker and the simulator for
+the dispatch. And `bench.import_debts` for each of `--imports` debts: import and floor CPU per
+debt. A cost per unit that does not rise from the small to the large grows no faster than the work.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 UNLIMITED = "100000000"
 
 
@@ -60,10 +74,10 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
                     for chunk in range(0, recipients, 500):
                         size = min(500, recipients - chunk)
                         execute('INSERT INTO "campaign_recipient" ("public_id", "campaign_id", "wa_id", "status", '
-                                '"attempts", "throttled", "retries", "created_at") VALUES '
-                                + ", ".join(["(?, ?, ?, 'sent', 1, 0, 0, ?)"] * size),
+                                '"attempts", "throttled", "retries", "created_at", "position") VALUES '
+                                + ", ".join(["(?, ?, ?, 'sent', 1, 0, 0, ?, ?)"] * size),
                                 [value for index in range(chunk, chunk + size)
-                                 for value in (new_id("rcp_"), campaign.id, f"5215{index:08d}", now)])
+                                 for value in (new_id("rcp_"), campaign.id, f"5215{index:08d}", now, index + 1)])
                 campaign_id = campaign.public_id
     return keys, campaign_id
 
@@ -83,13 +97,92 @@ def cost(client, path: str, key: str, reads: int) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(wall)
 
 
+def campaign_costs(sizes: list[int]) -> None:
+    """Create and dispatch one campaign of each size; print CPU per recipient of each side."""
+    from bench.common import group_cpu_seconds
+    from bench.dispatch import (
+        Stack,
+        make_company,
+        make_number,
+        post_campaign,
+        prepare,
+        recipients,
+        storage_env,
+        wait_finished,
+    )
+
+    env, cleanup = storage_env(use_sqlite=True)
+    stack = Stack(env, Path(tempfile.mkdtemp(prefix="bench-growth-logs-")), webhooks=False)
+    try:
+        stack.start()
+        connection = prepare(stack.env)
+        with connection():
+            tenant_id, key = make_company(0, sum(max(1, 2000 // size) * size for size in sizes) + 1000)
+            account = make_number(stack, tenant_id, 1000, "internal")
+            post_campaign(stack, key, account.public_id, recipients("55", 10))  # warm-up: the API's imports
+            stack.start_workers(1)
+            worker, sim, api = stack.workers[0], stack.others[0], stack.others[1]
+            print(f"{'campaign':<40}{'create API CPU ms/rcpt':>24}{'dispatch worker CPU ms/rcpt':>30}"
+                  f"{'simulator ms/rcpt':>20}{'wall s':>9}")
+            for index, size in enumerate([10, *sizes]):  # the first, 10, warms the worker up
+                # Small campaigns run several times, one after another: CPU time is counted in
+                # 10 ms ticks, coarse against a 100-recipient campaign.
+                runs = max(1, 2000 // size) if index else 1
+                created = dispatched = simulated = wall = 0.0
+                for run in range(runs):
+                    before = {name: group_cpu_seconds(process.pid) for name, process in
+                              (("api", api), ("worker", worker), ("sim", sim))}
+                    started = time.perf_counter()
+                    _elapsed, campaign_id = post_campaign(stack, key, account.public_id,
+                                                          recipients(f"56{index:02d}{run:02d}", size))
+                    created += group_cpu_seconds(api.pid) - before["api"]
+                    wait_finished([campaign_id], timeout=600)
+                    wall += time.perf_counter() - started
+                    dispatched += group_cpu_seconds(worker.pid) - before["worker"]
+                    simulated += group_cpu_seconds(sim.pid) - before["sim"]
+                if index == 0:
+                    continue
+                sent = size * runs
+                print(f"{f'campaign of {size} recipients (x{runs})':<40}{created / sent * 1000:>24.3f}"
+                      f"{dispatched / sent * 1000:>30.3f}{simulated / sent * 1000:>20.3f}{wall / runs:>9.1f}",
+                      flush=True)
+    finally:
+        stack.stop()
+        cleanup()
+
+
+def import_costs(sizes: list[int]) -> None:
+    """bench.import_debts at each size; print import and floor CPU per debt."""
+    print(f"{'import':<40}{'import CPU us/debt':>24}{'floor CPU us/debt':>20}{'ratio':>8}{'peak RSS MB':>13}")
+    for size in sizes:
+        result = subprocess.run([sys.executable, "-m", "bench.import_debts", "--debts", str(size)],
+                                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                                text=True, check=True)
+        report = json.loads(result.stdout)
+        print(f"{f'{size} debts x 3 installments':<40}{report['import']['cpu_us_per_debt']:>24.1f}"
+              f"{report['floor']['cpu_us_per_debt']:>20.1f}{report['ratio_vs_floor']['cpu']:>8.2f}"
+              f"{report['import']['peak_rss_mb']:>13.0f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ledger", type=int, default=1_000_000)
     parser.add_argument("--recipients", type=int, default=5000)
     parser.add_argument("--reads", type=int, default=200)
     parser.add_argument("--postgres", help="PostgreSQL URL (default: SQLite in a temp dir)")
+    parser.add_argument("--campaigns", default="100,1000,5000", help="campaign sizes, comma-separated ('' skips)")
+    parser.add_argument("--imports", default="10000,100000", help="debt import sizes, comma-separated ('' skips)")
+    parser.add_argument("--skip-reads", action="store_true", help="only the campaign and import rows")
     args = parser.parse_args()
+    if not args.skip_reads:
+        reads(args)
+    if args.campaigns:
+        campaign_costs([int(size) for size in args.campaigns.split(",")])
+    if args.imports:
+        import_costs([int(size) for size in args.imports.split(",")])
+
+
+def reads(args: argparse.Namespace) -> None:
     env = {"SVC_DATA_DIR": tempfile.mkdtemp(prefix="bench-growth-"), "SVC_TENANT_RATE_LIMIT": UNLIMITED,
            "SVC_READ_RATE_LIMIT": UNLIMITED}
     if args.postgres:

@@ -79,6 +79,9 @@ USER_AGENT = "Service-Webhooks/1.0"
 # task up, so a drain queued at the due time would send up to 1.5 s late (15 % of a 10 s gap).
 WAKE_EARLY = 1.5
 NOTIFY_KEY = "webhooks:fan-out"
+# A drain resolves and vets its endpoint's host again after this long (a lookup per batch cost
+# a blocking getaddrinfo every few dozen deliveries); shorter than the TTL most names carry.
+VET_SECONDS = 10.0
 
 
 # --- the HTTP client -----------------------------------------------------------------------
@@ -406,6 +409,7 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
     unreachable_streak = 0
     latency = 1.0  # seconds per request, a moving average; pessimistic until answers come in
     claiming = True
+    vetted: tuple[float, ssrf.Target, list[ssrf.IPAddress]] | None = None  # (when, target, addresses)
 
     def attempt(work: Work, target: ssrf.Target, addresses: list[ssrf.IPAddress]) -> Outcome:
         attempted_at = clock()
@@ -437,10 +441,16 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
                         claiming = False
                     else:
                         try:
-                            # Checked for every batch: a name that now resolves inward is refused.
-                            target = ssrf.parse_target(endpoint.url)
-                            addresses = vetted_addresses(target)
+                            # Checked again every VET_SECONDS: a name that now resolves inward
+                            # is refused. Between checks the connections still go to the vetted
+                            # addresses only, so a DNS change can delay the refusal, never
+                            # redirect a POST.
+                            if vetted is None or time.monotonic() - vetted[0] >= VET_SECONDS:
+                                target = ssrf.parse_target(endpoint.url)
+                                vetted = (time.monotonic(), target, vetted_addresses(target))
+                            _at, target, addresses = vetted
                         except ssrf.UnsafeTarget as error:
+                            vetted = None
                             outcomes.extend(_refused(work, clock(), str(error)) for work in works)
                         else:
                             for work in works:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from models import cartera
-from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_debt_spec, plain_fields_spec
+from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_csv_spec, plain_debt_spec, plain_fields_spec
 from models.errors import DomainError
 
 BATCH_SIZE = 500
@@ -186,9 +186,9 @@ def read_csv(stream: BinaryIO) -> Iterator[DebtRecord]:
         for row in reader:
             line, next_line = next_line, reader.line_num + 1
             cells = list(map(strip, row))
-            if not any(cells):
-                continue
             external_id = cells[position] if len(cells) > position else ""
+            if not external_id and not any(cells):
+                continue
             if rows and external_id != key:
                 yield _csv_debt(rows, layout)
                 rows = []
@@ -211,7 +211,56 @@ def _row_problem(row: list[str], width: int) -> str | None:
     return None
 
 
+def _plain_csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtRecord | None:
+    """`_csv_debt` for a debt whose rows and cells are plainly well formed; None as soon as
+    anything is not (then `_csv_debt` finds the problem and words it). Like `plain_csv_spec`, it
+    may give up on a good debt but never accepts a bad one (tests/test_cartera_input_plain.py)."""
+    first_line, first = rows[0]
+    width = layout.width
+    if len(first) != width:
+        return None
+    debt_cells = layout.debt_cells
+    head = debt_cells(first)
+    installment_cells = layout.installment_cells
+    cuotas = []
+    for _line, row in rows:
+        if len(row) != width or debt_cells(row) != head:
+            return None
+        cuotas.append(installment_cells(row))
+    text = "".join(["".join(row) for _line, row in rows])
+    if "\x00" in text or "\ufffd" in text:
+        return None
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            return None
+    listed = [any(cells) for cells in cuotas]
+    if not all(listed):
+        if any(listed):
+            return None
+        cuotas = []
+    (external_id, account_id, nombre, documento, telefono, moneda, referencia, monto_original, saldo_pendiente,
+     version, tipo, auto_send) = layout.head_cells(first)
+    send = None
+    if auto_send:
+        send = _BOOLEANS.get(auto_send.lower())
+        if send is None:
+            return None
+    spec = plain_csv_spec(external_id, account_id, nombre, documento, telefono, moneda, referencia, monto_original,
+                          saldo_pendiente, version, first[layout.updated_at] if layout.updated_at is not None else "",
+                          tipo, send, cuotas)
+    if spec is None:
+        return None
+    return DebtRecord(first_line, external_id, spec=spec, rows=len(rows))
+
+
 def _csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtRecord:
+    return _plain_csv_debt(rows, layout) or _checked_csv_debt(rows, layout)
+
+
+def _checked_csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtRecord:
+    """The debt's rows checked one by one, then its fields (a short road, then the API's parser)."""
     first_line, first = rows[0]
     position = layout.index["external_id"]
     external_id = (first[position] if len(first) > position else "") or None

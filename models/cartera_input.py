@@ -535,6 +535,91 @@ def _plain_installments(cuotas: list[tuple], currency: str, digits: int) -> list
     return found
 
 
+# Currency cells as a CSV writes them ("CLP", "usd") and what they stand for, once each.
+_PLAIN_CURRENCIES: dict[str, tuple[str, int]] = {}
+
+
+def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: str, telefono: str, moneda: str,
+                   referencia: str, monto_original: str, saldo_pendiente: str, external_version: str,
+                   external_updated_at: str, tipo: str, auto_send: bool | None,
+                   cuotas: list[tuple[str, str, str, str, str]]) -> DebtSpec | None:
+    """`plain_fields_spec` of a CSV debt, straight from its cells: every argument but `auto_send`
+    (already read as a boolean, None when empty) is a cell's text, "" when empty, and the caller
+    has checked that the text encodes (no lone surrogate), as the CSV reader's decoding ensures.
+    `cuotas` holds each installment row's (external_id, numero, monto, vence, estado) cells.
+
+    The same verdicts as `plain_fields_spec(*_csv_fields(...))` without its type checks, which
+    cannot fail on text, and with the repeated cells (currency, due dates) looked up once.
+    """
+    if not (0 < len(external_id) <= 160 and 0 < len(account_id) <= 64 and 0 < len(nombre) <= 255):
+        return None
+    found = _PLAIN_CURRENCIES.get(moneda)
+    if found is None:
+        currency = moneda.upper()
+        if len(moneda) != 3 or currency not in ACTIVE_CODES:
+            return None
+        found = (currency, MINOR_UNITS_EXCEPTIONS.get(currency, 2))
+        if len(_PLAIN_CURRENCIES) < 1000:
+            _PLAIN_CURRENCIES[moneda] = found
+    currency, digits = found
+    if not (nombre := nombre.strip()):
+        return None
+    if documento:
+        if len(documento) > 64 or not (documento := documento.strip()):
+            return None
+    else:
+        documento = None
+    if telefono:
+        if len(telefono) > 32:
+            return None
+        if not (telefono.isdigit() and telefono.isascii() and 8 <= len(telefono) <= 15):
+            try:
+                telefono = _normalize_phone(telefono)
+            except ValueError:
+                return None
+    elif documento is None:
+        return None
+    else:
+        telefono = None
+    if len(referencia) > 500 or (tipo and tipo not in DEBT_TYPES):
+        return None
+    version = None
+    if external_version:
+        if not (external_version.isdigit() and external_version.isascii() and len(external_version) <= 19):
+            return None
+        version = int(external_version)
+        if version > _MAX_VERSION:
+            return None
+    updated_at = None
+    if external_updated_at:
+        try:
+            updated_at = to_utc_naive(_timestamp(external_updated_at))
+        except PydanticCustomError:
+            return None
+    original = _plain_minor(monto_original, currency, digits, 1)
+    saldo = _plain_minor(saldo_pendiente, currency, digits, 0)
+    if original is None or saldo is None or len(cuotas) > MAX_INSTALLMENTS or (tipo == "single" and len(cuotas) > 1):
+        return None
+    installments = []
+    seen_ids: set[str] = set()
+    seen_numbers: set[int] = set()
+    for cuota_id, numero, monto, vence, estado in cuotas:
+        if not (0 < len(cuota_id) <= 160 and numero.isdigit() and numero.isascii() and len(numero) <= 6) \
+                or cuota_id in seen_ids or (estado and estado not in INSTALLMENT_STATES):
+            return None
+        number = int(numero)
+        day = _PLAIN_DATES.get(vence) or _plain_date(vence)
+        amount = _plain_minor(monto, currency, digits, 1)
+        if not 1 <= number <= 100_000 or number in seen_numbers or day is None or amount is None:
+            return None
+        seen_ids.add(cuota_id)
+        seen_numbers.add(number)
+        installments.append(InstallmentSpec(cuota_id, number, amount, day, estado or None))
+    # A CSV debt always states its referencia (an empty cell clears it) and is a whole snapshot.
+    return DebtSpec(external_id, account_id, DeudorSpec(nombre, documento, telefono), currency, original, saldo,
+                    version, updated_at, referencia or None, True, tipo or None, auto_send, installments)
+
+
 def payment_spec(data: PaymentInput) -> PaymentSpec:
     try:
         currency = normalize_currency(data.moneda)

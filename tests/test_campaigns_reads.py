@@ -87,6 +87,34 @@ def test_recipients_page_up_to_200(client, alice, number, queue_only):
     assert too_big.status_code == 422
 
 
+def test_recipient_pages_walk_the_list_once_in_its_order_with_and_without_a_status(client, alice, number,
+                                                                                   queue_only):
+    numbers = [f"5215550{n:06d}" for n in range(23)]
+    campaign = create_for(alice, number, numbers)
+    create_for(alice, number, ["5215559999991"])  # another campaign's recipients stay out of these pages
+    failed = numbers[1::3]
+    CampaignRecipient.update(status="failed").where(CampaignRecipient.wa_id.in_(failed)).execute()
+
+    def walk(**params) -> tuple[list[str], list[dict]]:
+        seen, metas = [], []
+        for page in range(1, 6):
+            body = client.simulate_get(f"{URL}/{campaign.public_id}/recipients", headers=alice.headers,
+                                       params={"per_page": 5, "page": page, **params}).json
+            seen += [item["wa_id"] for item in body["data"]]
+            metas.append(body["meta"])
+        return seen, metas
+
+    everyone, metas = walk()
+    assert everyone == numbers
+    assert [meta["total"] for meta in metas] == [23] * 5 and metas[-1]["last_page"] == 5
+    assert (metas[0]["from"], metas[0]["to"], metas[-1]["from"], metas[-1]["to"]) == (1, 5, 21, 23)
+    only_failed, metas = walk(status="failed")
+    assert only_failed == failed and metas[0]["total"] == len(failed) and metas[-1]["from"] is None
+    past_the_end = client.simulate_get(f"{URL}/{campaign.public_id}/recipients", headers=alice.headers,
+                                       params={"page": 1000}).json
+    assert past_the_end["data"] == [] and past_the_end["meta"]["total"] == 23
+
+
 @sqlite_only
 def test_another_companys_campaign_is_not_found(client, alice, charlie, sim, queue_only):
     theirs = create_for(charlie, make_number(charlie.id, sim), ["5215550200021"])

@@ -15,7 +15,15 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.cartera_import import CSV_COLUMNS, _csv_body, _csv_fields, _Layout, read_csv
+from models.cartera_import import (
+    CSV_COLUMNS,
+    _checked_csv_debt,
+    _csv_body,
+    _csv_fields,
+    _Layout,
+    _plain_csv_debt,
+    read_csv,
+)
 from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_debt_spec, plain_fields_spec
 from models.errors import Invalid
 
@@ -275,6 +283,40 @@ def test_a_csv_debt_gets_the_same_spec_from_its_cells_as_from_its_body(changes, 
     plain = plain_fields_spec(*fields)
     if plain is not None:
         assert plain == verdict(_csv_body(fields))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(sorted(CSV_HEAD)), CSV_CELLS, max_size=3),
+       installments=st.lists(st.tuples(st.sampled_from(["C-1", "C-2", "", "x" * 161, "a\x00"]),
+                                       st.sampled_from(["1", "2", "0", "", "01", "x", "0000001", "100001"]),
+                                       CSV_CELLS, st.sampled_from(["2031-01-10", "", "2031-1-10"]),
+                                       st.sampled_from(["", "pending", "paid", "x"])), max_size=3),
+       updated_at_column=st.booleans(), odd_row=st.sampled_from([None, "short", "other head", "bare", "\ufffd"]))
+def test_a_csv_debt_read_by_the_short_road_is_the_one_the_long_road_reads(changes, installments, updated_at_column,
+                                                                          odd_row):
+    """`_plain_csv_debt` (cells to spec at once) gives up or agrees with `_csv_debt`'s full checks."""
+    columns = [name for name in (*CSV_COLUMNS, "external_updated_at")
+               if updated_at_column or name != "external_updated_at"]
+    first = {**CSV_HEAD, **changes}
+    rows = [[{**first, "cuota_external_id": item[0], "cuota_numero": item[1], "cuota_monto": item[2],
+              "cuota_vence": item[3], "cuota_estado": item[4]}.get(name, "") for name in columns]
+            for item in installments] or [[first.get(name, "") for name in columns]]
+    last = list(zip(columns, rows[-1], strict=True))
+    if odd_row == "short":
+        rows.append(rows[-1][:-1])
+    elif odd_row == "other head":
+        rows.append([("Otro" if name == "deudor_nombre" else cell) for name, cell in last])
+    elif odd_row == "bare":
+        rows.append([("" if name.startswith("cuota_") else cell) for name, cell in last])
+    elif odd_row == "\ufffd":
+        rows[-1] = [cell + "\ufffd" if name == "referencia" else cell for name, cell in last]
+    numbered = [(line, [cell.strip() for cell in row]) for line, row in enumerate(rows, start=2)]
+    layout = _Layout({name: index for index, name in enumerate(columns)})
+    plain = _plain_csv_debt(numbered, layout)
+    if plain is not None:
+        full = _checked_csv_debt(numbered, layout)
+        assert (plain.spec, plain.errors, plain.line, plain.rows) == (full.spec, full.errors, full.line, full.rows)
+        assert plain.spec is not None
 
 
 def test_plain_debts_take_the_short_road():
