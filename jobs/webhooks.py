@@ -19,7 +19,6 @@ again) and unordered (retries interleave with newer events). Receivers deduplica
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
 import email.utils
 import functools
@@ -403,8 +402,12 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
     secret = endpoint.signing_secret
     client = delivery_client()
     started = last_record = last_lease = time.monotonic()
-    inflight: dict[concurrent.futures.Future, Work] = {}
-    finished: queue.SimpleQueue[concurrent.futures.Future] = queue.SimpleQueue()
+    # The senders pull from a plain queue and hand back an outcome (or what they raised): one put and
+    # one get a delivery, where an executor's future, condition and callback cost the drain
+    # thread as much interpreter time as recording the outcomes.
+    pending: queue.SimpleQueue[tuple[Work, ssrf.Target, list[ssrf.IPAddress]] | None] = queue.SimpleQueue()
+    finished: queue.SimpleQueue[Outcome | BaseException] = queue.SimpleQueue()
+    inflight = 0  # queued for the senders or on the wire
     outcomes: list[Outcome] = []
     unreachable_streak = 0
     latency = 1.0  # seconds per request, a moving average; pessimistic until answers come in
@@ -420,17 +423,28 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
             response = Response(None, 0, error=f"internal error: {type(error).__name__}")
         return _outcome(work, attempted_at, response)
 
-    with concurrent.futures.ThreadPoolExecutor(ENDPOINT_CONCURRENCY, thread_name_prefix="webhook") as pool:
+    def sender() -> None:
+        while (item := pending.get()) is not None:
+            try:
+                finished.put(attempt(*item))
+            except BaseException as error:  # handed to the drain, which raises it as before
+                finished.put(error)
+
+    senders = [threading.Thread(target=sender, name=f"webhook_{index}", daemon=True)
+               for index in range(ENDPOINT_CONCURRENCY)]
+    for thread in senders:
+        thread.start()
+    try:
         while True:
-            # Keep the pool's queue topped up so its threads never wait on the database.
+            # Keep the senders' queue topped up so they never wait on the database.
             backlog = int(min(MAX_BACKLOG, max(2 * ENDPOINT_CONCURRENCY,
                                                ENDPOINT_CONCURRENCY * BACKLOG_SECONDS / max(latency, 0.001))))
-            if claiming and len(inflight) < backlog // 2:
+            if claiming and inflight < backlog // 2:
                 if time.monotonic() - started >= slice_seconds:
                     claiming = False
                 else:
                     try:
-                        works = webhooks.claim_due(endpoint_id, backlog - len(inflight), clock())
+                        works = webhooks.claim_due(endpoint_id, backlog - inflight, clock())
                     except Exception as error:
                         if not storage_unavailable(error):
                             raise
@@ -454,9 +468,8 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
                             outcomes.extend(_refused(work, clock(), str(error)) for work in works)
                         else:
                             for work in works:
-                                future = pool.submit(attempt, work, target, addresses)
-                                inflight[future] = work
-                                future.add_done_callback(finished.put)
+                                pending.put((work, target, addresses))
+                            inflight += len(works)
             if inflight:
                 done = []
                 try:
@@ -468,22 +481,26 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
                         done.append(finished.get_nowait())
                 except queue.Empty:
                     pass
-                for future in done:
-                    if inflight.pop(future, None) is None or future.cancelled():
-                        continue
-                    outcome = future.result()
+                inflight -= len(done)
+                for outcome in done:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
                     outcomes.append(outcome)
                     if outcome.latency_ms is not None:
                         latency = 0.8 * latency + 0.2 * outcome.latency_ms / 1000
                     unreachable_streak = unreachable_streak + 1 if outcome.unreachable else 0
                 if unreachable_streak >= UNREACHABLE_THRESHOLD:
                     # The receiver is down: fail what is queued now rather than wait out a timeout
-                    # for each; those deliveries retry on their schedule like any failure.
+                    # for each; those deliveries retry on their schedule like any failure. What a
+                    # sender already took comes back through `finished` as usual.
                     claiming = False
-                    for future, work in list(inflight.items()):
-                        if future.cancel():
-                            inflight.pop(future)
+                    try:
+                        while True:
+                            work, _target, _addresses = pending.get_nowait()  # type: ignore[misc]
+                            inflight -= 1
                             outcomes.append(_not_sent(work, clock(), unreachable_streak))
+                    except queue.Empty:
+                        pass
             now_monotonic = time.monotonic()
             if outcomes and (len(outcomes) >= RECORD_BATCH or not inflight
                              or now_monotonic - last_record >= RECORD_INTERVAL):
@@ -510,6 +527,13 @@ def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: flo
             if not claiming and not inflight and not outcomes:
                 return
 
+    finally:
+        # Whatever is still queued goes out before the senders stop, as an executor's shutdown
+        # would: those deliveries are claimed, and their outcomes are already lost with the drain.
+        for _thread in senders:
+            pending.put(None)
+        for thread in senders:
+            thread.join()
 
 @task()
 def drain_endpoint(endpoint_id: int, woke_for: dt.datetime | None = None) -> None:

@@ -8,6 +8,7 @@ the schedule is computed from that clock, so no test waits for real minutes.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 import time
 
@@ -349,6 +350,15 @@ def test_an_unreachable_endpoint_fails_fast_and_keeps_its_retries(alice, make_re
     assert {(d.status, d.attempts) for d in deliveries} == {("failed", 1)}
     assert all(d.next_attempt_at > utcnow() for d in deliveries)
     assert WebhookEndpoint.get_by_id(endpoint.id).failure_count == 40
+    # Each delivery is logged once: refused by the port, or failed without a try once the drain
+    # gave up on the endpoint; none lost, none twice, none left in the senders' queue.
+    attempts = list(WebhookAttempt.select())
+    assert sorted(a.delivery_id for a in attempts) == sorted(d.id for d in deliveries)
+    assert all(a.number == 1 and a.outcome == "failed" for a in attempts)
+    for attempt in attempts:
+        if attempt.error != "connection refused or unreachable":
+            streak = re.fullmatch(r"not sent: the endpoint failed (\d+) connections in a row", attempt.error)
+            assert streak and int(streak.group(1)) >= jobs.UNREACHABLE_THRESHOLD, attempt.error
 
 
 def test_the_test_ping_is_signed_and_reports_the_answer(alice, make_receiver):
