@@ -357,7 +357,8 @@ class _Batch:
        the debtors matching any document or phone in the batch: one query each;
     2. plan each snapshot in order against that state (a later element sees an earlier one);
        a business error (unknown account, identity conflict) rejects that element only, before
-       anything of it is written;
+       anything of it is written. A debt neither stored nor named again in the batch is planned
+       straight as its rows (`_plan_new`);
     3. flush: new debtors, debts and installments with multi-row INSERTs, changed rows with
        UPDATEs.
     """
