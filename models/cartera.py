@@ -357,7 +357,8 @@ class _Batch:
        the debtors matching any document or phone in the batch: one query each;
     2. plan each snapshot in order against that state (a later element sees an earlier one);
        a business error (unknown account, identity conflict) rejects that element only, before
-       anything of it is written;
+       anything of it is written. A debt neither stored nor named again in the batch is planned
+       straight as its rows (`_plan_new`);
     3. flush: new debtors, debts and installments with multi-row INSERTs, changed rows with
        UPDATEs.
     """
@@ -373,10 +374,19 @@ class _Batch:
         self.new_debtors: list[Debtor] = []
         self.changed_debtors: dict[int, Debtor] = {}
         self.settled: list[int] = []  # stored debts this batch moved from open to paid
+        # New debts planned by `_plan_new`: (the debt, its debtor, its installment rows without the debt id).
+        self.new_rows: list[tuple[_NewDebt, Debtor | _NewDebtor, list[tuple]]] = []
 
     def apply(self, specs: list[DebtSpec]) -> list[UpsertResult]:
         self._prefetch(specs)
-        results = [self._plan(spec) for spec in specs]
+        # A debt not stored yet and named once in the batch goes straight to its rows: nothing
+        # later in the batch can revisit it (an import's common case; see bench/import_debts.py).
+        # A batch naming a debt twice plans every element as state, so the later sees the earlier.
+        if len({spec.external_id for spec in specs}) == len(specs):
+            debts, plan, plan_new = self.debts, self._plan, self._plan_new
+            results = [plan(spec) if spec.external_id in debts else plan_new(spec) for spec in specs]
+        else:
+            results = [self._plan(spec) for spec in specs]
         self._flush()
         return results
 
@@ -447,6 +457,46 @@ class _Batch:
             self.settled.append(state.debt.id)
         state.touched = True
         return UpsertResult(spec.external_id, action, state.debt)
+
+    def _plan_new(self, spec: DebtSpec) -> UpsertResult:
+        """`_plan` of a debt that is not stored and not planned yet: the same checks in the same
+        order, the same fields and statuses, written as the rows `_flush` inserts."""
+        account_id = self.accounts.get(spec.account_id)
+        if account_id is None:
+            return UpsertResult(spec.external_id, error=NotFound(
+                f"no account {spec.account_id}", code="account_not_found", details={"account_id": spec.account_id}))
+        try:
+            debtor = self._debtor_for(spec.deudor)
+        except Conflict as error:
+            return UpsertResult(spec.external_id, error=error)
+        today = self.today
+        installments = []
+        overdue = False
+        if spec.cuotas:
+            # installment_estado with nothing paid and no resolution (a new debt has neither).
+            for item in spec.cuotas:
+                declared = item.estado or "pending"
+                if declared == "cancelled" or declared == "paid":
+                    estado = declared
+                elif item.monto <= 0:
+                    estado = "paid"
+                elif item.vence < today:
+                    estado = "overdue"
+                    overdue = True
+                elif declared == "partial":
+                    estado = "partial"
+                else:
+                    estado = "pending"
+                installments.append((item.external_id, item.numero, item.monto, 0, item.vence, estado, declared))
+        tipo = spec.tipo if spec.tipo is not None else "installments" if spec.cuotas else "single"
+        debt = _NewDebt(self.tenant_id, spec.external_id, self.now)
+        debt.account_id, debt.moneda, debt.referencia, debt.tipo = account_id, spec.moneda, spec.referencia, tipo
+        debt.monto_original, debt.saldo_pendiente = spec.monto_original, spec.saldo_pendiente
+        debt.auto_send = spec.auto_send if spec.auto_send is not None else False
+        debt.external_version, debt.external_updated_at = spec.external_version, spec.external_updated_at
+        debt.status = debt_status(None, spec.saldo_pendiente, spec.monto_original, overdue)
+        self.new_rows.append((debt, debtor, installments))
+        return UpsertResult(spec.external_id, "created", debt)
 
     def _debtor_for(self, deudor: DeudorSpec) -> Debtor:
         by_documento = self.by_documento.get(deudor.documento) if deudor.documento else None
@@ -542,8 +592,10 @@ class _Batch:
         for state in touched:
             state.debt.debtor_id = state.debtor.id
         new_states = [state for state in touched if state.new]
-        if new_states:
-            self._insert_debts(new_states)
+        for debt, debtor, _installments in self.new_rows:
+            debt.debtor_id = debtor.id
+        if new_states or self.new_rows:
+            self._insert_debts([state.debt for state in new_states] + [debt for debt, _d, _i in self.new_rows])
         for state in touched:
             if not state.new:
                 state.debt.save(only=_DEBT_UPDATE_FIELDS)
@@ -557,6 +609,9 @@ class _Batch:
             for item in state.changed_installments.values():
                 item.save(only=[Installment.numero, Installment.monto, Installment.vence, Installment.estado,
                                 Installment.declared_estado])
+        for debt, _debtor, installments in self.new_rows:
+            debt_id = debt.id
+            rows.extend([(debt_id, *item) for item in installments])
         if rows:
             bulk_insert(Installment, _INSTALLMENT_COLUMNS, rows)
         stop_collection(self.settled)
@@ -573,14 +628,14 @@ class _Batch:
         for debtor in self.new_debtors:
             debtor.id = ids_by_key[("d", debtor.documento) if debtor.documento else ("t", debtor.telefono)]
 
-    def _insert_debts(self, states: list[_DebtState]) -> None:
+    def _insert_debts(self, debts: list[_NewDebt]) -> None:
         # A new debt's created_at and updated_at are the batch's moment.
         row_of, stamps = _DEBT_INSERT_ROW, (_bound_once(self.now),) * 2
-        rows = [row_of(state.debt) + stamps for state in states]
+        rows = [row_of(debt) + stamps for debt in debts]
         returned = bulk_insert(Debt, _DEBT_INSERT_COLUMNS, rows, returning=[Debt.id, Debt.external_id])
         ids = {external_id: debt_id for debt_id, external_id in returned}
-        for state in states:
-            state.debt.id = ids[state.debt.external_id]
+        for debt in debts:
+            debt.id = ids[debt.external_id]
 
 
 _DEBT_INSERT_COLUMNS = [Debt.tenant, Debt.external_id, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia,

@@ -143,3 +143,73 @@ def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, acco
     assert Debt.select().count() == 40
     if storage.database_url:
         assert "conflicted with a concurrent write" in caplog.text
+
+
+def test_new_debts_planned_straight_to_rows_match_those_planned_as_state(alice, account, storage):
+    # A batch of debts named once each writes new debts straight as rows; a batch that names a
+    # debt twice plans every element as state. The rows, statuses and answers must be the same.
+    from models import cartera
+    from models.cartera import Installment
+    from models.cartera_input import parse_debt
+    from models.db import connection
+
+    def cuota(external_id, numero, vence, estado=None, monto=100):
+        item = {"external_id": external_id, "numero": numero, "monto": monto, "vence": vence}
+        return item | ({"estado": estado} if estado else {})
+
+    def bodies(prefix):
+        return [
+            debt_body(account.public_id, f"{prefix}open", deudor={"nombre": "Ana", "documento": f"{prefix}1-K"}),
+            debt_body(account.public_id, f"{prefix}late", saldo_pendiente=250, tipo="installments",
+                      external_version=4, deudor={"nombre": "Bea", "telefono": f"569{len(prefix)}1234567"},
+                      cuotas=[cuota("a", 1, "2001-01-10"), cuota("b", 2, "2001-02-10", "partial"),
+                              cuota("c", 3, "2031-01-10", "partial"), cuota("d", 4, "2001-01-10", "cancelled"),
+                              cuota("e", 5, "2001-01-10", "paid")]),
+            debt_body(account.public_id, f"{prefix}part", saldo_pendiente=120, auto_send=True, referencia=None,
+                      external_updated_at="2030-05-01T10:00:00Z",
+                      deudor={"nombre": "Ana", "documento": f"{prefix}1-K"},
+                      cuotas=[cuota("x", 1, "2031-01-10", "pending"), cuota("y", 2, "2031-02-10", "paid")]),
+            debt_body(account.public_id, f"{prefix}paid", saldo_pendiente=0, cuotas=[],
+                      deudor={"nombre": "Cid", "documento": f"{prefix}3-K"}),
+            debt_body(account.public_id, f"{prefix}bare", tipo="single", cuotas=[cuota("z", 1, "2031-01-10")],
+                      deudor={"nombre": "Cid",
+                                                                                 "documento": f"{prefix}3-K"}),
+            debt_body("wacc_missing", f"{prefix}lost", deudor={"nombre": "Dan", "documento": f"{prefix}4-K"}),
+            debt_body(account.public_id, f"{prefix}clash",
+                      deudor={"nombre": "Eva", "documento": f"{prefix}1-K", "telefono": f"569{len(prefix)}1234567"}),
+        ]
+
+    straight = [parse_debt(body) for body in bodies("R-")]
+    planned = [parse_debt(body) for body in bodies("SS-")]
+    planned.append(planned[0])  # named twice: the whole batch is planned as state
+    with connection():
+        first = cartera.upsert_debts(alice.id, straight)
+        second = cartera.upsert_debts(alice.id, planned)
+
+    def answers(results):
+        return [(r.action, r.error and r.error.code, r.debt and {**r.debt.summary(), "external_id": None})
+                for r in results]
+
+    assert answers(first) == answers(second[:-1])
+    assert [r.action for r in first] == ["created"] * 5 + [None, None]
+    assert second[-1].action == "updated"
+
+    def stored(prefix):
+        debts = {}
+        for debt in Debt.select().where(Debt.external_id.startswith(prefix)).order_by(Debt.id):
+            cuotas = [(i.external_id.removeprefix(prefix), i.numero, i.monto, i.pagado, i.vence, i.estado,
+                       i.declared_estado)
+                      for i in Installment.select().where(Installment.debt == debt.id).order_by(Installment.id)]
+            debts[debt.external_id.removeprefix(prefix)] = (
+                debt.moneda, debt.referencia, debt.monto_original, debt.saldo_pendiente, debt.tipo, debt.auto_send,
+                debt.status, debt.external_version, debt.external_updated_at, debt.resolution, debt.row_version,
+                debt.debtor.nombre, debt.debtor.documento is not None, debt.debtor.telefono is not None,
+                debt.created_at == debt.updated_at, cuotas)
+        return debts
+
+    rows = stored("R-")
+    assert rows == stored("SS-")
+    assert set(rows) == {"open", "late", "part", "paid", "bare"}
+    assert [rows[name][6] for name in ("open", "late", "part", "paid", "bare")] == \
+        ["pending", "overdue", "partial", "paid", "pending"]
+    assert [item[5] for item in rows["late"][-1]] == ["overdue", "overdue", "partial", "cancelled", "paid"]
