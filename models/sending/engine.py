@@ -37,7 +37,7 @@ import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from peewee import DatabaseError, InterfaceError
@@ -251,6 +251,14 @@ class Engine:
                         number.held_until, number.throttle_streak = known.held_until, known.throttle_streak
                         number.excused_at = known.excused_at
                 number.plans[name] = plan
+            # A number whose sends are all in flight has no plan now, but the batch coming back
+            # may be throttled again: its throttle state stays while it can still matter, so a
+            # storm's holds keep growing and an excused throttle is excused once.
+            now = time.monotonic()
+            for account_id, known in self._numbers.items():
+                if account_id not in numbers and (known.held_until > now - MAX_THROTTLE_HOLD
+                                                  or now - known.excused_at < ISOLATED_THROTTLE_WINDOW):
+                    numbers[account_id] = replace(known, plans={})
             self._numbers = numbers
 
     def _tick(self, now: float, sender: SlotExecutor, batcher: ThreadPoolExecutor) -> None:
