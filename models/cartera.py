@@ -472,22 +472,12 @@ class _Batch:
         today = self.today
         installments = []
         overdue = False
-        if spec.cuotas:
-            # installment_estado with nothing paid and no resolution (a new debt has neither).
-            for item in spec.cuotas:
-                declared = item.estado or "pending"
-                if declared == "cancelled" or declared == "paid":
-                    estado = declared
-                elif item.monto <= 0:
-                    estado = "paid"
-                elif item.vence < today:
-                    estado = "overdue"
-                    overdue = True
-                elif declared == "partial":
-                    estado = "partial"
-                else:
-                    estado = "pending"
-                installments.append((item.external_id, item.numero, item.monto, 0, item.vence, estado, declared))
+        # A new debt has nothing paid on any installment and no resolution.
+        for item in spec.cuotas or ():
+            declared = item.estado or "pending"
+            estado = installment_estado(declared, item.monto, 0, item.vence, today)
+            overdue = overdue or estado == "overdue"
+            installments.append((item.external_id, item.numero, item.monto, 0, item.vence, estado, declared))
         tipo = spec.tipo if spec.tipo is not None else "installments" if spec.cuotas else "single"
         debt = _NewDebt(self.tenant_id, spec.external_id, self.now)
         debt.account_id, debt.moneda, debt.referencia, debt.tipo = account_id, spec.moneda, spec.referencia, tipo
