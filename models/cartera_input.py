@@ -478,13 +478,8 @@ def plain_fields_spec(external_id: Any, account_id: Any, nombre: Any, documento:
     if documento is not None and (not _plain_text(documento, 1, 64) or not (documento := documento.strip())):
         return None
     if telefono is not None:
-        if not _plain_text(telefono, 1, 32):
+        if not _plain_text(telefono, 1, 32) or (telefono := _plain_phone(telefono)) is None:
             return None
-        if not (telefono.isdigit() and telefono.isascii() and 8 <= len(telefono) <= 15):
-            try:
-                telefono = _normalize_phone(telefono)
-            except ValueError:
-                return None
     elif documento is None:
         return None
 
@@ -514,6 +509,17 @@ def plain_fields_spec(external_id: Any, account_id: Any, nombre: Any, documento:
     return DebtSpec(external_id, account_id, DeudorSpec(nombre, documento, telefono), currency, monto_original,
                     saldo_pendiente, external_version, external_updated_at, referencia, referencia_given, tipo,
                     auto_send, cuotas)
+
+
+def _plain_phone(telefono: str) -> str | None:
+    """The phone as stored: digits already in the stored form as they are, else normalized; None
+    when it is no phone number."""
+    if telefono.isdigit() and telefono.isascii() and 8 <= len(telefono) <= 15:
+        return telefono
+    try:
+        return _normalize_phone(telefono)
+    except ValueError:
+        return None
 
 
 def _plain_installments(cuotas: list[tuple], currency: str, digits: int) -> list[InstallmentSpec] | None:
@@ -570,13 +576,8 @@ def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: st
     else:
         documento = None
     if telefono:
-        if len(telefono) > 32:
+        if len(telefono) > 32 or (telefono := _plain_phone(telefono)) is None:
             return None
-        if not (telefono.isdigit() and telefono.isascii() and 8 <= len(telefono) <= 15):
-            try:
-                telefono = _normalize_phone(telefono)
-            except ValueError:
-                return None
     elif documento is None:
         return None
     else:
