@@ -264,6 +264,18 @@ CSV_CELLS = st.sampled_from(["", " ", "0", "1", "2", "00", "٣", "²", "x", "-1"
                              "2025-03-01T10:00:00Z", "2025-03-01T10:00:00", "9" * 19, "9" * 30, "a\ud800", "é" * 161])
 
 
+def csv_debt_rows(changes: dict, installments: list[tuple], updated_at_column: bool) -> tuple[list, list]:
+    """The CSV columns and a debt's rows: the head with `changes`, one row per installment's cells
+    (or a single row without installments)."""
+    columns = [name for name in (*CSV_COLUMNS, "external_updated_at")
+               if updated_at_column or name != "external_updated_at"]
+    first = {**CSV_HEAD, **changes}
+    rows = [[{**first, "cuota_external_id": item[0], "cuota_numero": item[1], "cuota_monto": item[2],
+              "cuota_vence": item[3], "cuota_estado": item[4]}.get(name, "") for name in columns]
+            for item in installments] or [[first.get(name, "") for name in columns]]
+    return columns, rows
+
+
 @settings(max_examples=1500, deadline=None)
 @given(changes=st.dictionaries(st.sampled_from(sorted(CSV_HEAD)), CSV_CELLS, max_size=3),
        installments=st.lists(st.tuples(st.sampled_from(["C-1", "C-2", "", "x" * 161]),
@@ -272,12 +284,7 @@ CSV_CELLS = st.sampled_from(["", " ", "0", "1", "2", "00", "٣", "²", "x", "-1"
                                        st.sampled_from(["", "pending", "paid", "x"])), max_size=3),
        updated_at_column=st.booleans())
 def test_a_csv_debt_gets_the_same_spec_from_its_cells_as_from_its_body(changes, installments, updated_at_column):
-    columns = [name for name in (*CSV_COLUMNS, "external_updated_at")
-               if updated_at_column or name != "external_updated_at"]
-    first = {**CSV_HEAD, **changes}
-    rows = [[{**first, "cuota_external_id": item[0], "cuota_numero": item[1], "cuota_monto": item[2],
-              "cuota_vence": item[3], "cuota_estado": item[4]}.get(name, "") for name in columns]
-            for item in installments] or [[first.get(name, "") for name in columns]]
+    columns, rows = csv_debt_rows(changes, installments, updated_at_column)
     fields = _csv_fields(rows[0], _Layout({name: index for index, name in enumerate(columns)}),
                          rows if installments else [])
     plain = plain_fields_spec(*fields)
@@ -295,12 +302,7 @@ def test_a_csv_debt_gets_the_same_spec_from_its_cells_as_from_its_body(changes, 
 def test_a_csv_debt_read_by_the_short_road_is_the_one_the_long_road_reads(changes, installments, updated_at_column,
                                                                           odd_row):
     """`_plain_csv_debt` (cells to spec at once) gives up or agrees with `_csv_debt`'s full checks."""
-    columns = [name for name in (*CSV_COLUMNS, "external_updated_at")
-               if updated_at_column or name != "external_updated_at"]
-    first = {**CSV_HEAD, **changes}
-    rows = [[{**first, "cuota_external_id": item[0], "cuota_numero": item[1], "cuota_monto": item[2],
-              "cuota_vence": item[3], "cuota_estado": item[4]}.get(name, "") for name in columns]
-            for item in installments] or [[first.get(name, "") for name in columns]]
+    columns, rows = csv_debt_rows(changes, installments, updated_at_column)
     last = list(zip(columns, rows[-1], strict=True))
     if odd_row == "short":
         rows.append(rows[-1][:-1])
