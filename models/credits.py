@@ -96,38 +96,6 @@ def wallet_of(tenant_id: int) -> Wallet:
                            low_balance_threshold=threshold)
 
 
-def _apply(tenant_id: int, entry_type: str, amount: int, balance_delta: int, reserved_delta: int,
-           condition, failure: Exception, *, reference: str | None = None,
-           description: str | None = None, campaign_id: int | None = None,
-           messaging_account_id: int | None = None) -> LedgerEntry:
-    """One conditional wallet UPDATE plus its ledger entry, in one transaction."""
-    with atomic():
-        query = Wallet.update(
-            balance=Wallet.balance + balance_delta,
-            reserved=Wallet.reserved + reserved_delta,
-            ledger_entries=Wallet.ledger_entries + 1,
-            updated_at=utcnow(),
-        ).where(Wallet.tenant == tenant_id)
-        if condition is not None:
-            query = query.where(condition)
-        if query.execute() != 1:
-            raise failure
-        # Our UPDATE holds the row's write lock until commit, so this read sees exactly our result.
-        wallet = Wallet.get(Wallet.tenant == tenant_id)
-        return LedgerEntry.create(
-            tenant=tenant_id,
-            type=entry_type,
-            amount=amount,
-            balance_after=wallet.balance,
-            reserved_after=wallet.reserved,
-            position=wallet.ledger_entries,
-            reference=reference,
-            description=description,
-            campaign_id=campaign_id,
-            messaging_account_id=messaging_account_id,
-        )
-
-
 def _positive(amount: int) -> int:
     if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
         raise Invalid("the amount must be a positive whole number of credits")
@@ -137,9 +105,7 @@ def _positive(amount: int) -> int:
 def grant(tenant_id: int, amount: int, *, reason: str | None = None, purchase: bool = False,
           reference: str | None = None) -> LedgerEntry:
     """Add credits: an administrator's grant, or a confirmed package purchase."""
-    amount = _positive(amount)
-    return _apply(tenant_id, "purchase" if purchase else "manual_grant", amount, amount, 0, None,
-                  NotFound("the tenant has no wallet", code="wallet_not_found"),
+    return _moved(tenant_id, "purchase" if purchase else "manual_grant", _positive(amount),
                   reference=reference, description=reason)
 
 
@@ -147,10 +113,7 @@ def adjust(tenant_id: int, amount: int, *, reason: str | None = None) -> LedgerE
     """A manual correction in either direction; it can never take credits already reserved."""
     if not isinstance(amount, int) or amount == 0:
         raise Invalid("the adjustment must be a non-zero whole number of credits")
-    return _apply(tenant_id, "manual_adjust", amount, amount, 0,
-                  Wallet.balance + amount >= Wallet.reserved,
-                  InsufficientCredits("the adjustment would take credits that are not available"),
-                  description=reason)
+    return _moved(tenant_id, "manual_adjust", amount, description=reason)
 
 
 def _reserve_failure(tenant_id: int, amount: int) -> Exception:
@@ -167,7 +130,7 @@ def _reserved_failure() -> Exception:
     return Invalid("fewer credits are reserved than the operation names", code="reservation_mismatch")
 
 
-# The movements of reserved credits, as hand-written SQL (they run in every batch a campaign sends):
+# Every wallet movement, as hand-written SQL (reservations run in every batch a campaign sends):
 # kind -> (the ledger amount's sign, the balance's and the reservation's change per credit, the
 # condition the wallet must meet). One conditional UPDATE each, returning what the entry records.
 _MOVES = {
@@ -175,6 +138,10 @@ _MOVES = {
     "consume": (-1, -1, -1, '"reserved" >= ?'),
     "release": (1, 0, -1, '"reserved" >= ?'),
     "refund": (1, 1, 0, None),
+    "purchase": (1, 1, 0, None),
+    "manual_grant": (1, 1, 0, None),
+    # The amount is signed: a correction in either direction, never into credits already reserved.
+    "manual_adjust": (1, 1, 0, '"balance" + ? >= "reserved"'),
 }
 _MOVE_SQL = {
     kind: ('UPDATE "wallet" SET "balance" = "balance" + ?, "reserved" = "reserved" + ?, '
@@ -198,9 +165,11 @@ def _move(tenant_id: int, kind: str, amount: int, now) -> tuple:
     if row is None:
         if kind == "reserve":
             raise _reserve_failure(tenant_id, amount)
-        if kind == "refund":
-            raise NotFound("the tenant has no wallet", code="wallet_not_found")
-        raise _reserved_failure()
+        if kind in ("consume", "release"):
+            raise _reserved_failure()
+        if kind == "manual_adjust":
+            raise InsufficientCredits("the adjustment would take credits that are not available")
+        raise NotFound("the tenant has no wallet", code="wallet_not_found")
     balance, reserved, position = row
     return tenant_id, kind, sign * amount, balance, reserved, position
 
@@ -223,10 +192,11 @@ def _insert_entries(entries: list[tuple]) -> list[int]:
 
 
 def _moved(tenant_id: int, kind: str, amount: int, **options) -> LedgerEntry:
-    """One movement and its ledger entry, in one transaction; returns the entry."""
+    """One movement of an amount its caller has checked, and its ledger entry, in one transaction;
+    returns the entry."""
     now = utcnow()
     with atomic():
-        entry = _entry(_move(tenant_id, kind, _positive(amount), now), now, **options)
+        entry = _entry(_move(tenant_id, kind, amount, now), now, **options)
         (entry_id,) = _insert_entries([entry])
     (_tenant, entry_type, signed, balance, reserved, position, reference, description, campaign_id,
      messaging_account_id, created_at) = entry
@@ -238,14 +208,14 @@ def _moved(tenant_id: int, kind: str, amount: int, **options) -> LedgerEntry:
 def reserve(tenant_id: int, amount: int, *, campaign_id: int | None = None,
             messaging_account_id: int | None = None, reference: str | None = None) -> LedgerEntry:
     """Hold credits for messages about to be sent; fails unless the available balance covers them."""
-    return _moved(tenant_id, "reserve", amount, reference=reference, campaign_id=campaign_id,
+    return _moved(tenant_id, "reserve", _positive(amount), reference=reference, campaign_id=campaign_id,
                   messaging_account_id=messaging_account_id)
 
 
 def consume(tenant_id: int, amount: int, *, campaign_id: int | None = None,
             messaging_account_id: int | None = None, reference: str | None = None) -> LedgerEntry:
     """The platform accepted messages: reserved credits leave the balance."""
-    return _moved(tenant_id, "consume", amount, reference=reference, campaign_id=campaign_id,
+    return _moved(tenant_id, "consume", _positive(amount), reference=reference, campaign_id=campaign_id,
                   messaging_account_id=messaging_account_id)
 
 
@@ -253,7 +223,7 @@ def release(tenant_id: int, amount: int, *, campaign_id: int | None = None,
             messaging_account_id: int | None = None, reference: str | None = None,
             description: str | None = None) -> LedgerEntry:
     """Messages that never reached the platform: their reservation returns to the available balance."""
-    return _moved(tenant_id, "release", amount, reference=reference, description=description,
+    return _moved(tenant_id, "release", _positive(amount), reference=reference, description=description,
                   campaign_id=campaign_id, messaging_account_id=messaging_account_id)
 
 
@@ -261,7 +231,7 @@ def refund(tenant_id: int, amount: int, *, campaign_id: int | None = None,
            messaging_account_id: int | None = None, reference: str | None = None,
            description: str | None = None) -> LedgerEntry:
     """A message the platform accepted and then failed: its consumed credit comes back."""
-    return _moved(tenant_id, "refund", amount, reference=reference, description=description,
+    return _moved(tenant_id, "refund", _positive(amount), reference=reference, description=description,
                   campaign_id=campaign_id, messaging_account_id=messaging_account_id)
 
 
