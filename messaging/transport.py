@@ -59,6 +59,7 @@ NO_RETRIES = Retry(0, read=False)
 MAX_HEAD = 65536  # bytes of status line and headers an answer may have (http.client's line limit)
 _ILLEGAL_VALUE = re.compile(r"\n(?![ \t])|\r(?![ \t\n])")  # http.client's check: no header injection
 _ILLEGAL_NAME = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+_CONTROL = re.compile(r"[\x00-\x20\x7f]")  # never in a request line's URL (http.client's check)
 
 
 class _OneWrite:
@@ -175,13 +176,13 @@ class Transport:
 
     def _request_bytes(self, method: str, url: str, headers: dict[str, str], body: bytes | None) -> bytes:
         """The request line, headers and body as one message, checked as http.client checks them."""
+        if _CONTROL.search(url):
+            raise requests.exceptions.InvalidURL(f"URL can't contain control characters. {url!r}")
         lines = [f"{method} {url} HTTP/1.1", f"Host: {self._host}", "Accept-Encoding: identity"]
         for name, value in headers.items():
             if _ILLEGAL_NAME.search(name) or _ILLEGAL_VALUE.search(value):
                 raise ValueError(f"Invalid header {name!r}: {value!r}")
             lines.append(f"{name}: {value}")
-        if any(ord(ch) <= 32 or ch == "\x7f" for ch in url):
-            raise requests.exceptions.InvalidURL(f"URL can't contain control characters. {url!r}")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         return head + body if body else head
 
