@@ -140,6 +140,7 @@ class Transport:
     def request(self, method: str, path_url: str, headers: dict[str, str], body: bytes | None) -> tuple[int, bytes]:
         """The answer's status and body; raises `requests.RequestException` when there is none."""
         url = self.origin + path_url if self._absolute else path_url
+        request = self._request_bytes(method, url, headers, body)
         try:
             connection = self._pool._get_conn()
         except ClosedPoolError as error:
@@ -148,13 +149,11 @@ class Transport:
             # Not open yet, or the platform closed it while it waited: urllib3 opens it.
             self._pool._put_conn(connection)
             return self._urlopen(method, url, headers, body)
-        return self._on_open(connection, method, url, headers, body)
+        return self._on_open(connection, method, request, url)
 
-    def _on_open(self, connection, method: str, url: str, headers: dict[str, str],
-                 body: bytes | None) -> tuple[int, bytes]:
+    def _on_open(self, connection, method: str, request: bytes, url: str) -> tuple[int, bytes]:
         """One call on a pooled connection that is open. Whatever happens, the request may have
         reached the platform: every failure is one whose answer is lost."""
-        request = self._request_bytes(method, url, headers, body)
         sock = connection.sock
         reusable = False
         try:
