@@ -81,7 +81,17 @@ class _OneWrite:
         self.putrequest(method, url, skip_accept_encoding="Accept-Encoding" in headers, skip_host="Host" in headers)
         for header, value in headers.items():
             self.putheader(header, value)
-        self.endheaders(body)  # http.client sends bytes given here with the headers, in one send
+        self.endheaders(body)
+
+    def _send_output(self, message_body=None, encode_chunked=False):
+        # http.client writes the headers, then the body in a send of its own: bytes go in the same one.
+        if not isinstance(message_body, bytes) or encode_chunked:
+            return super()._send_output(message_body, encode_chunked=encode_chunked)
+        self._buffer.extend((b"", b""))
+        message = b"\r\n".join(self._buffer) + message_body
+        del self._buffer[:]
+        self.send(message)
+        return None
 
 
 class OneWriteHTTPConnection(_OneWrite, HTTPConnection):
