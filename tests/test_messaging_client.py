@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -253,6 +255,125 @@ def test_a_timeout_is_retryable_and_ambiguous_and_the_send_may_still_be_accepted
         time.sleep(0.05)
 
 
+def test_a_timeout_on_a_kept_alive_connection_is_ambiguous_and_the_next_call_opens_another(sim, number):
+    phone_number_id, token = number
+    impatient = GraphClient(sim.base_url, timeout=(1, 0.3))
+    assert impatient.send_message(phone_number_id, token, payloads.text_message("5215557654321", "first"))
+    sim.fail("timeout", seconds=30, hang=0.6)
+    try:
+        with pytest.raises(PlatformUnavailableError) as raised:
+            impatient.send_message(phone_number_id, token, payloads.text_message("5215557654321", "hung"))
+    finally:
+        sim.fail("off")
+
+    assert raised.value.retryable and raised.value.ambiguous
+    assert "timeout" in str(raised.value)
+    # The late answer to the hung call is never taken for the next call's.
+    wamid = impatient.send_message(phone_number_id, token, payloads.text_message("5215557654321", "next",
+                                                                                 callback_data="next"))
+    deadline = time.monotonic() + 3
+    while True:
+        accepted = {item["biz_opaque_callback_data"]: item for item in sim.sent()}
+        if "next" in accepted:
+            break
+        assert time.monotonic() < deadline, "the next send was never accepted"
+        time.sleep(0.05)
+    assert accepted["next"]["wamid"] == wamid
+
+
+class ScriptedPlatform:
+    """A plain TCP server that answers the requests on each connection with the next of `answers`
+    (raw bytes, written as given), and counts the connections it accepted."""
+
+    def __init__(self, answers: list[bytes]):
+        self.answers = list(answers)
+        self.connections = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while self.answers:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                data = b""
+                while self.answers:
+                    while b"\r\n\r\n" not in data:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    if b"\r\n\r\n" not in data:
+                        break
+                    head, _, data = data.partition(b"\r\n\r\n")
+                    length = int(dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:]).get(
+                        b"Content-Length", b"0"))
+                    while len(data) < length:
+                        data += conn.recv(65536)
+                    data = data[length:]
+                    answer = self.answers.pop(0)
+                    conn.sendall(answer)
+                    if b"Connection: close" in answer:
+                        break
+
+    def close(self):
+        self.server.close()
+
+
+def _answer(body: bytes, *headers: str, framing: str = "length") -> bytes:
+    head = ["HTTP/1.1 200 OK", "Content-Type: application/json", *headers]
+    if framing == "chunked":
+        head.append("Transfer-Encoding: chunked")
+        middle = len(body) // 2
+        payload = (f"{middle:x};ext=1\r\n".encode() + body[:middle] + b"\r\n"
+                   + f"{len(body) - middle:X}\r\n".encode() + body[middle:] + b"\r\n0\r\nX-Trailer: 1\r\n\r\n")
+    else:
+        head.append(f"Content-Length: {len(body)}")
+        payload = body
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+
+
+def test_answers_on_a_kept_alive_connection_are_framed_by_length_chunks_or_its_close():
+    sent = [json.dumps({"messages": [{"id": f"wamid.{n}"}]}).encode() for n in range(5)]
+    platform = ScriptedPlatform([
+        _answer(sent[0]),
+        b"HTTP/1.1 100 Continue\r\n\r\n" + _answer(sent[1], framing="chunked"),
+        _answer(gzip.compress(sent[2]), "Content-Encoding: gzip"),
+        _answer(sent[3], "Connection: close"),
+        _answer(sent[4]),
+    ])
+    try:
+        client = GraphClient(f"http://127.0.0.1:{platform.port}", timeout=(2, 2))
+        wamids = [client.send_message("1", "token", payloads.text_message("5215551234567", "hi")) for _ in range(5)]
+    finally:
+        platform.close()
+
+    assert wamids == [f"wamid.{n}" for n in range(5)]
+    assert platform.connections == 2  # a new one only after the platform said it closes the first
+
+
+def test_a_connection_closed_mid_answer_is_an_ambiguous_failure_and_not_reused():
+    body = json.dumps({"messages": [{"id": "wamid.whole"}]}).encode()
+    # The second answer ends five bytes short of its Content-Length, and the connection with it.
+    platform = ScriptedPlatform([_answer(body), _answer(body, "Connection: close")[:-5], _answer(body)])
+    try:
+        client = GraphClient(f"http://127.0.0.1:{platform.port}", timeout=(2, 2))
+        assert client.send_message("1", "token", payloads.text_message("5215551234567", "hi")) == "wamid.whole"
+        with pytest.raises(PlatformUnavailableError) as raised:
+            client.send_message("1", "token", payloads.text_message("5215551234567", "hi"))
+        assert raised.value.retryable and raised.value.ambiguous
+        assert client.send_message("1", "token", payloads.text_message("5215551234567", "hi")) == "wamid.whole"
+    finally:
+        platform.close()
+
+    assert platform.connections == 2
+
+
 def test_a_refused_connection_is_retryable_and_never_reached_the_platform():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -298,7 +419,10 @@ def test_the_platform_certificate_is_verified_against_the_configured_ca(tmp_path
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
         trusting = GraphClient(f"https://localhost:{platform.port}", timeout=(2, 2))
         assert trusting.send_message("1", "token", payloads.text_message("5215551234567", "hi")) == "wamid.tls"
-        (request,) = platform.requests
+        # The second call goes over the connection the first one opened, through TLS as well.
+        assert trusting.send_message("1", "token", payloads.text_message("5215551234567", "again")) == "wamid.tls"
+        request, again = platform.requests
+        assert json.loads(again.body)["text"]["body"] == "again"
         assert request.path == "/v26.0/1/messages"
         assert request.headers["Authorization"] == "Bearer token"
         assert json.loads(request.body)["text"]["body"] == "hi"

@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -101,6 +101,27 @@ def _isolated_throttles(jobs: list[Job], result: BatchResult) -> set[int]:
     return {account_id for account_id, setback in setbacks.items()
             if len(setback) == 1 and setback[0].error.code == THROUGHPUT_THROTTLE
             and account_id in result.accepted_numbers and account_id not in result.unanswered_numbers}
+
+
+class _Countdown:
+    """A batch's sends still to finish: its record waits for the last one."""
+
+    def __init__(self, count: int):
+        self._left = count
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        if count <= 0:
+            self._done.set()
+
+    def count_down(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._done.set()
+
+    def wait(self) -> None:
+        self._done.wait()
 
 
 class Pacer(Protocol):
@@ -323,19 +344,21 @@ class Engine:
                 heapq.heappush(self._unstarted, job.send_at)
         # Scheduled here, not by the batch: a batch waits for a free batch thread (others may be
         # recording), and its sends must not wait with it past their slots.
-        sends = [sender.submit_at(job.send_at, self._send_one, job) for job in jobs]
+        sends = _Countdown(len(jobs))
         batch = batcher.submit(self._send_batch, jobs, sends)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
+        for job in jobs:
+            sender.submit_at(job.send_at, self._send_one, job, sends)
 
     def _batch_done(self, batch) -> None:
         self._batches.discard(batch)
         self._changed.set()
 
-    def _send_batch(self, jobs: list[Job], sends: list[Future]) -> None:
+    def _send_batch(self, jobs: list[Job], sends: _Countdown) -> None:
         given_back = True
         try:
-            wait(sends)
+            sends.wait()
             with connection():
                 result = self._record(jobs)
                 self._after(result, jobs)
@@ -367,21 +390,24 @@ class Engine:
                                           what=f"recording a batch of {len(mine)}"))
         return result
 
-    def _send_one(self, job: Job) -> None:
-        with self._lock:
-            # Sends start in the order of their slots: this one was the earliest still waiting.
-            if self._unstarted:
-                heapq.heappop(self._unstarted)
-        if time.monotonic() - job.send_at > LATE_SEND:
-            job.error = SlotMissed("not sent: the engine fell behind its pacing slot")
-            return
+    def _send_one(self, job: Job, sends: _Countdown) -> None:
         try:
-            job.wam_id = self.messenger.send(job)
-        except PlatformError as error:
-            job.error = error
-        except Exception as error:  # a bug or a dropped connection: never retried blindly
-            log.exception("send to %s failed unexpectedly", job.public_id)
-            job.error = PlatformUnavailableError(f"unexpected send failure: {error}", ambiguous=True)
+            with self._lock:
+                # Sends start in the order of their slots: this one was the earliest still waiting.
+                if self._unstarted:
+                    heapq.heappop(self._unstarted)
+            if time.monotonic() - job.send_at > LATE_SEND:
+                job.error = SlotMissed("not sent: the engine fell behind its pacing slot")
+                return
+            try:
+                job.wam_id = self.messenger.send(job)
+            except PlatformError as error:
+                job.error = error
+            except Exception as error:  # a bug or a dropped connection: never retried blindly
+                log.exception("send to %s failed unexpectedly", job.public_id)
+                job.error = PlatformUnavailableError(f"unexpected send failure: {error}", ambiguous=True)
+        finally:
+            sends.count_down()
 
     def _after(self, result: BatchResult, jobs: list[Job]) -> None:
         """Throttled numbers rest (their schedules held); numbers whose send got no answer too."""

@@ -1,77 +1,83 @@
-"""A thread pool that starts each task at its time: the sending engine sends every message at
-the slot pacing granted it (models/counters.py), not when it was claimed."""
+"""Threads that start each task at its time: the sending engine sends every message at the slot
+pacing granted it (models/counters.py), not when it was claimed."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+
+log = logging.getLogger(__name__)
 
 
-class SlotExecutor(ThreadPoolExecutor):
-    """`submit_at(at, fn, *args)` runs `fn` on the pool once `time.monotonic()` reaches `at`.
+class SlotExecutor:
+    """`submit_at(at, fn, *args)` runs `fn` on one of the threads once `time.monotonic()` reaches `at`.
 
-    One timer thread holds the waiting tasks in time order and hands each to the pool when it is
-    due, so tasks start in the order of their times whatever order they were submitted in (a pool
-    thread sleeping until its task's time would hold a later task ahead of an earlier one).
+    The threads take the waiting tasks from one heap, earliest first, so tasks start in the order
+    of their times whatever order they were submitted in. One idle thread at a time sleeps until
+    the earliest task's time; the others sleep until it hands that watch on, as it takes its task.
+    A task is a plain call: nothing is returned, and the caller learns of its end from the task
+    itself (the engine counts a batch's sends down). An exception a task lets out is logged.
     """
 
     def __init__(self, max_workers: int, thread_name_prefix: str = ""):
-        super().__init__(max_workers, thread_name_prefix=thread_name_prefix)
-        self._due: list[tuple[float, int, Future, tuple]] = []
+        self._due: list[tuple[float, int, object, tuple]] = []
         self._order = itertools.count()
-        self._wakeup = threading.Condition()
+        lock = threading.Lock()
+        self._watch = threading.Condition(lock)  # the one thread waiting for the earliest task's time
+        self._idle = threading.Condition(lock)  # the others
+        self._watched = False
         self._closing = False
-        self._timer = threading.Thread(target=self._run_timer, name=f"{thread_name_prefix}-timer", daemon=True)
-        self._timer.start()
+        self._threads = [threading.Thread(target=self._work, name=f"{thread_name_prefix}_{index}", daemon=True)
+                         for index in range(max_workers)]
+        for thread in self._threads:
+            thread.start()
 
-    def submit_at(self, at: float, fn, /, *args) -> Future:
-        future: Future = Future()
-        with self._wakeup:
+    def submit_at(self, at: float, fn, /, *args) -> None:
+        with self._watch:
             if self._closing:
                 raise RuntimeError("cannot schedule new tasks after shutdown")
-            heapq.heappush(self._due, (at, next(self._order), future, (fn, *args)))
-            if self._due[0][2] is future:
-                self._wakeup.notify()
-        return future
+            order = next(self._order)
+            heapq.heappush(self._due, (at, order, fn, args))
+            if self._due[0][1] == order:
+                # A new earliest task: whoever watches the time must look again.
+                (self._watch if self._watched else self._idle).notify()
 
-    def _run_timer(self) -> None:
+    def _work(self) -> None:
         while True:
-            with self._wakeup:
+            with self._watch:
                 while True:
-                    if self._due and self._due[0][0] <= time.monotonic():
-                        _at, _order, future, call = heapq.heappop(self._due)
-                        break
-                    if self._closing and not self._due:
+                    if self._due:
+                        left = self._due[0][0] - time.monotonic()
+                        if left <= 0:
+                            _at, _order, fn, args = heapq.heappop(self._due)
+                            if self._due and not self._watched:
+                                self._idle.notify()  # the next task needs a watch
+                            break
+                    elif self._closing:
+                        self._idle.notify_all()
                         return
-                    self._wakeup.wait(self._due[0][0] - time.monotonic() if self._due else None)
-            if not future.set_running_or_notify_cancel():
-                continue
+                    if self._watched:
+                        self._idle.wait()
+                    else:
+                        self._watched = True
+                        try:
+                            self._watch.wait(left if self._due else None)
+                        finally:
+                            self._watched = False
             try:
-                started = self.submit(*call)
-            except RuntimeError as error:  # the pool was shut down without waiting for the timer
-                future.set_exception(error)
-            else:
-                started.add_done_callback(lambda done, future=future: _settle(future, done))
+                fn(*args)
+            except Exception:
+                log.exception("a timed task failed")
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Waiting tasks still run at their time (unless cancelled) before the pool stops."""
-        with self._wakeup:
+    def shutdown(self, wait: bool = True) -> None:
+        """Waiting tasks still run at their time before the threads stop."""
+        with self._watch:
             self._closing = True
-            if cancel_futures:
-                for _at, _order, future, _call in self._due:
-                    future.cancel()
-                self._due.clear()
-            self._wakeup.notify()
+            self._watch.notify_all()
+            self._idle.notify_all()
         if wait:
-            self._timer.join()
-        super().shutdown(wait=wait, cancel_futures=cancel_futures)
-
-
-def _settle(future: Future, done: Future) -> None:
-    try:
-        future.set_result(done.result())
-    except BaseException as error:  # the task's exception, or the pool cancelled it
-        future.set_exception(error)
+            for thread in self._threads:
+                thread.join()
