@@ -17,7 +17,7 @@ from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from models.base import BaseModel, JSONField
 from models.clock import utcnow
-from models.db import atomic, execute
+from models.db import atomic, fetch_one
 from models.errors import Invalid, NotFound
 from models.ids import new_id
 
@@ -227,10 +227,10 @@ def _forget_passed(public_id: str) -> None:
 def _key_row(public_id: str) -> tuple:
     """The live key's row and its tenant's status (all None for no live key). Fixed SQL rather
     than a query rebuilt per call; the outer join answers one row (of nulls) for an unknown id too."""
-    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = execute(
+    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = fetch_one(
         'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit", t."status" '
         'FROM (SELECT 1 AS "one") AS o LEFT JOIN "api_key" AS k ON k."public_id" = ? AND k."revoked_at" IS NULL '
-        'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,)).fetchone()
+        'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,))
     return (key_id, tenant_id, secret_hash, orjson.loads(scopes) if scopes else None,
             orjson.loads(allowed_ips) if allowed_ips else None, rate_limit, tenant_status)
 
