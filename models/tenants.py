@@ -198,24 +198,24 @@ def authenticate(token: str) -> ApiKey | None:
     presented, now = _hash_secret(secret), time.monotonic()
     cached = _passed.get((public_id, presented))
     if cached is not None and now - cached[0] < KEY_CACHE_SECONDS:
-        row = cached[1]
+        key = cached[1]
     else:
-        row = _key_row(public_id)
-        key_id, _tenant_id, secret_hash, *_rest, tenant_status = row
+        key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = _key_row(public_id)
         if not hmac.compare_digest(secret_hash or _NO_SUCH_KEY, presented) or key_id is None \
                 or tenant_status != "active":
             return None
+        key = ApiKey.from_row(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
+                              scopes=scopes, allowed_ips=allowed_ips, rate_limit=rate_limit)
         if len(_passed) >= KEY_CACHE_SIZE:
             _passed.clear()
-        _passed[(public_id, presented)] = (now, row)
-    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, _status = row
-    _mark_used(public_id, key_id)
-    return ApiKey.from_row(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
-                           scopes=list(scopes), allowed_ips=allowed_ips, rate_limit=rate_limit)
+        _passed[(public_id, presented)] = (now, key)
+    _mark_used(public_id, key.id)
+    return key
 
 
-# (key public id, hash of the secret presented) -> (monotonic time it passed, its `_key_row`).
-_passed: dict[tuple[str, str], tuple[float, tuple]] = {}
+# (key public id, hash of the secret presented) -> (monotonic time it passed, the key as read then).
+# The key is built once per read and handed to every request it answers: none of them changes it.
+_passed: dict[tuple[str, str], tuple[float, ApiKey]] = {}
 
 
 def _forget_passed(public_id: str) -> None:
