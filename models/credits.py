@@ -18,7 +18,7 @@ from peewee import SQL, CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from models.base import BaseModel
 from models.clock import utcnow
-from models.db import atomic, db, execute
+from models.db import atomic, db, execute, fetch_one
 from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
 from models.tenants import Tenant
 
@@ -87,8 +87,8 @@ class LedgerEntry(BaseModel):
 
 def wallet_of(tenant_id: int) -> Wallet:
     # The balance read is the API's most frequent call: fixed SQL, not a query rebuilt per call.
-    row = execute('SELECT "id", "balance", "reserved", "status", "low_balance_threshold" FROM "wallet" '
-                  'WHERE "tenant_id" = ?', (tenant_id,)).fetchone()
+    row = fetch_one('SELECT "id", "balance", "reserved", "status", "low_balance_threshold" FROM "wallet" '
+                    'WHERE "tenant_id" = ?', (tenant_id,))
     if row is None:
         raise NotFound("the tenant has no wallet", code="wallet_not_found")
     wallet_id, balance, reserved, status, threshold = row

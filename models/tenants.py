@@ -17,7 +17,7 @@ from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from models.base import BaseModel, JSONField
 from models.clock import utcnow
-from models.db import atomic, execute
+from models.db import atomic, fetch_one
 from models.errors import Invalid, NotFound
 from models.ids import new_id
 
@@ -198,24 +198,24 @@ def authenticate(token: str) -> ApiKey | None:
     presented, now = _hash_secret(secret), time.monotonic()
     cached = _passed.get((public_id, presented))
     if cached is not None and now - cached[0] < KEY_CACHE_SECONDS:
-        row = cached[1]
+        key = cached[1]
     else:
-        row = _key_row(public_id)
-        key_id, _tenant_id, secret_hash, *_rest, tenant_status = row
+        key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = _key_row(public_id)
         if not hmac.compare_digest(secret_hash or _NO_SUCH_KEY, presented) or key_id is None \
                 or tenant_status != "active":
             return None
+        key = ApiKey.from_row(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
+                              scopes=scopes, allowed_ips=allowed_ips, rate_limit=rate_limit)
         if len(_passed) >= KEY_CACHE_SIZE:
             _passed.clear()
-        _passed[(public_id, presented)] = (now, row)
-    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, _status = row
-    _mark_used(public_id, key_id)
-    return ApiKey.from_row(id=key_id, public_id=public_id, tenant=tenant_id, secret_hash=secret_hash,
-                           scopes=list(scopes), allowed_ips=allowed_ips, rate_limit=rate_limit)
+        _passed[(public_id, presented)] = (now, key)
+    _mark_used(public_id, key.id)
+    return key
 
 
-# (key public id, hash of the secret presented) -> (monotonic time it passed, its `_key_row`).
-_passed: dict[tuple[str, str], tuple[float, tuple]] = {}
+# (key public id, hash of the secret presented) -> (monotonic time it passed, the key as read then).
+# The key is built once per read and handed to every request it answers: none of them changes it.
+_passed: dict[tuple[str, str], tuple[float, ApiKey]] = {}
 
 
 def _forget_passed(public_id: str) -> None:
@@ -227,10 +227,10 @@ def _forget_passed(public_id: str) -> None:
 def _key_row(public_id: str) -> tuple:
     """The live key's row and its tenant's status (all None for no live key). Fixed SQL rather
     than a query rebuilt per call; the outer join answers one row (of nulls) for an unknown id too."""
-    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = execute(
+    key_id, tenant_id, secret_hash, scopes, allowed_ips, rate_limit, tenant_status = fetch_one(
         'SELECT k."id", k."tenant_id", k."secret_hash", k."scopes", k."allowed_ips", k."rate_limit", t."status" '
         'FROM (SELECT 1 AS "one") AS o LEFT JOIN "api_key" AS k ON k."public_id" = ? AND k."revoked_at" IS NULL '
-        'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,)).fetchone()
+        'LEFT JOIN "tenant" AS t ON t."id" = k."tenant_id"', (public_id,))
     return (key_id, tenant_id, secret_hash, orjson.loads(scopes) if scopes else None,
             orjson.loads(allowed_ips) if allowed_ips else None, rate_limit, tenant_status)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import peewee
 import pytest
 
-from models.db import after_commit, atomic
+from models.db import after_commit, atomic, db, execute, fetch_one, is_postgres
 from models.events import Event, emit, listening
 from models.tenants import create_tenant
 
@@ -60,3 +61,24 @@ def test_writing_events_tells_the_listeners_once_per_commit(storage):
             emit(tenant.id, "message.sent", {"n": 4})
             raise RuntimeError("undo")
         assert told == [3]
+
+
+def test_hand_written_reads_answer_the_same_for_every_kind_of_parameter(storage):
+    tenant = create_tenant("Reads Co")
+    # Whole numbers are written into the statement on PostgreSQL; a negative one must stay a number
+    # (`- -2`, never a comment), and other parameters still go through the driver.
+    assert fetch_one("SELECT ? - ?, ?", (1, -2, "a'b")) == (3, "a'b")
+    assert fetch_one("SELECT ? - ?", [5, 7]) == (-2,)
+    assert fetch_one('SELECT "name" FROM "tenant" WHERE "id" = ?', (tenant.id,)) == ("Reads Co",)
+    assert fetch_one('SELECT "name" FROM "tenant" WHERE "id" = ?', (tenant.id + 1000,)) is None
+    assert execute('SELECT "id" FROM "tenant" WHERE "id" IN (?, ?)', (tenant.id, -1)).fetchall() == [(tenant.id,)]
+
+
+def test_a_hand_written_read_after_the_connection_was_swapped_runs_on_the_new_one(storage):
+    tenant = create_tenant("Swap Co")
+    assert fetch_one('SELECT "name" FROM "tenant" WHERE "id" = ?', (tenant.id,)) == ("Swap Co",)
+    db.close()  # the thread's kept cursor belongs to the connection given back here
+    db.connect()
+    assert fetch_one('SELECT "name" FROM "tenant" WHERE "id" = ?', (tenant.id,)) == ("Swap Co",)
+    with pytest.raises(peewee.ProgrammingError if is_postgres() else peewee.OperationalError):
+        fetch_one('SELECT 1 FROM "no_such_table" WHERE "id" = ?', (tenant.id,))
