@@ -58,7 +58,7 @@ class RowError:
         return asdict(self)
 
 
-@dataclass
+@dataclass(slots=True)
 class DebtRecord:
     """One debt read from the input: a spec to save, or the errors that keep it out."""
 
@@ -235,21 +235,20 @@ def _plain_csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtR
             text.encode()
         except UnicodeEncodeError:
             return None
-    listed = [any(cells) for cells in cuotas]
-    if not all(listed):
-        if any(listed):
+    if not all(map(any, cuotas)):
+        if any(map(any, cuotas)):
             return None
         cuotas = []
-    (external_id, account_id, nombre, documento, telefono, moneda, referencia, monto_original, saldo_pendiente,
-     version, tipo, auto_send) = layout.head_cells(first)
+    # `head` holds the DEBT_COLUMNS this file has, in that order: external_updated_at last, if at all.
+    (external_id, version, account_id, nombre, documento, telefono, moneda, referencia, monto_original,
+     saldo_pendiente, tipo, auto_send, *updated_at) = head
     send = None
     if auto_send:
         send = _BOOLEANS.get(auto_send.lower())
         if send is None:
             return None
     spec = plain_csv_spec(external_id, account_id, nombre, documento, telefono, moneda, referencia, monto_original,
-                          saldo_pendiente, version, first[layout.updated_at] if layout.updated_at is not None else "",
-                          tipo, send, cuotas)
+                          saldo_pendiente, version, updated_at[0] if updated_at else "", tipo, send, cuotas)
     if spec is None:
         return None
     return DebtRecord(first_line, external_id, spec=spec, rows=len(rows))
@@ -386,12 +385,16 @@ def import_debts(tenant_id: int, records: Iterable[DebtRecord], *, batch_size: i
 
     def flush() -> None:
         results = cartera.upsert_debts(tenant_id, [record.spec for record in pending])  # type: ignore[misc]
+        actions = {"created": 0, "updated": 0, "ignored_stale": 0}
         for record, result in zip(pending, results, strict=True):
             if result.error is not None:
                 for error in _domain_error(record.line, record.external_id, result.error):
                     report(error)
             else:
-                setattr(summary, result.action, getattr(summary, result.action) + 1)
+                actions[result.action] += 1
+        summary.created += actions["created"]
+        summary.updated += actions["updated"]
+        summary.ignored_stale += actions["ignored_stale"]
         pending.clear()
         if on_batch is not None:
             on_batch(summary)
