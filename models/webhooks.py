@@ -20,6 +20,7 @@ import datetime as dt
 import functools
 import hashlib
 import hmac
+import operator
 import random
 import secrets as random_secrets
 from collections.abc import Callable, Iterable, Sequence
@@ -624,25 +625,36 @@ def _advance_params(outcome: Outcome, rng: random.Random | None) -> tuple:
             outcome.delivery_id)
 
 
+# The endpoint's health after a batch, one statement per shape: (any success, any failure).
+_HEALTH_SQL = {
+    (True, True): 'UPDATE "webhook_endpoint" SET "last_success_at" = ?, "failure_count" = ?, "last_failure_at" = ? '
+                  'WHERE "id" = ?',
+    (True, False): 'UPDATE "webhook_endpoint" SET "last_success_at" = ?, "failure_count" = ? WHERE "id" = ?',
+    (False, True): 'UPDATE "webhook_endpoint" SET "failure_count" = "failure_count" + ?, "last_failure_at" = ? '
+                   'WHERE "id" = ?',
+}
+
+
 def _update_endpoint_health(endpoint_id: int, outcomes: Sequence[Outcome]) -> None:
     """`failure_count` counts consecutive failures: a success resets it, in attempt order."""
-    ordered = sorted(outcomes, key=lambda outcome: outcome.attempted_at)
-    successes = [outcome.attempted_at for outcome in ordered if outcome.ok]
-    failures = [outcome.attempted_at for outcome in ordered if not outcome.ok]
-    changes: dict = {}
-    if successes:
-        changes["last_success_at"] = successes[-1]
-        trailing = 0
-        for outcome in reversed(ordered):
-            if outcome.ok:
-                break
-            trailing += 1
-        changes["failure_count"] = trailing
+    ordered = sorted(outcomes, key=_attempted_at)
+    last_success = last_failure = None
+    trailing = 0  # failures after the last success
+    for outcome in ordered:
+        if outcome.ok:
+            last_success, trailing = outcome.attempted_at, 0
+        else:
+            last_failure, trailing = outcome.attempted_at, trailing + 1
+    if last_success is None:
+        params: tuple = (trailing, last_failure, endpoint_id)
+    elif last_failure is None:
+        params = (last_success, trailing, endpoint_id)
     else:
-        changes["failure_count"] = WebhookEndpoint.failure_count + len(failures)
-    if failures:
-        changes["last_failure_at"] = failures[-1]
-    WebhookEndpoint.update(**changes).where(WebhookEndpoint.id == endpoint_id).execute()
+        params = (last_success, trailing, last_failure, endpoint_id)
+    execute(_HEALTH_SQL[last_success is not None, last_failure is not None], params)
+
+
+_attempted_at = operator.attrgetter("attempted_at")
 
 
 def plan_wake(endpoint_id: int, now: dt.datetime) -> dt.datetime | None:
