@@ -393,12 +393,17 @@ def fan_out(limit: int = 500, now: dt.datetime | None = None) -> FanOut:
         if not claimed:
             return result
         endpoints = _active_endpoints_by_tenant({tenant_id for _id, tenant_id, _name in claimed})
+        # A batch holds many events of few (tenant, name) pairs: who subscribes is worked out once a pair.
+        subscribers: dict[tuple[int, str], list[WebhookEndpoint]] = {}
         rows = []
         for event_id, tenant_id, name in sorted(claimed):
-            for endpoint in endpoints.get(tenant_id, ()):
-                if _subscribed(endpoint, name):
-                    rows.append(_delivery_row(event_id, endpoint, tenant_id, name, 0, now))
-                    result.endpoint_ids.add(endpoint.id)
+            targets = subscribers.get((tenant_id, name))
+            if targets is None:
+                targets = subscribers[tenant_id, name] = [
+                    endpoint for endpoint in endpoints.get(tenant_id, ()) if _subscribed(endpoint, name)]
+                result.endpoint_ids.update(endpoint.id for endpoint in targets)
+            for endpoint in targets:
+                rows.append(_delivery_row(event_id, endpoint, tenant_id, name, 0, now))
         result.deliveries = _insert_deliveries(rows)
     return result
 
