@@ -25,6 +25,7 @@ import random
 import secrets as random_secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 from peewee import (
@@ -437,9 +438,9 @@ def _insert_deliveries(rows: list[tuple]) -> int:
 # --- claiming and recording attempts -------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Work:
-    """One claimed delivery, with the exact bytes to POST."""
+class Work(NamedTuple):
+    """One claimed delivery, with the exact bytes to POST (a tuple: a claim makes hundreds at once,
+    and a frozen dataclass sets each field through object.__setattr__)."""
 
     delivery_id: int
     attempt: int  # the number this attempt will have (1 = first)
@@ -555,11 +556,14 @@ def claim_due(endpoint_id: int, limit: int, now: dt.datetime) -> list[Work]:
             f'SELECT "id", "public_id", "name", "payload" FROM "{Event._meta.table_name}" WHERE "id" IN '
             f'({", ".join("?" * len(event_ids))})', event_ids).fetchall()}
     works = []
-    for delivery_id, attempts, max_attempts, event_id, _due_at in sorted(claimed, key=lambda row: (str(row[4]),
-                                                                                                   row[0])):
+    # Due order (next_attempt_at, then id): RETURNING gives the rows in no particular order.
+    for delivery_id, attempts, max_attempts, event_id, _due_at in sorted(claimed, key=_due_order):
         public_id, name, payload = events[event_id]
         works.append(Work(delivery_id, attempts + 1, max_attempts, public_id, name, payload.encode()))
     return works
+
+
+_due_order = operator.itemgetter(4, 0)
 
 
 def retry_delay(attempts_made: int, rng: random.Random | None = None) -> float:
