@@ -52,6 +52,11 @@ def _task_finished(signal, task, *args, **kwargs) -> None:
         TASK_SECONDS.labels(name).observe(time.perf_counter() - started)
 
 
+# The labelled series of each (outcome, attempt label), looked up once: `labels()` validates and
+# locks on every call, which cost a delivery as much as counting it.
+_webhook_series: dict[tuple[str, str], tuple] = {}
+
+
 def observe_webhook_delivery(ok: bool, status_code: int | None, unreachable: bool, latency_ms: int | None,
                              attempt: int) -> None:
     if ok:
@@ -60,9 +65,14 @@ def observe_webhook_delivery(ok: bool, status_code: int | None, unreachable: boo
         outcome = "unreachable"
     else:
         outcome = f"http_{status_code // 100}xx"
-    WEBHOOK_DELIVERIES.labels(outcome, str(attempt) if attempt < 4 else "4+").inc()
+    key = (outcome, str(attempt) if attempt < 4 else "4+")
+    series = _webhook_series.get(key)
+    if series is None:
+        # Two threads may both get here: labels() hands both the same series.
+        series = _webhook_series[key] = (WEBHOOK_DELIVERIES.labels(*key), WEBHOOK_SECONDS.labels(outcome))
+    series[0].inc()
     if latency_ms is not None:
-        WEBHOOK_SECONDS.labels(outcome).observe(latency_ms / 1000)
+        series[1].observe(latency_ms / 1000)
 
 
 # --- the state collector: counted when scraped ----------------------------------------------

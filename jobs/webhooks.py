@@ -57,8 +57,11 @@ ENDPOINT_CONCURRENCY = 8
 # is sent long before its claim expires (CLAIM_SECONDS).
 BACKLOG_SECONDS = 2.0
 MAX_BACKLOG = 256
-# Outcomes are written in batches of this size (or every RECORD_INTERVAL seconds).
-RECORD_BATCH = 64
+# Outcomes are written in batches of this size (or every RECORD_INTERVAL seconds). SQLite writes
+# every page a commit touched (the attempt log, the delivery and its indexes): 128 outcomes a
+# commit cost about a fifth less CPU each than 64. The price: a worker that dies may leave up to
+# 128 POSTs unrecorded (plus those on the wire), sent again after a crash (at least once).
+RECORD_BATCH = 128
 RECORD_INTERVAL = 0.5
 COLLECT_PAUSE = 0.01
 DRAIN_SLICE_SECONDS = 20.0

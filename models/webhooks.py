@@ -20,10 +20,12 @@ import datetime as dt
 import functools
 import hashlib
 import hmac
+import operator
 import random
 import secrets as random_secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 from peewee import (
@@ -41,7 +43,7 @@ from config import get_settings
 from models import secrets, ssrf
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import atomic, execute, execute_many, is_postgres
+from models.db import atomic, bound_datetime, execute, execute_many, is_postgres
 from models.errors import Conflict, Invalid, NotFound
 from models.events import CORE_EVENTS, PAYMENT_EVENT, Event
 from models.ids import new_id
@@ -392,19 +394,25 @@ def fan_out(limit: int = 500, now: dt.datetime | None = None) -> FanOut:
         if not claimed:
             return result
         endpoints = _active_endpoints_by_tenant({tenant_id for _id, tenant_id, _name in claimed})
+        # A batch holds many events of few (tenant, name) pairs: who subscribes is worked out once a pair.
+        subscribers: dict[tuple[int, str], list[WebhookEndpoint]] = {}
+        created_at = bound_datetime(now)  # three columns of every row
         rows = []
         for event_id, tenant_id, name in sorted(claimed):
-            for endpoint in endpoints.get(tenant_id, ()):
-                if _subscribed(endpoint, name):
-                    rows.append(_delivery_row(event_id, endpoint, tenant_id, name, 0, now))
-                    result.endpoint_ids.add(endpoint.id)
+            targets = subscribers.get((tenant_id, name))
+            if targets is None:
+                targets = subscribers[tenant_id, name] = [
+                    endpoint for endpoint in endpoints.get(tenant_id, ()) if _subscribed(endpoint, name)]
+                result.endpoint_ids.update(endpoint.id for endpoint in targets)
+            for endpoint in targets:
+                rows.append(_delivery_row(event_id, endpoint, tenant_id, name, 0, created_at))
         result.deliveries = _insert_deliveries(rows)
     return result
 
 
 def _delivery_row(event_id: int, endpoint: WebhookEndpoint, tenant_id: int, name: str, sequence: int,
-                  now: dt.datetime) -> tuple:
-    """Values in _DELIVERY_COLUMNS order."""
+                  now) -> tuple:
+    """Values in _DELIVERY_COLUMNS order; `now` as `bound_datetime` gives it."""
     return (event_id, endpoint.id, tenant_id, name, sequence, "pending", 0, max_attempts_for(name), now, now, now)
 
 
@@ -431,9 +439,9 @@ def _insert_deliveries(rows: list[tuple]) -> int:
 # --- claiming and recording attempts -------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Work:
-    """One claimed delivery, with the exact bytes to POST."""
+class Work(NamedTuple):
+    """One claimed delivery, with the exact bytes to POST (a tuple: a claim makes hundreds at once,
+    and a frozen dataclass sets each field through object.__setattr__)."""
 
     delivery_id: int
     attempt: int  # the number this attempt will have (1 = first)
@@ -549,11 +557,14 @@ def claim_due(endpoint_id: int, limit: int, now: dt.datetime) -> list[Work]:
             f'SELECT "id", "public_id", "name", "payload" FROM "{Event._meta.table_name}" WHERE "id" IN '
             f'({", ".join("?" * len(event_ids))})', event_ids).fetchall()}
     works = []
-    for delivery_id, attempts, max_attempts, event_id, _due_at in sorted(claimed, key=lambda row: (str(row[4]),
-                                                                                                   row[0])):
+    # Due order (next_attempt_at, then id): RETURNING gives the rows in no particular order.
+    for delivery_id, attempts, max_attempts, event_id, _due_at in sorted(claimed, key=_due_order):
         public_id, name, payload = events[event_id]
         works.append(Work(delivery_id, attempts + 1, max_attempts, public_id, name, payload.encode()))
     return works
+
+
+_due_order = operator.itemgetter(4, 0)
 
 
 def retry_delay(attempts_made: int, rng: random.Random | None = None) -> float:
@@ -577,9 +588,12 @@ def record(endpoint_id: int, outcomes: Sequence[Outcome], rng: random.Random | N
     """
     if not outcomes:
         return
+    # Each attempt's time goes into three columns (the attempt's, the delivery's update and delivery times).
+    attempted_at = [bound_datetime(outcome.attempted_at) for outcome in outcomes]
     with atomic():
-        _insert_attempts(outcomes)
-        execute_many(_ADVANCE_SQL, [_advance_params(outcome, rng) for outcome in outcomes])
+        _insert_attempts(outcomes, attempted_at)
+        execute_many(_ADVANCE_SQL, [_advance_params(outcome, at, rng) for outcome, at in zip(outcomes, attempted_at,
+                                                                                              strict=True)])
         _update_endpoint_health(endpoint_id, outcomes)
 
 
@@ -593,24 +607,25 @@ _ADVANCE_SQL = (
 )
 
 
-def _insert_attempts(outcomes: Sequence[Outcome]) -> None:
+def _insert_attempts(outcomes: Sequence[Outcome], attempted_at: list) -> None:
     columns = ", ".join(f'"{name}"' for name in _ATTEMPT_COLUMNS)
     row_marks = "(" + ", ".join("?" * len(_ATTEMPT_COLUMNS)) + ")"
     for start in range(0, len(outcomes), 200):
         chunk = outcomes[start:start + 200]
         params: list = []
-        for outcome in chunk:
-            params += [outcome.delivery_id, outcome.attempt, outcome.attempted_at,
+        for outcome, at in zip(chunk, attempted_at[start:start + 200], strict=True):
+            params += [outcome.delivery_id, outcome.attempt, at,
                        "delivered" if outcome.ok else "failed", outcome.status_code, outcome.latency_ms,
                        _truncate(outcome.excerpt, EXCERPT_BYTES), _truncate(outcome.error, MAX_ERROR_CHARS)]
         execute(f'INSERT INTO "{WebhookAttempt._meta.table_name}" ({columns}) VALUES '
                 f'{", ".join([row_marks] * len(chunk))}', params)
 
 
-def _advance_params(outcome: Outcome, rng: random.Random | None) -> tuple:
-    """Parameters of _ADVANCE_SQL: delivered, failed with a retry scheduled, or exhausted."""
+def _advance_params(outcome: Outcome, attempted_at, rng: random.Random | None) -> tuple:
+    """Parameters of _ADVANCE_SQL: delivered, failed with a retry scheduled, or exhausted
+    (`attempted_at`: the outcome's, as `bound_datetime` gives it)."""
     if outcome.ok:
-        status, next_at, error, delivered_at = "delivered", None, None, outcome.attempted_at
+        status, next_at, error, delivered_at = "delivered", None, None, attempted_at
     else:
         error, delivered_at = _truncate(outcome.error, MAX_ERROR_CHARS), None
         if outcome.attempt >= min(outcome.max_attempts, len(RETRY_SCHEDULE)):
@@ -620,29 +635,40 @@ def _advance_params(outcome: Outcome, rng: random.Random | None) -> tuple:
             if outcome.retry_after is not None:
                 delay = max(delay, min(outcome.retry_after, MAX_RETRY_AFTER))
             status, next_at = "failed", outcome.attempted_at + dt.timedelta(seconds=delay)
-    return (status, outcome.attempt, next_at, outcome.status_code, error, outcome.attempted_at, delivered_at,
+    return (status, outcome.attempt, next_at, outcome.status_code, error, attempted_at, delivered_at,
             outcome.delivery_id)
+
+
+# The endpoint's health after a batch, one statement per shape: (any success, any failure).
+_HEALTH_SQL = {
+    (True, True): 'UPDATE "webhook_endpoint" SET "last_success_at" = ?, "failure_count" = ?, "last_failure_at" = ? '
+                  'WHERE "id" = ?',
+    (True, False): 'UPDATE "webhook_endpoint" SET "last_success_at" = ?, "failure_count" = ? WHERE "id" = ?',
+    (False, True): 'UPDATE "webhook_endpoint" SET "failure_count" = "failure_count" + ?, "last_failure_at" = ? '
+                   'WHERE "id" = ?',
+}
 
 
 def _update_endpoint_health(endpoint_id: int, outcomes: Sequence[Outcome]) -> None:
     """`failure_count` counts consecutive failures: a success resets it, in attempt order."""
-    ordered = sorted(outcomes, key=lambda outcome: outcome.attempted_at)
-    successes = [outcome.attempted_at for outcome in ordered if outcome.ok]
-    failures = [outcome.attempted_at for outcome in ordered if not outcome.ok]
-    changes: dict = {}
-    if successes:
-        changes["last_success_at"] = successes[-1]
-        trailing = 0
-        for outcome in reversed(ordered):
-            if outcome.ok:
-                break
-            trailing += 1
-        changes["failure_count"] = trailing
+    ordered = sorted(outcomes, key=_attempted_at)
+    last_success = last_failure = None
+    trailing = 0  # failures after the last success
+    for outcome in ordered:
+        if outcome.ok:
+            last_success, trailing = outcome.attempted_at, 0
+        else:
+            last_failure, trailing = outcome.attempted_at, trailing + 1
+    if last_success is None:
+        params: tuple = (trailing, last_failure, endpoint_id)
+    elif last_failure is None:
+        params = (last_success, trailing, endpoint_id)
     else:
-        changes["failure_count"] = WebhookEndpoint.failure_count + len(failures)
-    if failures:
-        changes["last_failure_at"] = failures[-1]
-    WebhookEndpoint.update(**changes).where(WebhookEndpoint.id == endpoint_id).execute()
+        params = (last_success, trailing, last_failure, endpoint_id)
+    execute(_HEALTH_SQL[last_success is not None, last_failure is not None], params)
+
+
+_attempted_at = operator.attrgetter("attempted_at")
 
 
 def plan_wake(endpoint_id: int, now: dt.datetime) -> dt.datetime | None:
@@ -689,11 +715,12 @@ def _replay_to_current_endpoints(events: Sequence[Event], now: dt.datetime) -> t
         latest[(event_id, endpoint_id)] = sequence
     rows = []
     touched: set[int] = set()
+    created_at = bound_datetime(now)
     for event in events:
         for endpoint in endpoints.get(event.tenant_id, ()):
             if _subscribed(endpoint, event.name):
                 sequence = latest.get((event.id, endpoint.id), -1) + 1
-                rows.append(_delivery_row(event.id, endpoint, event.tenant_id, event.name, sequence, now))
+                rows.append(_delivery_row(event.id, endpoint, event.tenant_id, event.name, sequence, created_at))
                 touched.add(endpoint.id)
     return _insert_deliveries(rows), touched
 
