@@ -345,11 +345,11 @@ class Engine:
         # Scheduled here, not by the batch: a batch waits for a free batch thread (others may be
         # recording), and its sends must not wait with it past their slots.
         sends = _Countdown(len(jobs))
+        for job in jobs:
+            sender.submit_at(job.send_at, self._send_one, job, sends)
         batch = batcher.submit(self._send_batch, jobs, sends)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
-        for job in jobs:
-            sender.submit_at(job.send_at, self._send_one, job, sends)
 
     def _batch_done(self, batch) -> None:
         self._batches.discard(batch)
