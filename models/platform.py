@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from peewee import CharField, DateTimeField, IntegerField, TextField
+from peewee import Case, CharField, DateTimeField, IntegerField, TextField
 from prometheus_client import Counter
 
 from messaging.webhooks import (
@@ -39,7 +39,7 @@ from models import accounts, cartera, platform_users
 from models.accounts import MessagingAccount
 from models.base import BaseModel
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import atomic, outlast_outage
+from models.db import atomic, lock_rows, outlast_outage
 from models.events import emit
 from models.statuses import apply_status_updates
 
@@ -356,7 +356,11 @@ def _apply_history(thread: HistoryThread) -> None:
     if _first_time(f"history:{account.id}:{key}", "history"):
         changes[MessagingAccount.history_threads] = MessagingAccount.history_threads + 1
     if thread.progress is not None and thread.progress > (account.history_progress or 0):
-        changes[MessagingAccount.history_progress] = thread.progress
+        # Compared again in the statement: batches of one sync run side by side, and one that read
+        # 0 before another wrote 100 must not write its 50 over it.
+        progress = MessagingAccount.history_progress
+        changes[progress] = Case(None, [(progress.is_null() | (progress < thread.progress), thread.progress)],
+                                 progress)
     if changes:
         MessagingAccount.update(changes).where(MessagingAccount.id == account.id).execute()
 
@@ -371,6 +375,10 @@ def _apply_synced_contact(contact: SyncedContact) -> None:
         platform_users.forget_contact(account.id, user)
     else:
         platform_users.remember(account.id, user, contact_name=contact.full_name or "")
+    # Counted under the account row's lock (after the user's, the lock order): batches of one sync
+    # run side by side, and a count taken before another batch's contact committed must not be
+    # written after that batch's larger one.
+    lock_rows(MessagingAccount, [account.id])
     MessagingAccount.update(contacts_imported=platform_users.contacts_of(account.id)).where(
         MessagingAccount.id == account.id).execute()
 
