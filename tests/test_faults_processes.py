@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import os
 import random
 import signal
@@ -24,6 +25,7 @@ import requests
 from models import credits
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.cartera import Debt
+from models.sending.engine import Settings as EngineSettings
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (
     assert_every_event_delivered,
@@ -166,7 +168,12 @@ def test_consumers_killed_mid_campaign_and_restarted_send_nobody_twice(cluster, 
             cluster.start_worker(name, periodic=name == "worker")
         wait_until_completed(cluster, acme, timeout=150)
         stats = assert_sent_once_and_paid_for(cluster, acme)
-        assert stats["accepted"] >= 1500
+        # A killed engine takes with it the sends it had claimed and not yet started, which it may
+        # or may not have sent: at most one tick plus the pacing burst at the number's rate. They
+        # fail as unconfirmed (refunded), never sent twice; everything else goes out.
+        engine = EngineSettings()
+        stranded_per_kill = math.ceil((engine.tick + engine.burst_seconds) * 80)
+        assert stats["accepted"] >= 1600 - 2 * stranded_per_kill
         assert_every_event_delivered(cluster, acme)
         wallet = credits.wallet_of(acme.persona.id)
         assert replay_ledger(acme.persona.id) == (wallet.balance, wallet.reserved)
