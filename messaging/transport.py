@@ -318,30 +318,16 @@ def _read_chunked(sock, data: bytes) -> tuple[bytes, bytes]:
     """A chunked body, and what followed it."""
     parts = []
     while True:
-        line_end = data.find(b"\r\n")
-        while line_end < 0:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise _BadAnswer("connection closed inside a chunked body")
-            data += chunk
-            line_end = data.find(b"\r\n")
-        size_text = data[:line_end].split(b";")[0].strip()
+        size_line, data = _chunked_line(sock, data)
+        size_text = size_line.split(b";")[0].strip()
         try:
             size = int(size_text, 16)
         except ValueError:
             raise _BadAnswer(f"bad chunk size {size_text[:30]!r}") from None
-        data = data[line_end + 2:]
         if size == 0:
             # Trailers, if any, up to the empty line that ends the body.
             while True:
-                line_end = data.find(b"\r\n")
-                while line_end < 0:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        raise _BadAnswer("connection closed inside a chunked body")
-                    data += chunk
-                    line_end = data.find(b"\r\n")
-                line, data = data[:line_end], data[line_end + 2:]
+                line, data = _chunked_line(sock, data)
                 if not line:
                     return b"".join(parts), data
         while len(data) < size + 2:
@@ -353,3 +339,15 @@ def _read_chunked(sock, data: bytes) -> tuple[bytes, bytes]:
             raise _BadAnswer("chunk not followed by CRLF")
         parts.append(data[:size])
         data = data[size + 2:]
+
+
+def _chunked_line(sock, data: bytes) -> tuple[bytes, bytes]:
+    """The next CRLF-ended line of a chunked body (without its CRLF), and what follows it."""
+    line_end = data.find(b"\r\n")
+    while line_end < 0:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise _BadAnswer("connection closed inside a chunked body")
+        data += chunk
+        line_end = data.find(b"\r\n")
+    return data[:line_end], data[line_end + 2:]
