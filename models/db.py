@@ -166,7 +166,7 @@ def fetch_one(sql: str, params: tuple | list = ()) -> tuple | None:
 
 
 def _execute_on(cursor, sql: str, params: tuple | list) -> None:
-    if isinstance(db.obj, PooledPostgresqlDatabase):
+    if is_postgres():
         spelled = _POSTGRES_SPELLING.get(sql)
         if spelled is None:
             spelled = sql.replace("?", "%s")
