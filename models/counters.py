@@ -275,10 +275,12 @@ class SharedMemoryCounters(DatabaseCounters):
             self._fd, self._map, self._pid = fd, mmap.mmap(fd, size), os.getpid()
         return self._fd, self._map
 
-    def __del__(self):
-        if self._map is not None and self._pid == os.getpid():
+    # os's functions are bound here: at interpreter exit a module's globals may be gone before
+    # the last table is collected.
+    def __del__(self, getpid=os.getpid, close=os.close):
+        if self._map is not None and self._pid == getpid():
             self._map.close()
-            os.close(self._fd)
+            close(self._fd)
 
     @staticmethod
     def _hash(key: str) -> int:
