@@ -264,6 +264,14 @@ def _bound_once(value):
     return value if is_postgres() else sqlite3.adapt(value)
 
 
+def _bound_day(bound: dict[dt.date, object], day: dt.date):
+    """`day` as the driver binds it, kept in `bound` for the rows that share it: sqlite3 converts a
+    date through a Python adapter at every binding (about a microsecond: three per imported debt),
+    into `isoformat()` text, which is what this stores."""
+    bound[day] = value = _bound_once(day)
+    return value
+
+
 # -- time and status --------------------------------------------------------------------------
 
 def zone_of(timezone: str | None) -> ZoneInfo:
@@ -383,6 +391,8 @@ class _Batch:
         # New debts planned by `_plan_new`: (the debt, its debtor, its installment rows, whose first
         # value, the debt's id, is known once the debt is inserted).
         self.new_rows: list[tuple[_NewDebt, Debtor | _NewDebtor, list[list]]] = []
+        # A batch's due dates as the driver binds them, each converted once (see `_bound_day`).
+        self.bound_days: dict[dt.date, object] = {}
 
     def apply(self, specs: list[DebtSpec]) -> list[UpsertResult]:
         external_ids = set(map(_EXTERNAL_ID, specs))
@@ -476,16 +486,18 @@ class _Batch:
             debtor = self._debtor_for(spec.deudor)
         except Conflict as error:
             return UpsertResult(spec.external_id, error=error)
-        today = self.today
+        today, bound_days = self.today, self.bound_days
         installments = []
         overdue = False
         # A new debt has nothing paid on any installment and no resolution.
         for item in spec.cuotas or ():
             declared = item.estado or "pending"
-            estado = installment_estado(declared, item.monto, 0, item.vence, today)
+            vence = item.vence
+            estado = installment_estado(declared, item.monto, 0, vence, today)
             overdue = overdue or estado == "overdue"
             # The row as inserted, the debt's id left for `_flush` to fill in.
-            installments.append([None, item.external_id, item.numero, item.monto, 0, item.vence, estado, declared])
+            installments.append([None, item.external_id, item.numero, item.monto, 0,
+                                 bound_days.get(vence) or _bound_day(bound_days, vence), estado, declared])
         tipo = spec.tipo if spec.tipo is not None else "installments" if spec.cuotas else "single"
         debt = _NewDebt(self.tenant_id, spec.external_id, self.now, account_id, spec.moneda, spec.referencia,
                         spec.monto_original, spec.saldo_pendiente, tipo,
