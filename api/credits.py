@@ -48,7 +48,7 @@ class BalanceResource:
     @operation("Read the company's credit balance", scope="credits:read", responses={200: Success[Wallet]},
                errors=(401, 403, 429), tags=("credits",))
     def on_get(self, req, resp) -> Reply:
-        return ok(credits.wallet_of(req.context.tenant_id).as_dict())
+        return ok(credits.balance_of(req.context.tenant_id))
 
 
 class LedgerResource:

@@ -34,6 +34,8 @@ MAX_IDEMPOTENCY_KEY = 255
 REPLAY_HEADER = "X-Service-Idempotent-Replay"
 # Stored for replay: every answer below 500 except these, which say nothing about the operation.
 NOT_REPLAYED = {401, 403, 413, 429}
+# Methods whose request carries a body and may carry an Idempotency-Key.
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # A JSON `\u0000` escape (an odd run of backslashes before it): PostgreSQL text cannot hold NUL,
 # so it is refused for every body rather than failing on some engines only.
 _NUL_ESCAPE = re.compile(rb"(?:^|[^\\])(?:\\\\)*\\u0000")
@@ -154,10 +156,12 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
         req.context.tenant_id = key.tenant_id
         ratelimit.check(ratelimit.request_limits(key, req.method, req.uri_template, op.rate_limit), resp)
 
-    writes = req.method in {"POST", "PUT", "PATCH", "DELETE"}
-    raw = read_body(req) if writes else b""
+    if req.method not in WRITE_METHODS:
+        _answer_read(op, handler, resource, req, resp, params)
+        return
+    raw = read_body(req)
     claim = None
-    if writes and req.context.tenant_id is not None:
+    if req.context.tenant_id is not None:
         key_value = _idempotency_key(req, op)
         if key_value is not None:
             claim = idempotency.claim(req.context.tenant_id, key_value, req.method, req.path,
@@ -195,6 +199,18 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
     _render(resp, reply)
     if claim is not None and claim.record is not None:
         _finish(op, claim.record, reply.status, resp.data, reply.headers)
+
+
+def _answer_read(op: Operation, handler, resource, req, resp, params) -> None:
+    """Steps 5 and 6 for a method that reads: it has no body to take and no Idempotency-Key to
+    claim, so nothing is stored for replay and the write path's bookkeeping is skipped."""
+    try:
+        req.context.body = validate(op.body, b"") if op.body is not None else None
+        reply = handler(resource, req, resp, **params)
+    except (ApiError, DomainError) as error:
+        render_error(resp, error if isinstance(error, ApiError) else ApiError.from_domain(error))
+        return
+    _render(resp, reply)
 
 
 CONFLICT_MESSAGES = {

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import falcon
 
@@ -42,6 +42,11 @@ class Limit:
     key: str
     limit: int
     scope: str
+    # The limit as its RateLimit-Limit header says it, written once rather than on every request.
+    limit_text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limit_text", str(self.limit))
 
 
 def _reset_in(now: float) -> int:
@@ -55,7 +60,6 @@ def check(limits: Sequence[Limit], resp: falcon.Response | None = None) -> None:
     """
     now = time.time()
     counts = _count(limits, now)
-    reset = _reset_in(now)
     # One pass: the limit with the fewest requests left (the first of equals), and the first exceeded.
     tightest, left, exceeded = None, 0, None
     for limit in limits:
@@ -66,19 +70,18 @@ def check(limits: Sequence[Limit], resp: falcon.Response | None = None) -> None:
             exceeded = limit
     if tightest is None:
         raise ValueError("no limits to check")
-    headers = {
-        "RateLimit-Limit": str(tightest.limit),
-        "RateLimit-Remaining": str(max(0, left)),
-        "RateLimit-Reset": str(reset),
-    }
+    reset = _reset_in(now)
     if resp is not None:
-        resp.set_headers(headers)
+        # Pairs rather than a dict: every request sends them, and only a refusal needs the dict.
+        resp.set_headers((("RateLimit-Limit", tightest.limit_text), ("RateLimit-Remaining", str(max(0, left))),
+                          ("RateLimit-Reset", str(reset))))
     if exceeded is not None:
         limit = exceeded
         raise ApiError(429, "rate_limited",
                        f"rate limit of {limit.limit} requests per minute exceeded ({limit.scope}); retry later",
                        {"scope": limit.scope, "limit": limit.limit, "retry_after": reset},
-                       headers={**headers, "Retry-After": str(reset)})
+                       headers={"RateLimit-Limit": tightest.limit_text, "RateLimit-Remaining": str(max(0, left)),
+                                "RateLimit-Reset": str(reset), "Retry-After": str(reset)})
 
 
 def _count(limits: Sequence[Limit], now: float) -> dict[str, int]:
@@ -87,7 +90,8 @@ def _count(limits: Sequence[Limit], now: float) -> dict[str, int]:
     counts: dict[str, int] = {}
     flush: dict[str, int] = {}
     with _tallies_lock:
-        if _tallies_window[0] != (store, start):
+        window = _tallies_window[0]
+        if window is None or window[0] is not store or window[1] != start:
             _tallies.clear()  # hits not added yet were in a window that has ended
             _tallies_window[0] = (store, start)
         for limit in limits:

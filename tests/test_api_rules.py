@@ -203,6 +203,16 @@ class TestIdempotency:
         response = write("k" * 256, {"note": "a"})
         assert response.status_code == 422
 
+    def test_a_read_claims_no_key_and_refuses_none(self, client, alice):
+        from models.idempotency import IdempotencyRecord
+
+        for key in ("read-1", "read-1", " ", "k" * 256):
+            response = client.simulate_get("/api/v1/credits/balance",
+                                           headers={**alice.headers, "Idempotency-Key": key})
+            assert response.status_code == 200
+            assert "x-service-idempotent-replay" not in response.headers
+        assert IdempotencyRecord.select().count() == 0
+
     def test_a_concurrent_duplicate_conflicts_instead_of_running_twice(self, write, alice, app):
         from models import idempotency
 

@@ -115,6 +115,16 @@ def test_the_balance_endpoint_shows_the_wallet(client, alice):
         "low_balance_threshold": 0}}
 
 
+def test_the_balance_endpoint_answers_what_svcctl_shows(client, alice):
+    credits.reserve(alice.id, 7)
+    credits.set_status(alice.id, "paused")
+    credits.set_low_balance_threshold(alice.id, 50)
+    response = client.simulate_get("/api/v1/credits/balance", headers=alice.headers)
+    assert response.json["data"] == credits.balance_of(alice.id) == credits.wallet_of(alice.id).as_dict() == {
+        "balance": 1000, "reserved_balance": 7, "available_balance": 993, "status": "paused",
+        "low_balance_threshold": 50}
+
+
 def test_the_ledger_is_newest_first_and_paginated(client, alice):
     for _ in range(3):
         credits.reserve(alice.id, 1)
