@@ -6,8 +6,10 @@
 In one process, through the whole API stack (Falcon app, key, rate limits, the database), on a
 fresh database: a company with `--ledger` ledger rows reading its balance and its ledger's first
 and last pages, and a campaign of `--recipients` recipients listed at its first and last page
-(200 a page). Each figure is the median of `--reads` requests: CPU milliseconds (this process's; the
-database runs in-process on SQLite) and wall milliseconds. A cost that stays flat
+(200 a page). Then the same two lists in the company portal, signed in as one of the company's
+users: the credits page and the campaign's page (its counters, chart and recipients), first and
+last page (50 a page). Each figure is the median of `--reads` requests: CPU milliseconds (this
+process's; the database runs in-process on SQLite) and wall milliseconds. A cost that stays flat
 from the small company to the big one, or from page 1 to the last page, grows no faster than
 the work of the page itself.
 
@@ -39,9 +41,10 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
     from config import load_settings, use_settings
     from models import credits
     from models.accounts import MessagingAccount
-    from models.campaigns import Campaign
+    from models.campaigns import Campaign, CampaignCredits
     from models.db import atomic, connection, execute, init_db, upgrade
     from models.ids import new_id
+    from models.portal import create_user, start_session
     from models.tenants import create_key, create_tenant
 
     settings = use_settings(load_settings(env))
@@ -70,6 +73,8 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
                 campaign = Campaign.create(public_id=new_id("cmp_"), tenant=tenant.id, account=account.id,
                                            template_name="hello_world", template_language="en_US",
                                            total_recipients=recipients, status="completed")
+                # Every campaign has its credit counters (the campaign's page shows them).
+                CampaignCredits.create(campaign=campaign.id, reserved=recipients, consumed=recipients)
                 with atomic():
                     for chunk in range(0, recipients, 500):
                         size = min(500, recipients - chunk)
@@ -79,19 +84,20 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
                                 [value for index in range(chunk, chunk + size)
                                  for value in (new_id("rcp_"), campaign.id, f"5215{index:08d}", now, index + 1)])
                 campaign_id = campaign.public_id
-    return keys, campaign_id
+                _session, portal_token = start_session(
+                    create_user(tenant.id, "owner@big.example.com", "owner", "bench growth password"), None, None)
+    return keys, portal_token, campaign_id
 
 
-def cost(client, path: str, key: str, reads: int) -> tuple[float, float]:
-    """Median CPU and wall milliseconds of one request."""
-    headers = {"Authorization": f"Bearer {key}"}
+def cost(client, path: str, reads: int, **credentials) -> tuple[float, float]:
+    """Median CPU and wall milliseconds of one request (`credentials`: its headers or cookies)."""
     for _ in range(5):
-        response = client.simulate_get(path, headers=headers)
+        response = client.simulate_get(path, **credentials)
         assert response.status_code == 200, response.text
     cpu, wall = [], []
     for _ in range(reads):
         started, clock = time.process_time(), time.perf_counter()
-        client.simulate_get(path, headers=headers)
+        client.simulate_get(path, **credentials)
         cpu.append((time.process_time() - started) * 1000)
         wall.append((time.perf_counter() - clock) * 1000)
     return statistics.median(cpu), statistics.median(wall)
@@ -188,13 +194,14 @@ def reads(args: argparse.Namespace) -> None:
     if args.postgres:
         env["SVC_DATABASE_URL"] = args.postgres
     started = time.perf_counter()
-    keys, campaign_id = build(env, args.ledger, args.recipients)
+    keys, portal_token, campaign_id = build(env, args.ledger, args.recipients)
     print(f"built in {time.perf_counter() - started:.0f}s ({'PostgreSQL' if args.postgres else 'SQLite'})")
 
     from falcon import testing
 
     from api.app import create_app
     from config import get_settings
+    from portal.web import COOKIE, PER_PAGE
 
     client = testing.TestClient(create_app(get_settings()))
     ledger_last = -(-args.ledger // 100)
@@ -210,10 +217,26 @@ def reads(args: argparse.Namespace) -> None:
         (f"GET recipients last page (200) of {args.recipients}",
          f"/api/v1/campaigns/{campaign_id}/recipients?per_page=200&page={-(-args.recipients // 200)}", "big"),
     ]
-    print(f"{'read':<58}{'CPU ms':>10}{'wall ms':>10}")
+    # The deepest full page: the big company's ledger also holds its first grant, alone on the
+    # last page when the ledger is a whole number of pages, and a page of one row renders less.
+    portal_ledger_deepest = (args.ledger + 1) // PER_PAGE
+    portal_recipients_last = -(-args.recipients // PER_PAGE)
+    portal_rows = [
+        (f"portal credits page 1 ({PER_PAGE}), {args.ledger} rows", "/portal/credits"),
+        (f"portal credits page {portal_ledger_deepest} (last full), {args.ledger} rows",
+         f"/portal/credits?page={portal_ledger_deepest}"),
+        (f"portal campaign page, recipients page 1 ({PER_PAGE}) of {args.recipients}",
+         f"/portal/campaigns/{campaign_id}"),
+        (f"portal campaign page, recipients page {portal_recipients_last} (last) of {args.recipients}",
+         f"/portal/campaigns/{campaign_id}?page={portal_recipients_last}"),
+    ]
+    print(f"{'read':<72}{'CPU ms':>10}{'wall ms':>10}")
     for label, path, who in rows:
-        cpu, wall = cost(client, path, keys[who], args.reads)
-        print(f"{label:<58}{cpu:>10.3f}{wall:>10.3f}", flush=True)
+        cpu, wall = cost(client, path, args.reads, headers={"Authorization": f"Bearer {keys[who]}"})
+        print(f"{label:<72}{cpu:>10.3f}{wall:>10.3f}", flush=True)
+    for label, path in portal_rows:
+        cpu, wall = cost(client, path, args.reads, cookies={COOKIE: portal_token})
+        print(f"{label:<72}{cpu:>10.3f}{wall:>10.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ with a status filter, and cancelling a queued one."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 
 import falcon
@@ -13,7 +14,7 @@ from models import campaigns
 from models.campaigns import CAMPAIGN_STATUSES, RECIPIENT_STATUSES, CampaignRecipient
 from models.db import atomic
 from models.errors import Invalid
-from portal.web import BASE, audit, ctx, page, paginate, redirect, render
+from portal.web import BASE, audit, ctx, page, paginate, paginate_by, redirect, render
 
 CHART_WIDTH, CHART_HEIGHT, CHART_BARS = 640, 160, 60
 
@@ -84,9 +85,10 @@ class Campaign:
     def on_get(self, req, resp, campaign_id: str):
         campaign = campaigns.get_campaign(ctx(req).tenant_id, campaign_id)
         status = _choice(req, "status", RECIPIENT_STATUSES)
+        recipients = paginate_by(req, functools.partial(campaigns.recipients_page, campaign, status))
         render(req, resp, "campaign.html", campaign=campaigns.campaign_dict(campaign), chart=sends_chart(campaign.id),
-               recipients=paginate(req, campaigns.recipients_of(campaign, status)), chosen=status,
-               statuses=RECIPIENT_STATUSES, chart_width=CHART_WIDTH, chart_height=CHART_HEIGHT)
+               recipients=recipients, chosen=status, statuses=RECIPIENT_STATUSES, chart_width=CHART_WIDTH,
+               chart_height=CHART_HEIGHT)
 
 
 class CampaignProgress:

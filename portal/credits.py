@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 
 import falcon
 
 from models import credits
 from models.clock import isoformat
-from portal.web import ctx, page, paginate, render
+from portal.web import ctx, page, paginate_by, render
 
 CSV_COLUMNS = ("id", "created_at", "type", "amount", "balance_after", "reserved_after", "reference", "description")
 
@@ -19,7 +20,7 @@ class Credits:
     def on_get(self, req, resp):
         tenant_id = ctx(req).tenant_id
         render(req, resp, "credits.html", wallet=credits.wallet_of(tenant_id),
-               listing=paginate(req, credits.ledger(tenant_id)))
+               listing=paginate_by(req, functools.partial(credits.ledger_page, tenant_id)))
 
 
 def ledger_csv(tenant_id: int) -> bytes:

@@ -269,15 +269,37 @@ class Paged:
     next_url: str | None
 
 
+# One page of a list and the list's length: (page number from 1, rows a page) -> (rows, total).
+# A page past the end answers no rows and the total, as the model's page functions do.
+PageOf = Callable[[int, int], tuple[list, int]]
+
+
 def paginate(req: falcon.Request, query, per_page: int = PER_PAGE) -> Paged:
+    """Pages of a query by COUNT and OFFSET, whose cost grows with the page number: for the lists
+    whose model has no page function of its own."""
+
+    def page_of(number: int, size: int) -> tuple[list, int]:
+        total = query.count()
+        if (number - 1) * size >= total:
+            return [], total
+        return list(query.paginate(number, size)), total
+
+    return paginate_by(req, page_of, per_page)
+
+
+def paginate_by(req: falcon.Request, page_of: PageOf, per_page: int = PER_PAGE) -> Paged:
+    """The page the request names, read by `page_of` (a model's page function, the one its API
+    list uses too): a page number that is not one is page 1, one past the end is the last page."""
     try:
         number = max(1, int(req.get_param("page") or 1))
     except ValueError:
         number = 1
-    total = query.count()
+    items, total = page_of(number, per_page)
     pages = max(1, math.ceil(total / per_page))
-    number = min(number, pages)
-    items = list(query.paginate(number, per_page))
+    if number > pages:
+        # Only a page past the end pays for a second read; the total came with the first.
+        number = pages
+        items, _ = page_of(number, per_page)
     others = {name: value for name, value in req.params.items() if name not in {"page", "ok"} and value}
 
     def link(target: int) -> str:
