@@ -726,13 +726,6 @@ def campaigns_of(tenant_id: int, status: str | None = None, source: str | None =
     return query.order_by(Campaign.id.desc())
 
 
-def recipients_of(campaign: Campaign, status: str | None = None):
-    query = CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id)
-    if status is not None:
-        query = query.where(CampaignRecipient.status == status)
-    return query.order_by(CampaignRecipient.id)
-
-
 def recipients_page(campaign: Campaign, status: str | None, page: int, per_page: int) -> \
         tuple[list[CampaignRecipient], int]:
     """One page of the campaign's recipients in the order they were listed, and their number.
