@@ -71,17 +71,17 @@ def check(limits: Sequence[Limit], resp: falcon.Response | None = None) -> None:
     if tightest is None:
         raise ValueError("no limits to check")
     reset = _reset_in(now)
+    # Pairs rather than a dict: every request sends them, and only a refusal needs the dict.
+    headers = (("RateLimit-Limit", tightest.limit_text), ("RateLimit-Remaining", str(max(0, left))),
+               ("RateLimit-Reset", str(reset)))
     if resp is not None:
-        # Pairs rather than a dict: every request sends them, and only a refusal needs the dict.
-        resp.set_headers((("RateLimit-Limit", tightest.limit_text), ("RateLimit-Remaining", str(max(0, left))),
-                          ("RateLimit-Reset", str(reset))))
+        resp.set_headers(headers)
     if exceeded is not None:
         limit = exceeded
         raise ApiError(429, "rate_limited",
                        f"rate limit of {limit.limit} requests per minute exceeded ({limit.scope}); retry later",
                        {"scope": limit.scope, "limit": limit.limit, "retry_after": reset},
-                       headers={"RateLimit-Limit": tightest.limit_text, "RateLimit-Remaining": str(max(0, left)),
-                                "RateLimit-Reset": str(reset), "Retry-After": str(reset)})
+                       headers={**dict(headers), "Retry-After": str(reset)})
 
 
 def _count(limits: Sequence[Limit], now: float) -> dict[str, int]:
