@@ -109,7 +109,8 @@ class Debt(BaseModel):
     updated_at = DateTimeField(default=utcnow)
 
     class Meta:
-        indexes = ((("tenant", "external_id"), True), (("tenant", "status"), False))
+        # (tenant, id): a page of a company's debts newest first is a seek from the last id shown.
+        indexes = ((("tenant", "external_id"), True), (("tenant", "status"), False), (("tenant", "id"), False))
 
     def summary(self) -> dict:
         return debt_summary(self)
