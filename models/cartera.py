@@ -88,7 +88,8 @@ class Debtor(BaseModel):
 
 
 class Debt(BaseModel):
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    # Indexed as the first column of (tenant, id) below, not on its own (migration 0020).
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE", index=False)
     external_id = CharField(max_length=160)
     account = ForeignKeyField(MessagingAccount)
     debtor = ForeignKeyField(Debtor)
