@@ -88,7 +88,8 @@ class Debtor(BaseModel):
 
 
 class Debt(BaseModel):
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    # Indexed as the first column of (tenant, id) below, not on its own (migration 0020).
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE", index=False)
     external_id = CharField(max_length=160)
     account = ForeignKeyField(MessagingAccount)
     debtor = ForeignKeyField(Debtor)
@@ -109,7 +110,8 @@ class Debt(BaseModel):
     updated_at = DateTimeField(default=utcnow)
 
     class Meta:
-        indexes = ((("tenant", "external_id"), True), (("tenant", "status"), False))
+        # (tenant, id): a page of a company's debts newest first is a seek from the last id shown.
+        indexes = ((("tenant", "external_id"), True), (("tenant", "status"), False), (("tenant", "id"), False))
 
     def summary(self) -> dict:
         return debt_summary(self)

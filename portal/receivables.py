@@ -10,7 +10,7 @@ from models.cartera import Debt, Debtor, Reminder
 from models.cartera_input import PAYMENT_METHODS
 from models.db import atomic
 from models.errors import NotFound
-from portal.web import BASE, audit, ctx, form, page, paginate, redirect, render
+from portal.web import BASE, audit, ctx, form, page, paginate_by_keyset, redirect, render
 
 MAX_QUERY = 160
 
@@ -22,7 +22,7 @@ class Receivables:
         query = cartera.list_debts(ctx(req).tenant_id)
         if query_text:
             query = query.where((Debt.external_id == query_text) | (Debtor.documento == query_text))
-        render(req, resp, "receivables.html", listing=paginate(req, query), q=query_text)
+        render(req, resp, "receivables.html", listing=paginate_by_keyset(req, query), q=query_text)
 
 
 def _debt(req) -> Debt:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from models import portal
 from models.errors import Invalid
 from portal.signin import THROTTLED
-from portal.web import BASE, ctx, form, page, paginate, redirect, render, require
+from portal.web import BASE, ctx, form, page, paginate_by_keyset, redirect, render, require
 
 
 class Users:
@@ -45,7 +45,7 @@ class Audit:
     @page()
     def on_get(self, req, resp):
         require(req, "users")
-        render(req, resp, "audit.html", listing=paginate(req, portal.audit_log(ctx(req).tenant_id)))
+        render(req, resp, "audit.html", listing=paginate_by_keyset(req, portal.audit_log(ctx(req).tenant_id)))
 
 
 def _security(req, resp, status: int = 200, **values) -> None:

@@ -275,8 +275,8 @@ PageOf = Callable[[int, int], tuple[list, int]]
 
 
 def paginate(req: falcon.Request, query, per_page: int = PER_PAGE) -> Paged:
-    """Pages of a query by COUNT and OFFSET, whose cost grows with the page number: for the lists
-    whose model has no page function of its own."""
+    """Pages of a query by COUNT and OFFSET, whose cost grows with the page number: for the short
+    lists (campaigns, users, keys, numbers); the lists that grow without bound page by keyset."""
 
     def page_of(number: int, size: int) -> tuple[list, int]:
         total = query.count()
@@ -307,6 +307,72 @@ def paginate_by(req: falcon.Request, page_of: PageOf, per_page: int = PER_PAGE) 
 
     return Paged(items, number, pages, total, link(number - 1) if number > 1 else None,
                  link(number + 1) if number < pages else None)
+
+
+# The largest id a cursor may name: both engines' BIGINT. A larger number would make PostgreSQL
+# compare the key as NUMERIC, and no index serves that.
+MAX_CURSOR = 2 ** 63 - 1
+
+
+@dataclass
+class Keyset:
+    """A page of a list walked by id, newest first. No count: a link is there only when a row
+    lies beyond it, and `newest_url` (on an empty page a cursor led to) leads back to the start."""
+
+    items: list
+    newer_url: str | None
+    older_url: str | None
+    newest_url: str | None
+
+
+def _cursor(req: falcon.Request, name: str) -> int | None:
+    digits = (req.get_param(name) or "").lstrip("0")
+    if not digits.isascii() or not digits.isdigit():
+        return None  # not a positive whole number (zero included): as if no cursor were given
+    # Measured before it is read: Python refuses to read an integer of thousands of digits.
+    return MAX_CURSOR if len(digits) > len(str(MAX_CURSOR)) else min(int(digits), MAX_CURSOR)
+
+
+def paginate_by_keyset(req: falcon.Request, query, per_page: int = PER_PAGE) -> Keyset:
+    """The page of `query` (its tenant condition and filters already in it) that the request's
+    cursor names, newest first by primary key, whatever the list's length:
+    1. `?before=<id>` reads the rows with a smaller id, largest first; `?after=<id>` the rows with
+       a larger id, smallest first (then reversed); no cursor (or one that is not a positive whole
+       number) is the first page. `before` wins when both are given.
+    2. Each is an index seek on the key plus LIMIT per_page + 1: the extra row only tells whether a
+       further page exists in that direction, and is not shown.
+    3. A cursor page probes the other direction for one row, so its back link is there only when
+       something lies behind it.
+    4. A cursor past either end reads no rows: an empty page with a link back to the newest.
+    The ORDER BY is set here, on the key, so a page holds the rows the list shows in its order."""
+    key = query.model._meta.primary_key
+
+    def id_of(row) -> int:
+        return getattr(row, key.name)
+
+    before, after = _cursor(req, "before"), _cursor(req, "after")
+    if before is None and after is not None:
+        rows = list(query.where(key > after).order_by(key.asc()).limit(per_page + 1))
+        newer_beyond = len(rows) > per_page
+        items = rows[:per_page][::-1]
+        older_beyond = bool(items) and query.where(key < id_of(items[-1])).order_by(key.desc()).exists()
+    else:
+        seek = query if before is None else query.where(key < before)
+        rows = list(seek.order_by(key.desc()).limit(per_page + 1))
+        older_beyond = len(rows) > per_page
+        items = rows[:per_page]
+        newer_beyond = before is not None and bool(items) and \
+            query.where(key > id_of(items[0])).order_by(key.asc()).exists()
+    others = {name: value for name, value in req.params.items()
+              if name not in {"before", "after", "page", "ok"} and value}
+
+    def link(**cursor: int) -> str:
+        query_string = urlencode({**others, **cursor})
+        return f"{req.path}?{query_string}" if query_string else req.path
+
+    past_the_end = not items and (before is not None or after is not None)
+    return Keyset(items, link(after=id_of(items[0])) if newer_beyond else None,
+                  link(before=id_of(items[-1])) if older_beyond else None, link() if past_the_end else None)
 
 
 NOTICES = {

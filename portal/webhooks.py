@@ -12,7 +12,7 @@ from models.db import atomic
 from models.errors import Invalid, NotFound
 from models.events import ALL_EVENTS, CORE_EVENTS
 from models.webhooks import DELIVERY_STATUSES, WebhookEndpoint
-from portal.web import BASE, audit, ctx, form, page, paginate, redirect, render
+from portal.web import BASE, audit, ctx, form, page, paginate_by_keyset, redirect, render
 
 REPLAY_WINDOWS = {"1": "the last hour", "6": "the last 6 hours", "24": "the last day", "72": "the last 3 days",
                   "168": "the last 7 days"}
@@ -79,7 +79,7 @@ class Deliveries:
         tenant_id = ctx(req).tenant_id
         filters = _filters(req)
         query = webhooks.deliveries(tenant_id, filters["endpoint"], filters["event"], filters["status"])
-        listing = paginate(req, query)
+        listing = paginate_by_keyset(req, query)
         endpoints = list(WebhookEndpoint.select().where(WebhookEndpoint.tenant == tenant_id)
                          .order_by(WebhookEndpoint.id.desc()))
         render(req, resp, "deliveries.html", listing=listing, filters=filters, events=ALL_EVENTS,
