@@ -6,13 +6,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from itertools import count
 from urllib.parse import urlencode
 
 import pytest
 from falcon import testing
 
+from models import db as database
 from models import portal
 
 __all__ = ["owner", "portal_client"]
@@ -84,3 +87,25 @@ def signed_in(client: testing.TestClient, user: portal.PortalUser) -> PortalClie
     assert result.status_code == 303, result.text
     browser.get("/portal")
     return browser
+
+
+def rows_read(table: str) -> int:
+    """Rows PostgreSQL has read from `table` in this transaction, by scans and by index: a page
+    read inside one transaction shows what it cost, whatever the list's length."""
+    (read,) = database.db.execute_sql(
+        "SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
+        "WHERE relname = %s", (table,)).fetchone()
+    return read
+
+
+@contextlib.contextmanager
+def statements_run() -> Iterator[list[str]]:
+    """Every statement SQLite runs on this thread's connection inside the block, values bound
+    (SQLite's own trace, not a wrapper of ours)."""
+    ran: list[str] = []
+    conn = database.db.connection()
+    conn.set_trace_callback(ran.append)
+    try:
+        yield ran
+    finally:
+        conn.set_trace_callback(None)

@@ -21,7 +21,7 @@ from models.webhooks import KIND_API, WebhookDelivery, WebhookEndpoint
 from portal.web import PER_PAGE
 from tests.cartera_fixtures import make_account
 from tests.portal_fixtures import *  # noqa: F403
-from tests.portal_fixtures import signed_in
+from tests.portal_fixtures import rows_read, signed_in, statements_run
 
 ROWS = 2 * PER_PAGE + 17  # two full pages and a short one
 STATUSES = ("delivered", "failed", "pending")
@@ -174,14 +174,6 @@ def test_any_cursor_gives_a_page_of_the_companys_own_rows(client, alice, charlie
     assert older == every_row[PER_PAGE:2 * PER_PAGE]
 
 
-def _rows_read(table: str) -> int:
-    """Rows PostgreSQL has read from `table` in this transaction, by scans and by index."""
-    (count,) = database.db.execute_sql(
-        "SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
-        "WHERE relname = %s", (table,)).fetchone()
-    return count
-
-
 @pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
 def test_a_deep_page_reads_no_more_rows_than_a_page(client, owner, long_lists):
     browser = signed_in(client, owner)
@@ -196,9 +188,9 @@ def test_a_deep_page_reads_no_more_rows_than_a_page(client, owner, long_lists):
         for link in (path, deepest, links["prev"]):
             # Inside one transaction, so PostgreSQL's per-transaction counters see the whole request.
             with atomic():
-                before = _rows_read(table)
+                before = rows_read(table)
                 assert follow(browser, link).status_code == 200
-                read = _rows_read(table) - before
+                read = rows_read(table) - before
             # The page, the row that tells a further page exists, the row that tells one lies behind.
             assert read <= PER_PAGE + 2, (link, read)
 
@@ -211,12 +203,8 @@ def test_a_deep_page_is_an_index_seek_on_the_id(client, owner, long_lists):
                                  ("/portal/receivables", _DEBT, "debt"),
                                  ("/portal/audit", _AUDIT_TARGET, "portal_audit_entry")):
         deeper = shown(follow(browser, shown(browser.get(path), pattern)[1]["next"]), pattern)[1]["next"]
-        ran: list[str] = []
-        conn.set_trace_callback(ran.append)  # SQLite's own: every statement it runs, values bound
-        try:
+        with statements_run() as ran:
             assert follow(browser, deeper).status_code == 200
-        finally:
-            conn.set_trace_callback(None)
         listed = [sql for sql in ran if f'FROM "{table}"' in sql]
         assert listed and not [sql for sql in listed if "OFFSET" in sql or "COUNT(" in sql]
         [page] = [sql for sql in listed if f'LIMIT {PER_PAGE + 1}' in sql]

@@ -19,7 +19,7 @@ from portal.web import PER_PAGE
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)
 from tests.campaigns_fixtures import create_for
 from tests.portal_fixtures import *  # noqa: F403
-from tests.portal_fixtures import signed_in
+from tests.portal_fixtures import rows_read, signed_in, statements_run
 
 RECIPIENTS = [f"5215560{n:06d}" for n in range(4 * PER_PAGE + 30)]  # five pages, the last one short
 FAILED = RECIPIENTS[1::2]  # three pages, the last one short
@@ -117,31 +117,23 @@ def test_an_empty_ledger_is_one_page_whatever_the_page_asked(client, alice, owne
         assert len(rows) == 2 and pager is None and links == {}
 
 
-def _rows_read(table: str) -> int:
-    """Rows PostgreSQL has read from `table` in this transaction, by scans and by index."""
-    (count,) = database.db.execute_sql(
-        "SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
-        "WHERE relname = %s", (table,)).fetchone()
-    return count
-
-
 @pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
 def test_a_later_page_reads_no_more_rows_than_the_first(client, owner, long_campaign, long_ledger):
     browser = signed_in(client, owner)
 
-    def rows_read(table: str, path: str, page: int) -> int:
+    def read_by_page(table: str, path: str, page: int) -> int:
         # Inside one transaction, so PostgreSQL's per-transaction counters see the whole request.
         with atomic():
-            before = _rows_read(table)
+            before = rows_read(table)
             assert browser.get(path, page=str(page)).status_code == 200
-            return _rows_read(table) - before
+            return rows_read(table) - before
 
-    ledger = [rows_read("ledger_entry", "/portal/credits", page) for page in (1, 2, 3)]
+    ledger = [read_by_page("ledger_entry", "/portal/credits", page) for page in (1, 2, 3)]
     assert ledger[0] <= PER_PAGE and ledger[1] <= PER_PAGE and ledger[2] <= len(long_ledger) - 2 * PER_PAGE + 1
     # The campaign's page also reads its counters and chart (every recipient, whatever the page):
     # what the page number adds must be nothing.
     path = f"/portal/campaigns/{long_campaign.public_id}"
-    recipients = [rows_read("campaign_recipient", path, page) for page in (1, 3, 5)]
+    recipients = [read_by_page("campaign_recipient", path, page) for page in (1, 3, 5)]
     assert recipients[2] <= recipients[1] <= recipients[0]
 
 
@@ -151,12 +143,8 @@ def test_a_later_page_is_an_index_seek_on_positions(client, owner, long_campaign
     conn = database.db.connection()
 
     def statements(table: str, path: str, page: int) -> list[str]:
-        ran: list[str] = []
-        conn.set_trace_callback(ran.append)  # SQLite's own: every statement it runs, values bound
-        try:
+        with statements_run() as ran:
             assert browser.get(path, page=str(page)).status_code == 200
-        finally:
-            conn.set_trace_callback(None)
         return [sql for sql in ran if f'FROM "{table}"' in sql]
 
     for table, path, page in (("ledger_entry", "/portal/credits", 3),
