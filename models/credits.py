@@ -18,9 +18,10 @@ from peewee import SQL, CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from models.base import BaseModel
 from models.clock import utcnow
-from models.db import atomic, db, execute, fetch_one
+from models.db import after_commit, atomic, db, execute, fetch_one, wallet_copies
 from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
 from models.tenants import Tenant
+from models.wallet_copies import Changed
 
 BALANCE_TYPES = ("purchase", "manual_grant", "manual_adjust", "consume", "refund")
 RESERVATION_TYPES = ("reserve", "release")
@@ -97,10 +98,10 @@ def wallet_of(tenant_id: int) -> Wallet:
 
 
 def balance_of(tenant_id: int) -> dict:
-    """`wallet_of(tenant_id).as_dict()`, made from the row without the model in between: the
-    API's most frequent call answers the dict at once, so building a `Wallet` and reading its
-    fields back through peewee's descriptors was work for nothing."""
-    _wallet_id, balance, reserved, status, threshold = _wallet_row(tenant_id)
+    """`wallet_of(tenant_id).as_dict()` for the API's most frequent call: made from the row
+    without the model in between, and from this process's copy of the row while no change to the
+    wallet has committed since it was read (models/wallet_copies.py)."""
+    _wallet_id, balance, reserved, status, threshold = wallet_copies().row(tenant_id, _wallet_row)
     return _shown(balance, reserved, status, threshold)
 
 
@@ -187,6 +188,7 @@ def _move(tenant_id: int, kind: str, amount: int, now) -> tuple:
         if kind == "manual_adjust":
             raise InsufficientCredits("the adjustment would take credits that are not available")
         raise NotFound("the tenant has no wallet", code="wallet_not_found")
+    after_commit(Changed(wallet_copies(), tenant_id))
     balance, reserved, position = row
     return tenant_id, kind, sign * amount, balance, reserved, position
 
@@ -295,6 +297,7 @@ def set_status(tenant_id: int, status: str) -> Wallet:
     if status not in {"active", "paused"}:
         raise Invalid("a wallet is active or paused")
     Wallet.update(status=status, updated_at=utcnow()).where(Wallet.tenant == tenant_id).execute()
+    after_commit(Changed(wallet_copies(), tenant_id))
     return wallet_of(tenant_id)
 
 
@@ -302,6 +305,7 @@ def set_low_balance_threshold(tenant_id: int, threshold: int) -> Wallet:
     if threshold < 0:
         raise Invalid("the threshold cannot be negative")
     Wallet.update(low_balance_threshold=threshold).where(Wallet.tenant == tenant_id).execute()
+    after_commit(Changed(wallet_copies(), tenant_id))
     return wallet_of(tenant_id)
 
 

@@ -26,12 +26,14 @@ from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from config import Settings
 from config.settings import private_data_file
+from models.wallet_copies import WalletCopies
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 db = DatabaseProxy()
 _counters = None
+_wallet_copies = None
 _installed_for: Settings | None = None
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -103,7 +105,7 @@ def _sqlite(path: Path, pool_size: int) -> PooledSqliteDatabase:
 
 def init_db(settings: Settings) -> Database:
     """Install the configured engine behind `db` (no connection is opened); idempotent per settings."""
-    global _installed_for, _counters
+    global _installed_for, _counters, _wallet_copies
     if db.obj is not None and settings is _installed_for:
         return db.obj
     if db.obj is not None:
@@ -127,6 +129,10 @@ def init_db(settings: Settings) -> Database:
         # SQLite is one host's database: a shared-memory table next to it counts for every process.
         _counters = (DatabaseCounters() if settings.database_url
                      else SharedMemoryCounters(settings.sqlite_path.with_name(settings.sqlite_path.name + ".counters")))
+    if _wallet_copies is not None:
+        _wallet_copies.close()
+    # Copies of another database's wallets must not answer for this one's.
+    _wallet_copies = WalletCopies(settings.data_dir / "wallet-versions")
     return engine
 
 
@@ -136,6 +142,13 @@ def counters():
     if _counters is None:
         raise RuntimeError("init_db() has not been called")
     return _counters
+
+
+def wallet_copies():
+    """The process's copies of wallet rows and the host's wallet versions (models/wallet_copies.py)."""
+    if _wallet_copies is None:
+        raise RuntimeError("init_db() has not been called")
+    return _wallet_copies
 
 
 def is_postgres() -> bool:

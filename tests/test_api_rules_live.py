@@ -1,14 +1,19 @@
 """Key revocation and rate limits against a live multi-worker gunicorn: each worker keeps its own
 copy of a key row and counts high-volume limits in memory (api/ratelimit.py), and neither may let
-a revoked key or a spent limit through for long."""
+a revoked key or a spent limit through for long; each keeps a copy of the wallets it has read
+(models/wallet_copies.py), and no read may miss a change committed before it was sent."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import requests
 
+from models import credits
+from models.db import atomic, connection, execute
 from models.tenants import create_key, revoke_key
+from models.wallet_copies import COPY_SECONDS
 from tests.live import LiveService, env_for, wait_until
 
 
@@ -49,5 +54,69 @@ def test_a_high_limit_counted_in_worker_memory_still_stops_the_key(storage, alic
         statuses = [_balance(service, key_string) for _ in range(limit + 5)]
         assert statuses[:limit] == [200] * limit
         assert statuses[limit:] == [429] * 5
+    finally:
+        service.stop()
+
+
+def _shown(service: LiveService, key_string: str, field: str, reads: int = 12) -> set:
+    return {requests.get(f"{service.api_url}/api/v1/credits/balance", timeout=10,
+                         headers={"Authorization": f"Bearer {key_string}", "Connection": "close"}).json()["data"][field]
+            for _ in range(reads)}
+
+
+def test_every_worker_answers_a_change_committed_by_another_process_at_once(storage, alice, tmp_path):
+    _key, key_string = create_key(alice.tenant, ["all"])
+    service = _api(storage, tmp_path)
+    try:
+        assert _shown(service, key_string, "reserved_balance", reads=30) == {0}  # every worker keeps a copy
+        for step in range(1, 6):
+            credits.reserve(alice.id, 10)  # this process: committed, and its wallet marked, when it returns
+            assert _shown(service, key_string, "reserved_balance") == {10 * step}
+    finally:
+        service.stop()
+
+
+def test_concurrent_changes_are_each_seen_by_the_next_read(storage, alice, tmp_path):
+    """Threads of this process reserve while they read through the workers: every read shows at
+    least the reservations that had returned before it was sent, and never more than were made."""
+    _key, key_string = create_key(alice.tenant, ["all"])
+    service = _api(storage, tmp_path)
+    returned, lock, seen = [0], threading.Lock(), []
+    threads, rounds = 4, 15
+
+    def reserve_and_read():
+        with connection():
+            for _ in range(rounds):
+                credits.reserve(alice.id, 1)
+                with lock:
+                    returned[0] += 1
+                    at_least = returned[0]
+                (reserved,) = _shown(service, key_string, "reserved_balance", reads=1)
+                seen.append((at_least, reserved))
+
+    try:
+        _shown(service, key_string, "reserved_balance", reads=30)
+        workers = [threading.Thread(target=reserve_and_read) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert len(seen) == threads * rounds
+        assert all(at_least <= reserved <= threads * rounds for at_least, reserved in seen), seen
+        assert _shown(service, key_string, "reserved_balance", reads=30) == {threads * rounds}
+    finally:
+        service.stop()
+
+
+def test_a_change_made_behind_the_service_is_answered_within_a_second(storage, alice, tmp_path):
+    _key, key_string = create_key(alice.tenant, ["all"])
+    service = _api(storage, tmp_path)
+    try:
+        assert _shown(service, key_string, "low_balance_threshold", reads=30) == {0}
+        with atomic():  # SQL by hand: nothing marks the wallet changed
+            execute('UPDATE "wallet" SET "low_balance_threshold" = 77 WHERE "tenant_id" = ?', (alice.id,))
+        changed_at = time.monotonic()
+        time.sleep(max(0.0, changed_at + COPY_SECONDS + 0.05 - time.monotonic()))
+        assert _shown(service, key_string, "low_balance_threshold", reads=30) == {77}
     finally:
         service.stop()

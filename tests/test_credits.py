@@ -157,3 +157,43 @@ def test_a_key_sees_only_its_own_wallet(client, alice, charlie):
     credits.reserve(charlie.id, 500)
     response = client.simulate_get("/api/v1/credits/balance", headers=alice.headers)
     assert response.json["data"]["reserved_balance"] == 0
+
+
+def test_a_balance_read_answers_from_the_process_copy_until_the_wallet_changes(sqlite_storage):
+    from models.tenants import create_tenant
+    from tests.portal_fixtures import statements_run
+
+    tenant = create_tenant("Copies Co")
+    credits.grant(tenant.id, 100)
+    with connection(), statements_run() as ran:
+        first = credits.balance_of(tenant.id)
+        read_once = list(ran)
+        assert credits.balance_of(tenant.id) == first
+        assert ran == read_once, "an unchanged wallet is answered without a statement"
+        assert len(read_once) == 1
+
+        credits.reserve(tenant.id, 30)
+        ran.clear()
+        assert credits.balance_of(tenant.id)["available_balance"] == 70
+        assert len(ran) == 1, "a committed change makes the next read go to the database"
+
+
+@pytest.mark.parametrize("change, shown", [
+    (lambda tenant_id: credits.reserve(tenant_id, 5), {"reserved_balance": 5, "available_balance": 995}),
+    (lambda tenant_id: credits.grant(tenant_id, 5), {"balance": 1005, "available_balance": 1005}),
+    (lambda tenant_id: credits.adjust(tenant_id, -5, reason="fix"), {"balance": 995, "available_balance": 995}),
+    (lambda tenant_id: credits.set_status(tenant_id, "paused"), {"status": "paused"}),
+    (lambda tenant_id: credits.set_low_balance_threshold(tenant_id, 9), {"low_balance_threshold": 9}),
+    (lambda tenant_id: credits.apply_moves([credits.Move(tenant_id, "reserve", 4),
+                                            credits.Move(tenant_id, "consume", 4)]),
+     {"balance": 996, "available_balance": 996}),
+])
+def test_every_change_to_a_wallet_shows_in_the_next_balance_read(client, alice, change, shown):
+    def balance():
+        return client.simulate_get("/api/v1/credits/balance", headers=alice.headers).json["data"]
+
+    before = balance()
+    assert balance() == before
+    change(alice.id)
+    assert balance() == {**before, **shown}
+
