@@ -119,9 +119,10 @@ class WebhookEndpoint(BaseModel):
 
 
 class WebhookDelivery(BaseModel):
-    event = ForeignKeyField(Event, backref="deliveries", on_delete="CASCADE")
-    endpoint = ForeignKeyField(WebhookEndpoint, backref="deliveries", on_delete="CASCADE")
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    # No index of their own: each is the first column of one in Meta (migration 0021).
+    event = ForeignKeyField(Event, backref="deliveries", on_delete="CASCADE", index=False)
+    endpoint = ForeignKeyField(WebhookEndpoint, backref="deliveries", on_delete="CASCADE", index=False)
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE", index=False)
     event_name = CharField(max_length=64)
     # 0 for the fan-out's delivery, 1, 2, ... for each replay of the event to the endpoint.
     sequence = SmallIntegerField(default=0)
