@@ -483,3 +483,31 @@ def test_a_drain_lease_that_lapsed_cannot_release_its_successors(alice):
     assert webhooks.acquire_drain(endpoint.id, later, 60) is None  # still the second holder's
     webhooks.release_drain(endpoint.id, second)
     assert webhooks.acquire_drain(endpoint.id, later, 60) is not None
+
+
+def _backlog(tenant_id: int, count: int) -> tuple[WebhookEndpoint, list[int]]:
+    """An endpoint with `count` deliveries fanned out to it; returns it and their ids in order."""
+    endpoint, _ = webhooks.create_endpoint(tenant_id, "https://hooks.example.com/a", ["message.sent"])
+    emit(tenant_id, count=count, notify=False)
+    while webhooks.fan_out(limit=500).events:
+        pass
+    ids = [row[0] for row in WebhookDelivery.select(WebhookDelivery.id)
+           .where(WebhookDelivery.endpoint == endpoint.id).order_by(WebhookDelivery.id).tuples()]
+    return endpoint, ids
+
+
+def test_a_claim_takes_the_oldest_due_of_both_open_statuses_first(alice, storage):
+    endpoint, ids = _backlog(alice.id, 30)
+    now = utcnow()
+    # Due times run against the ids (the newest delivery is the oldest due), and every third one is
+    # a failed delivery due again: the claim order is by due time across both statuses.
+    for n, delivery_id in enumerate(ids):
+        WebhookDelivery.update(status="failed" if n % 3 == 0 else "pending",
+                               next_attempt_at=now - dt.timedelta(seconds=n + 1)).where(
+            WebhookDelivery.id == delivery_id).execute()
+    WebhookDelivery.update(next_attempt_at=now + dt.timedelta(seconds=5)).where(WebhookDelivery.id == ids[-1]).execute()
+    due_order = list(reversed(ids[:-1]))
+    assert [work.delivery_id for work in webhooks.claim_due(endpoint.id, 10, now)] == due_order[:10]
+    assert [work.delivery_id for work in webhooks.claim_due(endpoint.id, 100, now)] == due_order[10:]
+    assert webhooks.claim_due(endpoint.id, 100, now) == []  # claimed, or not due yet
+
