@@ -49,6 +49,16 @@ def _int(name: str, raw: str, minimum: int | None = None, maximum: int | None = 
     return value
 
 
+def _seconds(name: str, raw: str, minimum: float, maximum: float) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number of seconds, got {raw!r}") from None
+    if not minimum <= value <= maximum:  # NaN fails both
+        raise ConfigError(f"{name}: must be from {minimum:g} to {maximum:g} seconds, got {raw.strip()!r}")
+    return value
+
+
 def _url(name: str, raw: str, schemes: tuple[str, ...]) -> str:
     value = raw.strip().rstrip("/")
     parts = urlsplit(value)
@@ -121,6 +131,8 @@ class Settings:
     access_log: bool = True
     metrics_token: str = ""
     metrics_bind: tuple[str, int] | None = None
+    # How long a process may answer a balance from its copy of the wallet (models/wallet_copies.py).
+    wallet_copy_seconds: float = 1.0
 
     @property
     def sqlite_path(self) -> Path:
@@ -245,6 +257,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     ):
         if name in env:
             values[attr] = _int(name, env[name], minimum=low, maximum=high)
+    if "SVC_WALLET_COPY_SECONDS" in env:
+        values["wallet_copy_seconds"] = _seconds("SVC_WALLET_COPY_SECONDS", env["SVC_WALLET_COPY_SECONDS"], 0, 60)
     if "SVC_QUIET_HOURS_START" in env:
         values["quiet_hours_start"] = _hhmm("SVC_QUIET_HOURS_START", env["SVC_QUIET_HOURS_START"])
     if "SVC_QUIET_HOURS_END" in env:

@@ -26,6 +26,7 @@ from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from config import Settings
 from config.settings import private_data_file
+from models.wallet_copies import CHANNEL as WALLET_CHANNEL
 from models.wallet_copies import WalletCopies
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,8 @@ def init_db(settings: Settings) -> Database:
     if _wallet_copies is not None:
         _wallet_copies.close()
     # Copies of another database's wallets must not answer for this one's.
-    _wallet_copies = WalletCopies(settings.data_dir / "wallet-versions")
+    _wallet_copies = WalletCopies(settings.data_dir / "wallet-versions", settings.wallet_copy_seconds,
+                                  **(_postgres_wallet_feed(engine) if settings.database_url else {}))
     return engine
 
 
@@ -142,6 +144,21 @@ def counters():
     if _counters is None:
         raise RuntimeError("init_db() has not been called")
     return _counters
+
+
+def _postgres_wallet_feed(engine: PooledPostgresqlDatabase) -> dict:
+    """How a process tells other hosts that a wallet changed, and hears what they tell
+    (models/wallet_copies.py): NOTIFY after the change's commit, and a connection of its own that
+    LISTENs, outside the pool."""
+    import psycopg2
+
+    def announce(tenant_id: int) -> None:
+        execute("SELECT pg_notify(?, ?)", (WALLET_CHANNEL, str(tenant_id)))
+
+    def listen():
+        return psycopg2.connect(dbname=engine.database, **engine.connect_params)
+
+    return {"announce": announce, "listen": listen}
 
 
 def wallet_copies():

@@ -8,12 +8,13 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import requests
 
 from models import credits
 from models.db import atomic, connection, execute
 from models.tenants import create_key, revoke_key
-from models.wallet_copies import COPY_SECONDS
+from models.wallet_copies import CHANNEL
 from tests.live import LiveService, env_for, wait_until
 
 
@@ -116,7 +117,60 @@ def test_a_change_made_behind_the_service_is_answered_within_a_second(storage, a
         with atomic():  # SQL by hand: nothing marks the wallet changed
             execute('UPDATE "wallet" SET "low_balance_threshold" = 77 WHERE "tenant_id" = ?', (alice.id,))
         changed_at = time.monotonic()
-        time.sleep(max(0.0, changed_at + COPY_SECONDS + 0.05 - time.monotonic()))
+        time.sleep(max(0.0, changed_at + storage.wallet_copy_seconds + 0.05 - time.monotonic()))
         assert _shown(service, key_string, "low_balance_threshold", reads=30) == {77}
+    finally:
+        service.stop()
+
+
+def _listeners() -> int:
+    """This database's sessions listening for wallet changes, which the service's workers open."""
+    return execute("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND query = ?",
+                   (f"LISTEN {CHANNEL}",)).fetchone()[0]
+
+
+def _another_host(storage, tmp_path) -> LiveService:
+    """Three workers as another host would run them: a data directory (so a table of versions) of
+    their own on the same database, and copies kept for a minute, so that only what they hear on
+    the channel can tell them of a change in time."""
+    if not storage.database_url:
+        pytest.skip("hosts share a database only on PostgreSQL")
+    return _api(storage, tmp_path, SVC_DATA_DIR=str(tmp_path / "other-host"), SVC_WALLET_COPY_SECONDS="60",
+                SVC_TENANT_RATE_LIMIT="100000", SVC_READ_RATE_LIMIT="100000")
+
+
+def test_a_change_through_another_host_reaches_every_worker_at_once(storage, alice, tmp_path):
+    _key, key_string = create_key(alice.tenant, ["all"], rate_limit=10_000)
+    service = _another_host(storage, tmp_path)
+    try:
+        wait_until(lambda: _shown(service, key_string, "reserved_balance", reads=30) == {0}
+                   and _listeners() >= 3, message="every worker listening, with a copy")
+        for step in range(1, 4):
+            credits.reserve(alice.id, 10)
+            wait_until(lambda expected=10 * step: _shown(service, key_string, "reserved_balance") == {expected},
+                       timeout=10, interval=0.02, message="the change on every worker")
+    finally:
+        service.stop()
+
+
+def test_a_worker_that_lost_its_listening_connection_drops_its_copies(storage, alice, tmp_path):
+    _key, key_string = create_key(alice.tenant, ["all"], rate_limit=10_000)
+    service = _another_host(storage, tmp_path)
+    try:
+        wait_until(lambda: _shown(service, key_string, "low_balance_threshold", reads=30) == {0}
+                   and _listeners() >= 3, message="every worker listening, with a copy")
+        with atomic():  # SQL by hand: nobody marks or announces it, and the copies hold for a minute
+            execute('UPDATE "wallet" SET "low_balance_threshold" = 77 WHERE "tenant_id" = ?', (alice.id,))
+        assert _shown(service, key_string, "low_balance_threshold", reads=30) == {0}
+        execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query = ?", (f"LISTEN {CHANNEL}",))
+        # Deaf, a worker reads the database; listening again, it has dropped the copies it kept,
+        # since what changed meanwhile went unheard.
+        wait_until(lambda: _shown(service, key_string, "low_balance_threshold", reads=30) == {77}, timeout=10,
+                   message="every worker answering from the database")
+        wait_until(lambda: _listeners() >= 3, message="every worker listening again")
+        credits.reserve(alice.id, 10)
+        wait_until(lambda: _shown(service, key_string, "reserved_balance") == {10}, timeout=10, interval=0.02,
+                   message="the next change on every worker")
     finally:
         service.stop()

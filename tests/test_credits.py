@@ -197,3 +197,21 @@ def test_every_change_to_a_wallet_shows_in_the_next_balance_read(client, alice, 
     change(alice.id)
     assert balance() == {**before, **shown}
 
+
+
+def test_wallet_copy_seconds_is_a_bounded_number_and_zero_keeps_no_copy(sqlite_storage, tmp_path):
+    from config import ConfigError, load_settings
+    from models.tenants import create_tenant
+    from models.wallet_copies import WalletCopies
+    from tests.portal_fixtures import statements_run
+
+    assert load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_WALLET_COPY_SECONDS": "2.5"}).wallet_copy_seconds == 2.5
+    for raw in ("soon", "-1", "61", "nan"):
+        with pytest.raises(ConfigError, match="SVC_WALLET_COPY_SECONDS"):
+            load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_WALLET_COPY_SECONDS": raw})
+
+    tenant = create_tenant("Always Read Co")
+    never = WalletCopies(tmp_path / "wallet-versions", copy_seconds=0)
+    with connection(), statements_run() as ran:
+        assert never.row(tenant.id, credits.wallet_of) == never.row(tenant.id, credits.wallet_of)
+        assert len(ran) == 2, "with no copies kept, every read goes to the database"
