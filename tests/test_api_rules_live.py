@@ -5,8 +5,10 @@ a revoked key or a spent limit through for long; each keeps a copy of the wallet
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -129,36 +131,35 @@ def _listeners() -> int:
                    (f"LISTEN {CHANNEL}",)).fetchone()[0]
 
 
-def _another_host(storage, tmp_path) -> LiveService:
-    """Three workers as another host would run them: a data directory (so a table of versions) of
-    their own on the same database, and copies kept for a minute, so that only what they hear on
-    the channel can tell them of a change in time."""
+@contextlib.contextmanager
+def _another_host(storage, persona, tmp_path, field: str) -> Iterator[tuple[LiveService, str]]:
+    """Three workers as another host would run them, each holding a copy of the wallet (`field`
+    still 0) and listening: a data directory (so a table of versions) of their own on the same
+    database, and copies kept for a minute, so that only what they hear on the channel can tell
+    them of a change in time. Yields the service and a key."""
     if not storage.database_url:
         pytest.skip("hosts share a database only on PostgreSQL")
-    return _api(storage, tmp_path, SVC_DATA_DIR=str(tmp_path / "other-host"), SVC_WALLET_COPY_SECONDS="60",
-                SVC_TENANT_RATE_LIMIT="100000", SVC_READ_RATE_LIMIT="100000")
-
-
-def test_a_change_through_another_host_reaches_every_worker_at_once(storage, alice, tmp_path):
-    _key, key_string = create_key(alice.tenant, ["all"], rate_limit=10_000)
-    service = _another_host(storage, tmp_path)
+    _key, key_string = create_key(persona.tenant, ["all"], rate_limit=10_000)
+    service = _api(storage, tmp_path, SVC_DATA_DIR=str(tmp_path / "other-host"), SVC_WALLET_COPY_SECONDS="60",
+                   SVC_TENANT_RATE_LIMIT="100000", SVC_READ_RATE_LIMIT="100000")
     try:
-        wait_until(lambda: _shown(service, key_string, "reserved_balance", reads=30) == {0}
-                   and _listeners() >= 3, message="every worker listening, with a copy")
-        for step in range(1, 4):
-            credits.reserve(alice.id, 10)
-            wait_until(lambda expected=10 * step: _shown(service, key_string, "reserved_balance") == {expected},
-                       timeout=10, interval=0.02, message="the change on every worker")
+        wait_until(lambda: _shown(service, key_string, field, reads=30) == {0} and _listeners() >= 3,
+                   message="every worker listening, with a copy")
+        yield service, key_string
     finally:
         service.stop()
 
 
+def test_a_change_through_another_host_reaches_every_worker_at_once(storage, alice, tmp_path):
+    with _another_host(storage, alice, tmp_path, "reserved_balance") as (service, key_string):
+        for step in range(1, 4):
+            credits.reserve(alice.id, 10)
+            wait_until(lambda expected=10 * step: _shown(service, key_string, "reserved_balance") == {expected},
+                       timeout=10, interval=0.02, message="the change on every worker")
+
+
 def test_a_worker_that_lost_its_listening_connection_drops_its_copies(storage, alice, tmp_path):
-    _key, key_string = create_key(alice.tenant, ["all"], rate_limit=10_000)
-    service = _another_host(storage, tmp_path)
-    try:
-        wait_until(lambda: _shown(service, key_string, "low_balance_threshold", reads=30) == {0}
-                   and _listeners() >= 3, message="every worker listening, with a copy")
+    with _another_host(storage, alice, tmp_path, "low_balance_threshold") as (service, key_string):
         with atomic():  # SQL by hand: nobody marks or announces it, and the copies hold for a minute
             execute('UPDATE "wallet" SET "low_balance_threshold" = 77 WHERE "tenant_id" = ?', (alice.id,))
         assert _shown(service, key_string, "low_balance_threshold", reads=30) == {0}
@@ -172,5 +173,3 @@ def test_a_worker_that_lost_its_listening_connection_drops_its_copies(storage, a
         credits.reserve(alice.id, 10)
         wait_until(lambda: _shown(service, key_string, "reserved_balance") == {10}, timeout=10, interval=0.02,
                    message="the next change on every worker")
-    finally:
-        service.stop()
