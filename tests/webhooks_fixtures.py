@@ -58,6 +58,11 @@ class Receiver:
             def do_POST(self):  # noqa: N802 (the stdlib's naming)
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
+                if len(body) < length:
+                    # The sender went away mid-body (a consumer killed mid-POST): no request
+                    # arrived, as a real receiver would see it.
+                    self.close_connection = True
+                    return
                 request = Received(self.path, {k: v for k, v in self.headers.items()}, body,
                                    getattr(self.connection, "sni", None))
                 with receiver._lock:
