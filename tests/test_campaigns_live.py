@@ -142,9 +142,14 @@ def test_a_worker_killed_mid_campaign_never_sends_anyone_twice(live_service, sto
     failed = [row for row in rows.values() if row.status == "failed"]
     assert all(row.error_code == "send_unconfirmed" and row.wam_id is None for row in failed)
     assert len(reached) + len(failed) == 2000
-    # The wallet adds up: one credit per recipient counted as sent, the rest released.
+    # The wallet adds up: one credit per recipient counted as sent, the rest released. A recipient
+    # recovery failed and late evidence then showed accepted was released, then reserved and
+    # consumed again (models/statuses.py, `_affordable_late`): once in each column above 2000.
     assert data["consumed_credits"] == len(reached)
-    assert data["reserved_credits"] == data["consumed_credits"] + data["released_credits"] == 2000
+    late = data["reserved_credits"] - 2000
+    assert late >= 0
+    assert data["reserved_credits"] == data["consumed_credits"] + data["released_credits"]
+    assert data["released_credits"] == len(failed) + late
     wallet = credits.wallet_of(alice.id)
     assert (wallet.balance, wallet.reserved) == (5000 - len(reached), 0)
     assert replay_ledger(alice.id) == (wallet.balance, wallet.reserved)
