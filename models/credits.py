@@ -114,6 +114,12 @@ def _wallet_row(tenant_id: int) -> tuple:
     return row
 
 
+def _changed(tenant_id: int) -> None:
+    """Every change to a wallet calls this after its write: once the write has committed, no
+    process answers a balance from a copy read before it (models/wallet_copies.py)."""
+    after_commit(Changed(wallet_copies(), tenant_id))
+
+
 def _positive(amount: int) -> int:
     if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
         raise Invalid("the amount must be a positive whole number of credits")
@@ -188,7 +194,7 @@ def _move(tenant_id: int, kind: str, amount: int, now) -> tuple:
         if kind == "manual_adjust":
             raise InsufficientCredits("the adjustment would take credits that are not available")
         raise NotFound("the tenant has no wallet", code="wallet_not_found")
-    after_commit(Changed(wallet_copies(), tenant_id))
+    _changed(tenant_id)
     balance, reserved, position = row
     return tenant_id, kind, sign * amount, balance, reserved, position
 
@@ -297,7 +303,7 @@ def set_status(tenant_id: int, status: str) -> Wallet:
     if status not in {"active", "paused"}:
         raise Invalid("a wallet is active or paused")
     Wallet.update(status=status, updated_at=utcnow()).where(Wallet.tenant == tenant_id).execute()
-    after_commit(Changed(wallet_copies(), tenant_id))
+    _changed(tenant_id)
     return wallet_of(tenant_id)
 
 
@@ -305,7 +311,7 @@ def set_low_balance_threshold(tenant_id: int, threshold: int) -> Wallet:
     if threshold < 0:
         raise Invalid("the threshold cannot be negative")
     Wallet.update(low_balance_threshold=threshold).where(Wallet.tenant == tenant_id).execute()
-    after_commit(Changed(wallet_copies(), tenant_id))
+    _changed(tenant_id)
     return wallet_of(tenant_id)
 
 
