@@ -102,8 +102,7 @@ class WalletCopies:
         with self._lock:
             if self._listener_pid != os.getpid():
                 self._listener_pid = os.getpid()
-                threading.Thread(target=self._follow_changes, args=(self._listener_pid,), name="wallet_changes",
-                                 daemon=True).start()
+                threading.Thread(target=self._follow_changes, name="wallet_changes", daemon=True).start()
 
     def row(self, tenant_id: int, read: Callable[[int], tuple]) -> tuple:
         """The wallet's row: this process's copy while it holds, else `read(tenant_id)`, kept."""
@@ -137,11 +136,11 @@ class WalletCopies:
         if self._announce is not None:
             self._announce(tenant_id)
 
-    def _follow_changes(self, pid: int) -> None:
+    def _follow_changes(self) -> None:
         """The listening thread: hears the changes announced on CHANNEL and marks them here."""
         wait = RELISTEN_SECONDS[0]
         heard_before = False
-        while not self._stopped.is_set() and self._listener_pid == pid:
+        while not self._stopped.is_set():
             try:
                 connection = self._listener_connection = self._listen()  # type: ignore[misc]
                 connection.autocommit = True
