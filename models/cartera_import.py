@@ -19,7 +19,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from models import cartera
-from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_csv_spec, plain_debt_spec, plain_fields_spec
+from models.cartera_input import (
+    CSV_BOOLEANS,
+    DebtSpec,
+    loads_exact,
+    parse_debt,
+    plain_csv_spec,
+    plain_debt_spec,
+    plain_fields_spec,
+)
 from models.errors import DomainError
 
 BATCH_SIZE = 500
@@ -31,8 +39,6 @@ CSV_COLUMNS = ("external_id", "external_version", "account_id", "deudor_nombre",
 CSV_OPTIONAL_COLUMNS = ("external_updated_at",)
 DEBT_COLUMNS = tuple(name for name in CSV_COLUMNS + CSV_OPTIONAL_COLUMNS if not name.startswith("cuota_"))
 INSTALLMENT_COLUMNS = tuple(name for name in CSV_COLUMNS if name.startswith("cuota_"))
-_BOOLEANS = {"true": True, "1": True, "yes": True, "si": True, "sí": True, "y": True,
-             "false": False, "0": False, "no": False, "n": False}
 _INSTALLMENT_KEYS = tuple(name.removeprefix("cuota_") for name in INSTALLMENT_COLUMNS)
 # The debt's cells in the order _csv_fields reads them.
 _HEAD_COLUMNS = ("external_id", "account_id", "deudor_nombre", "deudor_documento", "deudor_telefono", "moneda",
@@ -244,7 +250,7 @@ def _plain_csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtR
      saldo_pendiente, tipo, auto_send, *updated_at) = head
     send = None
     if auto_send:
-        send = _BOOLEANS.get(auto_send.lower())
+        send = CSV_BOOLEANS.get(auto_send.lower())
         if send is None:
             return None
     spec = plain_csv_spec(external_id, account_id, nombre, documento, telefono, moneda, referencia, monto_original,
@@ -307,7 +313,7 @@ def _csv_fields(first: list[str], layout: _Layout, installment_rows: list[list[s
     return (external_id, account_id, nombre, documento or None, telefono or None, moneda,
             # A CSV debt always states its referencia: an empty cell clears it.
             referencia or None, True, monto_original, saldo_pendiente, _csv_int(version), updated_at or None,
-            tipo or None, _BOOLEANS.get(auto_send.lower(), auto_send) if auto_send else None,
+            tipo or None, CSV_BOOLEANS.get(auto_send.lower(), auto_send) if auto_send else None,
             # A CSV debt is a whole snapshot: a debt written without installment cells has none, so
             # its open installments are cancelled (the API's `cuotas: []`).
             cuotas)

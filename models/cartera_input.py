@@ -370,9 +370,9 @@ _INSTALLMENT_FIELDS = frozenset(InstallmentInput.model_fields)
 # Exact in minor units and far from int()'s digit limit; anything else takes the Decimal road.
 _PLAIN_DECIMALS = re.compile(r"(\d{1,15})\.(\d{1,4})", re.ASCII)
 _SCALE = (1, 10, 100, 1000, 10000)
-_MAX_VERSION = 2**63 - 1
+MAX_VERSION = 2**63 - 1
 # The due dates of a file repeat (a few per month); dates are immutable, so they can be shared.
-_PLAIN_DATES: dict[str, dt.date] = {}
+PLAIN_DATES: dict[str, dt.date] = {}
 
 
 def _plain_text(value: Any, low: int, high: int) -> bool:
@@ -389,7 +389,7 @@ def _plain_text(value: Any, low: int, high: int) -> bool:
     return True
 
 
-def _plain_minor(value: Any, currency: str, digits: int, least: int) -> int | None:
+def plain_minor(value: Any, currency: str, digits: int, least: int) -> int | None:
     kind = type(value)
     if kind is str:
         if value.isdigit() and value.isascii() and len(value) <= 15:
@@ -415,9 +415,9 @@ def _plain_minor(value: Any, currency: str, digits: int, least: int) -> int | No
     return minor if least <= minor <= MAX_MINOR else None
 
 
-def _plain_date(value: Any) -> dt.date | None:
+def plain_date(value: Any) -> dt.date | None:
     if type(value) is str:
-        day = _PLAIN_DATES.get(value)
+        day = PLAIN_DATES.get(value)
         if day is not None:
             return day
     elif type(value) is not dt.date:
@@ -426,9 +426,17 @@ def _plain_date(value: Any) -> dt.date | None:
         day = _date(value)
     except PydanticCustomError:
         return None
-    if type(value) is str and len(_PLAIN_DATES) < 10_000:
-        _PLAIN_DATES[value] = day
+    if type(value) is str and len(PLAIN_DATES) < 10_000:
+        PLAIN_DATES[value] = day
     return day
+
+
+def plain_timestamp(cell: str) -> dt.datetime | None:
+    """A date-time cell as stored (naive UTC), or None when it is not one."""
+    try:
+        return to_utc_naive(_timestamp(cell))
+    except PydanticCustomError:
+        return None
 
 
 def plain_debt_spec(obj: Any) -> DebtSpec | None:
@@ -478,14 +486,14 @@ def plain_fields_spec(external_id: Any, account_id: Any, nombre: Any, documento:
     if documento is not None and (not _plain_text(documento, 1, 64) or not (documento := documento.strip())):
         return None
     if telefono is not None:
-        if not _plain_text(telefono, 1, 32) or (telefono := _plain_phone(telefono)) is None:
+        if not _plain_text(telefono, 1, 32) or (telefono := plain_phone(telefono)) is None:
             return None
     elif documento is None:
         return None
 
     if (referencia is not None and not _plain_text(referencia, 0, 500)) \
             or (external_version is not None
-                and (type(external_version) is not int or not 0 <= external_version <= _MAX_VERSION)) \
+                and (type(external_version) is not int or not 0 <= external_version <= MAX_VERSION)) \
             or (tipo is not None and (type(tipo) is not str or tipo not in DEBT_TYPES)) \
             or (auto_send is not None and type(auto_send) is not bool):
         return None
@@ -496,8 +504,8 @@ def plain_fields_spec(external_id: Any, account_id: Any, nombre: Any, documento:
             external_updated_at = to_utc_naive(_timestamp(external_updated_at))
         except PydanticCustomError:
             return None
-    monto_original = _plain_minor(monto_original, currency, digits, 1)
-    saldo_pendiente = _plain_minor(saldo_pendiente, currency, digits, 0)
+    monto_original = plain_minor(monto_original, currency, digits, 1)
+    saldo_pendiente = plain_minor(saldo_pendiente, currency, digits, 0)
     if monto_original is None or saldo_pendiente is None:
         return None
     if cuotas is not None:
@@ -511,7 +519,7 @@ def plain_fields_spec(external_id: Any, account_id: Any, nombre: Any, documento:
                     auto_send, cuotas)
 
 
-def _plain_phone(telefono: str) -> str | None:
+def plain_phone(telefono: str) -> str | None:
     """The phone as stored: digits already in the stored form as they are, else normalized; None
     when it is no phone number."""
     if telefono.isdigit() and telefono.isascii() and 8 <= len(telefono) <= 15:
@@ -531,8 +539,8 @@ def _plain_installments(cuotas: list[tuple], currency: str, digits: int) -> list
                 or external_id in seen_ids or numero in seen_numbers \
                 or (estado is not None and (type(estado) is not str or estado not in INSTALLMENT_STATES)):
             return None
-        monto = _plain_minor(monto, currency, digits, 1)
-        vence = _plain_date(vence)
+        monto = plain_minor(monto, currency, digits, 1)
+        vence = plain_date(vence)
         if monto is None or vence is None:
             return None
         seen_ids.add(external_id)
@@ -541,8 +549,22 @@ def _plain_installments(cuotas: list[tuple], currency: str, digits: int) -> list
     return found
 
 
+# A CSV's auto_send cells, lower-cased.
+CSV_BOOLEANS = {"true": True, "1": True, "yes": True, "si": True, "sí": True, "y": True,
+                "false": False, "0": False, "no": False, "n": False}
 # Currency cells as a CSV writes them ("CLP", "usd") and what they stand for, once each.
-_PLAIN_CURRENCIES: dict[str, tuple[str, int]] = {}
+PLAIN_CURRENCIES: dict[str, tuple[str, int]] = {}
+
+
+def plain_currency(moneda: str) -> tuple[str, int] | None:
+    """A CSV's currency cell as (code, decimals) when it plainly names an active currency; else None."""
+    currency = moneda.upper()
+    if len(moneda) != 3 or currency not in ACTIVE_CODES:
+        return None
+    found = (currency, MINOR_UNITS_EXCEPTIONS.get(currency, 2))
+    if len(PLAIN_CURRENCIES) < 1000:
+        PLAIN_CURRENCIES[moneda] = found
+    return found
 
 
 def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: str, telefono: str, moneda: str,
@@ -559,14 +581,9 @@ def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: st
     """
     if not (0 < len(external_id) <= 160 and 0 < len(account_id) <= 64 and 0 < len(nombre) <= 255):
         return None
-    found = _PLAIN_CURRENCIES.get(moneda)
+    found = PLAIN_CURRENCIES.get(moneda) or plain_currency(moneda)
     if found is None:
-        currency = moneda.upper()
-        if len(moneda) != 3 or currency not in ACTIVE_CODES:
-            return None
-        found = (currency, MINOR_UNITS_EXCEPTIONS.get(currency, 2))
-        if len(_PLAIN_CURRENCIES) < 1000:
-            _PLAIN_CURRENCIES[moneda] = found
+        return None
     currency, digits = found
     if not (nombre := nombre.strip()):
         return None
@@ -576,7 +593,7 @@ def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: st
     else:
         documento = None
     if telefono:
-        if len(telefono) > 32 or (telefono := _plain_phone(telefono)) is None:
+        if len(telefono) > 32 or (telefono := plain_phone(telefono)) is None:
             return None
     elif documento is None:
         return None
@@ -589,16 +606,13 @@ def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: st
         if not (external_version.isdigit() and external_version.isascii() and len(external_version) <= 19):
             return None
         version = int(external_version)
-        if version > _MAX_VERSION:
+        if version > MAX_VERSION:
             return None
     updated_at = None
-    if external_updated_at:
-        try:
-            updated_at = to_utc_naive(_timestamp(external_updated_at))
-        except PydanticCustomError:
-            return None
-    original = _plain_minor(monto_original, currency, digits, 1)
-    saldo = _plain_minor(saldo_pendiente, currency, digits, 0)
+    if external_updated_at and (updated_at := plain_timestamp(external_updated_at)) is None:
+        return None
+    original = plain_minor(monto_original, currency, digits, 1)
+    saldo = plain_minor(saldo_pendiente, currency, digits, 0)
     if original is None or saldo is None or len(cuotas) > MAX_INSTALLMENTS or (tipo == "single" and len(cuotas) > 1):
         return None
     installments = []
@@ -610,14 +624,14 @@ def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: st
                 or cuota_id in seen_ids or (estado and estado not in INSTALLMENT_STATES):
             return None
         number = int(numero)
-        day = _PLAIN_DATES.get(vence) or _plain_date(vence)
-        # _plain_minor's first case written out: a schedule's amounts are whole numbers far more often than not.
+        day = PLAIN_DATES.get(vence) or plain_date(vence)
+        # plain_minor's first case written out: a schedule's amounts are whole numbers far more often than not.
         if monto.isdigit() and monto.isascii() and len(monto) <= 15:
             amount = int(monto) * scale
             if amount > MAX_MINOR:
                 return None
         else:
-            amount = _plain_minor(monto, currency, digits, 1)
+            amount = plain_minor(monto, currency, digits, 1)
         if not 1 <= number <= 100_000 or number in seen_numbers or day is None or not amount:
             return None
         seen_ids.add(cuota_id)
