@@ -1,8 +1,10 @@
 """Streaming import of debts from the ERP: CSV (one row per installment) or JSON Lines.
 
-Memory stays flat whatever the file size: the input is read row by row, only the rows of the
-debt being assembled and one batch of debts are held, and each batch is written in its own
-transaction through `models.cartera.upsert_debts`, the same operation the API uses.
+Memory stays flat whatever the file size: the input is read in blocks of about one batch of
+debts, and each batch is written in its own transaction through `models.cartera.upsert_debts`,
+the same operation the API uses. A CSV block of plainly valid debts is checked a column at a
+time (models/cartera_columns.py) and, when none of its debts or debtors is stored yet, written
+the same way (`models.cartera.insert_new_debts`); the rest takes the road above.
 
 A bad row is reported with its line number and skipped; when a row of a CSV debt is bad the
 whole debt is skipped, since saving its other rows as a snapshot would cancel the installment
@@ -11,14 +13,18 @@ that was left out.
 
 from __future__ import annotations
 
+import codecs
 import csv
+import functools
 import io
 import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import chain, islice, repeat
 from typing import Any, BinaryIO
 
 from models import cartera
+from models.cartera_columns import DebtColumns, csv_columns
 from models.cartera_input import (
     CSV_BOOLEANS,
     DebtSpec,
@@ -43,6 +49,7 @@ _INSTALLMENT_KEYS = tuple(name.removeprefix("cuota_") for name in INSTALLMENT_CO
 # The debt's cells in the order _csv_fields reads them.
 _HEAD_COLUMNS = ("external_id", "account_id", "deudor_nombre", "deudor_documento", "deudor_telefono", "moneda",
                  "referencia", "monto_original", "saldo_pendiente", "external_version", "tipo", "auto_send")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 # API field paths back to the CSV columns they came from, for error messages.
 _CSV_FIELD = {"deudor.nombre": "deudor_nombre", "deudor.documento": "deudor_documento",
               "deudor.telefono": "deudor_telefono", "deudor": "deudor_documento"}
@@ -103,6 +110,29 @@ class CountingReader(io.RawIOBase):
         size = len(data)
         buffer[:size] = data
         self.bytes_read += size
+        return size
+
+
+class _PlainBytesWatch(io.RawIOBase):
+    """Wraps a binary stream and notes whether every byte read so far (past a UTF-8 BOM) is ASCII
+    and not NUL: text decoded from them holds no character that keeps a cell out."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        self.plain = True
+        self.started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(len(buffer))
+        size = len(data)
+        buffer[:size] = data
+        if self.plain:
+            body = data if self.started else data.removeprefix(codecs.BOM_UTF8)
+            self.started = True
+            self.plain = body.isascii() and b"\x00" not in body
         return size
 
 
@@ -173,37 +203,97 @@ class _Layout:
         return any(self.installment_cells(row))
 
 
-def read_csv(stream: BinaryIO) -> Iterator[DebtRecord]:
+def read_csv(stream: BinaryIO, batch_size: int = BATCH_SIZE) -> Iterator[DebtRecord | DebtColumns]:
     """Rows grouped by consecutive `external_id` into debts (see DECISIONS, Debt CSV import).
 
     Cells are stripped and blank lines skipped; a row is numbered by its first line, counted by
-    the reader since a quoted cell may span lines.
+    the reader since a quoted cell may span lines. Rows are read in blocks of about
+    `batch_size` debts: a block whose debts are all plainly valid comes as one `DebtColumns`
+    (models/cartera_columns.py), any other block as a `DebtRecord` a debt.
     """
     # Undecodable bytes become U+FFFD so that only their row is refused, not the whole file.
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="replace", newline="")
+    source = _PlainBytesWatch(stream)
+    text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="replace", newline="")
     reader = csv.reader(text)
     layout = _Layout(_header(reader))
     position = layout.index["external_id"]
-    strip = str.strip
-    rows: list[tuple[int, list[str]]] = []  # the debt being assembled
-    key = None
-    next_line = reader.line_num + 1
+    # Each row with the line it ends on, read after the row.
+    numbered = zip(reader, map(operator.attrgetter("line_num"), repeat(reader)), strict=False)
+    rows: list[list[str]] = []  # read and not yet given out
+    ends: list[int] = []
+    before = reader.line_num  # the line before rows[0]
+    # Rows to hold before giving out a block: a batch's worth (three a debt at first, then as many
+    # as the last block's debts took), and one more, the next debt's first, to know the last whole.
+    block = batch_size * 3 + 1
     try:
-        for row in reader:
-            line, next_line = next_line, reader.line_num + 1
-            cells = list(map(strip, row))
-            external_id = cells[position] if len(cells) > position else ""
-            if not external_id and not any(cells):
-                continue
-            if rows and external_id != key:
-                yield _csv_debt(rows, layout)
-                rows = []
-            key = external_id
-            rows.append((line, cells))
-        if rows:
-            yield _csv_debt(rows, layout)
+        while True:
+            wanted = block - len(rows)
+            read = list(islice(numbered, wanted))
+            done = len(read) < wanted
+            rows.extend(map(_FIRST, read))
+            ends.extend(map(_SECOND, read))
+            while rows:
+                whole = len(rows) if done else _last_debt_start(rows, position)
+                if not whole:
+                    block = 2 * len(rows)  # a debt longer than a block: read on
+                    break
+                # The rows were decoded from bytes read already: plain bytes make plain text.
+                columns = csv_columns(rows[:whole], ends, before, layout.index, batch_size,
+                                      plain_text=source.plain)
+                if columns is None:
+                    yield from _csv_records(rows[:whole], ends, before, layout)
+                    taken = whole
+                else:
+                    yield columns
+                    taken = columns.row_count
+                    block = -(-taken * batch_size // len(columns.counts)) + 1
+                before = ends[taken - 1]
+                del rows[:taken], ends[:taken]
+                if not done and len(rows) < block:
+                    break
+            if done:
+                return
     except csv.Error as error:
         raise ImportFormatError(f"line {reader.line_num}: unreadable CSV ({error})") from None
+
+
+def _cells(row: list[str], position: int) -> tuple[list[str], str | None]:
+    """The row's stripped cells and its external_id; None for a blank row, which belongs to no debt."""
+    cells = list(map(str.strip, row))
+    external_id = cells[position] if len(cells) > position else ""
+    return cells, (None if not external_id and not any(cells) else external_id)
+
+
+def _last_debt_start(rows: list[list[str]], position: int) -> int:
+    """Where the last debt of `rows` starts, as `_csv_records` groups them."""
+    key = None
+    for index in range(len(rows) - 1, -1, -1):
+        external_id = _cells(rows[index], position)[1]
+        if external_id is None:
+            continue
+        if key is None:
+            key = external_id
+        elif external_id != key:
+            return index + 1
+    return 0
+
+
+def _csv_records(rows: list[list[str]], ends: list[int], before: int, layout: _Layout) -> Iterator[DebtRecord]:
+    """Whole debts' rows, a record a debt; `ends` and `before` as for `csv_columns`."""
+    position = layout.index["external_id"]
+    group: list[tuple[int, list[str]]] = []  # the debt being assembled
+    key = None
+    for row, previous_end in zip(rows, chain((before,), ends), strict=False):
+        cells, external_id = _cells(row, position)
+        if external_id is None:
+            continue
+        if group and external_id != key:
+            yield _csv_debt(group, layout)
+            group = []
+        key = external_id
+        group.append((previous_end + 1, cells))
+    if group:
+        yield _csv_debt(group, layout)
 
 
 def _row_problem(row: list[str], width: int) -> str | None:
@@ -374,7 +464,7 @@ def _csv_errors(error: DomainError, first_line: int, external_id: str | None, li
 
 # -- the import -------------------------------------------------------------------------------
 
-def import_debts(tenant_id: int, records: Iterable[DebtRecord], *, batch_size: int = BATCH_SIZE,
+def import_debts(tenant_id: int, records: Iterable[DebtRecord | DebtColumns], *, batch_size: int = BATCH_SIZE,
                  on_error: Callable[[RowError], None] | None = None,
                  on_batch: Callable[[ImportSummary], None] | None = None) -> ImportSummary:
     """Save the good records in batches (one transaction each) and report the bad ones.
@@ -405,16 +495,31 @@ def import_debts(tenant_id: int, records: Iterable[DebtRecord], *, batch_size: i
         if on_batch is not None:
             on_batch(summary)
 
-    for record in records:
-        summary.debts += 1
-        summary.rows += record.rows
-        if record.errors:
-            for error in record.errors:
-                report(error)
-            continue
-        pending.append(record)
-        if len(pending) >= batch_size:
-            flush()
+    for item in records:
+        if type(item) is DebtColumns:
+            if pending:
+                flush()
+            if cartera.insert_new_debts(tenant_id, item):
+                summary.debts += len(item.counts)
+                summary.rows += item.row_count
+                summary.created += len(item.counts)
+                if on_batch is not None:
+                    on_batch(summary)
+                continue
+            # Some debt or debtor is stored already: the block takes the general road.
+            item_records = _column_records(item)
+        else:
+            item_records = (item,)
+        for record in item_records:
+            summary.debts += 1
+            summary.rows += record.rows
+            if record.errors:
+                for error in record.errors:
+                    report(error)
+                continue
+            pending.append(record)
+            if len(pending) >= batch_size:
+                flush()
     if pending:
         flush()
     elif on_batch is not None:
@@ -422,9 +527,14 @@ def import_debts(tenant_id: int, records: Iterable[DebtRecord], *, batch_size: i
     return summary
 
 
-def reader_for(fmt: str) -> Callable[[BinaryIO], Iterator[DebtRecord]]:
+def _column_records(columns: DebtColumns) -> list[DebtRecord]:
+    return [DebtRecord(line, spec.external_id, spec=spec, rows=rows)
+            for line, rows, spec in zip(columns.lines, columns.counts, columns.specs(), strict=True)]
+
+
+def reader_for(fmt: str, batch_size: int = BATCH_SIZE) -> Callable[[BinaryIO], Iterator[DebtRecord | DebtColumns]]:
     if fmt == "csv":
-        return read_csv
+        return functools.partial(read_csv, batch_size=batch_size)
     if fmt == "jsonl":
         return read_jsonl
     raise ImportFormatError(f"unknown format {fmt!r}: csv or jsonl")

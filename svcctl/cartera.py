@@ -100,7 +100,7 @@ def import_command(
     """Import debts from the ERP, streaming; exits 1 when any row was refused."""
     tenant_id = get_tenant(tenant).id
     try:
-        read = reader_for(_format_of(source, fmt))
+        read = reader_for(_format_of(source, fmt), batch_size)
     except ImportFormatError as error:
         fail(str(error))
     stream, size = _open_source(source)
