@@ -177,7 +177,8 @@ def csv_columns(rows: list[list[str]], ends: list[int], before: int, index: dict
     if auto_sends is None or versions is None or updated_ats is None:
         return None
     codes = list(map(_FIRST, currencies))
-    if len(set(codes)) == 1:  # a block's usual case: one currency scales every amount alike
+    one_currency = len(set(codes)) == 1
+    if one_currency:  # a block's usual case: one currency scales every amount alike
         code, decimals = currencies[0]
         originals = _minor_units(debt["monto_original"], code, decimals, 1)
         saldos = _minor_units(debt["saldo_pendiente"], code, decimals, 0)
@@ -198,7 +199,7 @@ def csv_columns(rows: list[list[str]], ends: list[int], before: int, index: dict
             or not (_rising_within(cuota_ids, same) or len(set(zip(external_ids, cuota_ids, strict=True))) == size) \
             or not (_rising_within(numeros, same) or len(set(zip(external_ids, numeros, strict=True))) == size):
         return None
-    if len(set(codes)) == 1:
+    if one_currency:
         montos = _minor_units(column("cuota_monto"), code, decimals, 1)
     else:
         montos = _minor_units(column("cuota_monto"), list(chain.from_iterable(map(repeat, codes, counts))),
