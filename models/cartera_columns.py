@@ -30,6 +30,7 @@ from models.cartera_input import (
     DebtSpec,
     DeudorSpec,
     InstallmentSpec,
+    plain_cells_text,
     plain_currency,
     plain_date,
     plain_minor,
@@ -133,15 +134,8 @@ def csv_columns(rows: list[list[str]], ends: list[int], before: int, index: dict
     size, debts = len(rows), len(starts)
     # same[i]: row i + 1 belongs to the debt of row i.
     same = list(map(eq, external_ids[1:], external_ids))
-    if not plain_text:
-        text = "".join(map("".join, rows))
-        if "\x00" in text or "\ufffd" in text:
-            return None
-        if not text.isascii():
-            try:
-                text.encode()
-            except UnicodeEncodeError:
-                return None
+    if not plain_text and not plain_cells_text("".join(map("".join, rows))):
+        return None
 
     # The debt's columns agree on every row of a debt: its rows' debt cells change exactly where
     # the external_id does.

@@ -30,6 +30,7 @@ from models.cartera_input import (
     DebtSpec,
     loads_exact,
     parse_debt,
+    plain_cells_text,
     plain_csv_spec,
     plain_debt_spec,
     plain_fields_spec,
@@ -95,12 +96,11 @@ class ImportSummary:
         return asdict(self)
 
 
-class CountingReader(io.RawIOBase):
-    """Wraps a binary stream and counts the bytes read from it, for the progress bar."""
+class _StreamWatch(io.RawIOBase):
+    """Wraps a binary stream and shows each chunk read from it to `saw`."""
 
     def __init__(self, stream: BinaryIO):
         self.stream = stream
-        self.bytes_read = 0
 
     def readable(self) -> bool:
         return True
@@ -109,31 +109,38 @@ class CountingReader(io.RawIOBase):
         data = self.stream.read(len(buffer))
         size = len(data)
         buffer[:size] = data
-        self.bytes_read += size
+        self.saw(data)
         return size
 
+    def saw(self, data: bytes) -> None:
+        raise NotImplementedError
 
-class _PlainBytesWatch(io.RawIOBase):
-    """Wraps a binary stream and notes whether every byte read so far (past a UTF-8 BOM) is ASCII
-    and not NUL: text decoded from them holds no character that keeps a cell out."""
+
+class CountingReader(_StreamWatch):
+    """Counts the bytes read from the stream, for the progress bar."""
 
     def __init__(self, stream: BinaryIO):
-        self.stream = stream
+        super().__init__(stream)
+        self.bytes_read = 0
+
+    def saw(self, data: bytes) -> None:
+        self.bytes_read += len(data)
+
+
+class _PlainBytesWatch(_StreamWatch):
+    """Notes whether every byte read so far (past a UTF-8 BOM) is ASCII and not NUL: text decoded
+    from them holds no character that keeps a cell out."""
+
+    def __init__(self, stream: BinaryIO):
+        super().__init__(stream)
         self.plain = True
         self.started = False
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        data = self.stream.read(len(buffer))
-        size = len(data)
-        buffer[:size] = data
+    def saw(self, data: bytes) -> None:
         if self.plain:
             body = data if self.started else data.removeprefix(codecs.BOM_UTF8)
-            self.started = True
             self.plain = body.isascii() and b"\x00" not in body
-        return size
+        self.started = True
 
 
 def _domain_error(line: int, external_id: str | None, error: DomainError, fields: Callable[[str], str] = str) -> \
@@ -323,14 +330,8 @@ def _plain_csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtR
         if len(row) != width or debt_cells(row) != head:
             return None
         cuotas.append(installment_cells(row))
-    text = "".join(["".join(row) for _line, row in rows])
-    if "\x00" in text or "\ufffd" in text:
+    if not plain_cells_text("".join(["".join(row) for _line, row in rows])):
         return None
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            return None
     if not all(map(any, cuotas)):
         if any(map(any, cuotas)):
             return None

@@ -556,6 +556,19 @@ CSV_BOOLEANS = {"true": True, "1": True, "yes": True, "si": True, "sí": True, "
 PLAIN_CURRENCIES: dict[str, tuple[str, int]] = {}
 
 
+def plain_cells_text(text: str) -> bool:
+    """Cells' text (joined) that holds no NUL, no U+FFFD (what undecodable bytes became) and no
+    lone surrogate: text every cell of it may hold."""
+    if "\x00" in text or "\ufffd" in text:
+        return False
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            return False
+    return True
+
+
 def plain_currency(moneda: str) -> tuple[str, int] | None:
     """A CSV's currency cell as (code, decimals) when it plainly names an active currency; else None."""
     currency = moneda.upper()
