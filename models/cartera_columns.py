@@ -25,6 +25,7 @@ from models.cartera_input import (
     INSTALLMENT_STATES,
     MAX_INSTALLMENTS,
     MAX_VERSION,
+    MINOR_SCALE,
     PLAIN_CURRENCIES,
     PLAIN_DATES,
     DebtSpec,
@@ -39,7 +40,6 @@ from models.cartera_input import (
 )
 from models.cartera_money import MAX_MINOR
 
-_SCALE = (1, 10, 100, 1000, 10000)
 _TIPOS = frozenset(("", *DEBT_TYPES))
 _ESTADOS = frozenset(("", *INSTALLMENT_STATES))
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
@@ -281,9 +281,9 @@ def _minor_units(cells: list[str], codes: str | list[str], digits: int | list[in
     uniform = type(digits) is int
     if _plain_digits(cells, 15):
         if not uniform:
-            amounts = list(map(mul, map(int, cells), map(_SCALE.__getitem__, digits)))
+            amounts = list(map(mul, map(int, cells), map(MINOR_SCALE.__getitem__, digits)))
         elif digits:
-            amounts = list(map(mul, map(int, cells), repeat(_SCALE[digits])))
+            amounts = list(map(mul, map(int, cells), repeat(MINOR_SCALE[digits])))
         else:
             amounts = list(map(int, cells))
         return amounts if least <= min(amounts) and max(amounts) <= MAX_MINOR else None

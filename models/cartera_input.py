@@ -369,7 +369,8 @@ _INSTALLMENT_FIELDS = frozenset(InstallmentInput.model_fields)
 # Plain amounts: up to 15 ASCII integer digits, and up to 4 decimals (no currency has more).
 # Exact in minor units and far from int()'s digit limit; anything else takes the Decimal road.
 _PLAIN_DECIMALS = re.compile(r"(\d{1,15})\.(\d{1,4})", re.ASCII)
-_SCALE = (1, 10, 100, 1000, 10000)
+# 10 to the power of a currency's decimals: a whole amount times it is in minor units.
+MINOR_SCALE = (1, 10, 100, 1000, 10000)
 MAX_VERSION = 2**63 - 1
 # The due dates of a file repeat (a few per month); dates are immutable, so they can be shared.
 PLAIN_DATES: dict[str, dt.date] = {}
@@ -393,18 +394,18 @@ def plain_minor(value: Any, currency: str, digits: int, least: int) -> int | Non
     kind = type(value)
     if kind is str:
         if value.isdigit() and value.isascii() and len(value) <= 15:
-            minor = int(value) * _SCALE[digits]
+            minor = int(value) * MINOR_SCALE[digits]
             return minor if least <= minor <= MAX_MINOR else None
         match = _PLAIN_DECIMALS.fullmatch(value)
         if match is None:
             return None
         whole, fraction = match.groups()
         if len(fraction) <= digits:
-            minor = int(whole + fraction) * _SCALE[digits - len(fraction)]
+            minor = int(whole + fraction) * MINOR_SCALE[digits - len(fraction)]
         else:
             return None
     elif kind is int:
-        minor = value * _SCALE[digits]
+        minor = value * MINOR_SCALE[digits]
     elif kind is Decimal and value.is_finite():
         try:
             minor = to_minor(value, currency)
@@ -631,7 +632,7 @@ def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: st
     installments = []
     seen_ids: set[str] = set()
     seen_numbers: set[int] = set()
-    scale = _SCALE[digits]
+    scale = MINOR_SCALE[digits]
     for cuota_id, numero, monto, vence, estado in cuotas:
         if not (0 < len(cuota_id) <= 160 and numero.isdigit() and numero.isascii() and len(numero) <= 6) \
                 or cuota_id in seen_ids or (estado and estado not in INSTALLMENT_STATES):
