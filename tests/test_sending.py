@@ -8,24 +8,27 @@ import itertools
 import threading
 import time
 
+import orjson
 import pytest
 
 from jobs.campaigns import enqueue_dispatch
 from messaging.client import GraphClient
 from messaging.errors import error_from_response
-from models import accounts, credits
+from models import accounts, credits, platform
 from models.accounts import BusinessInitiated, MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.clock import utcnow
 from models.counters import SLOT_LEAD, slot_interval, slot_phase
 from models.db import connection, counters
 from models.events import Event
+from models.platform import PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
 from models.sending.engine import Engine
 from models.sending.fairness import fair_shares
 from models.sending.messenger import GraphMessenger
-from models.sending.recovery import engine_key, recover_stuck
+from models.sending.recovery import HELD_BATCH_LIMIT, engine_key, recover_stuck
 from models.statuses import apply_status_updates
+from tests.accounts_fixtures import notification
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import create_for, make_number, status_update, wa, wallet
 from tests.test_credits import replay_ledger
@@ -372,6 +375,58 @@ def test_recovery_fails_a_dead_engines_claims_and_leaves_live_ones(alice, number
     campaign = Campaign.get_by_id(campaign.id)
     assert (campaign.status, campaign_credits(campaign).released) == ("completed", 4)
     assert wallet(alice.id).reserved == 0
+
+
+def held_status_batch(account, wamid: str, recipient: CampaignRecipient, received_at: dt.datetime
+                      ) -> PlatformWebhookBatch:
+    """The platform's `sent` status for a send, stored and claimed by a worker that then died."""
+    metadata = {"display_phone_number": account.phone_number.lstrip("+"), "phone_number_id": account.phone_id}
+    sent_at = str(int(received_at.replace(tzinfo=dt.UTC).timestamp()))
+    value = {"messaging_product": "whatsapp", "metadata": metadata,
+             "statuses": [{"id": wamid, "status": "sent", "timestamp": sent_at, "recipient_id": recipient.wa_id,
+                           "biz_opaque_callback_data": recipient.public_id}]}
+    with platform.atomic():
+        batch = platform.store_batch(orjson.dumps(notification(account.business_account_id, "messages", value)))
+    PlatformWebhookBatch.update(received_at=received_at, claimed_at=utcnow() - dt.timedelta(seconds=5)).where(
+        PlatformWebhookBatch.id == batch.id).execute()
+    return batch
+
+
+def test_recovery_waits_for_the_statuses_a_dead_worker_was_processing(alice, number, queue_only):
+    campaign = create_for(alice, number, ["5215550301901", "5215550301902"])
+    store = CampaignStore()
+    earlier = utcnow() - dt.timedelta(seconds=30)
+    accepted, lost = store.claim({number.id: 2}, {p.account_id: p for p in store.plan()}, "deadengine.1",
+                                 now=earlier)
+    # The platform took the first; the worker holding its status batch died with the engine.
+    batch = held_status_batch(number, "wamid.HELD", recipients(campaign)[accepted.wa_id],
+                              earlier + dt.timedelta(seconds=1))
+
+    assert recover_stuck() == 0
+    assert {row.status for row in recipients(campaign).values()} == {"queued"}
+    # The claim times out, the intake takes the batch over, and only the send without evidence fails.
+    PlatformWebhookBatch.update(claimed_at=utcnow() - platform.CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+        PlatformWebhookBatch.id == batch.id).execute()
+    assert platform.process_batch(batch.id).statuses == 1
+    assert recover_stuck() == 1
+    rows = recipients(campaign)
+    assert (rows[accepted.wa_id].status, rows[accepted.wa_id].wam_id) == ("sent", "wamid.HELD")
+    assert (rows[lost.wa_id].status, rows[lost.wa_id].error_code) == ("failed", "send_unconfirmed")
+    assert [e["recipient_id"] for e in events(alice.id, "message.failed")] == [rows[lost.wa_id].public_id]
+    assert campaign_credits(Campaign.get_by_id(campaign.id)).consumed == 1
+
+
+def test_a_batch_held_past_the_limit_no_longer_holds_recovery_back(alice, number, queue_only):
+    campaign = create_for(alice, number, ["5215550301903"])
+    store = CampaignStore()
+    long_ago = utcnow() - HELD_BATCH_LIMIT - dt.timedelta(seconds=10)
+    [job] = store.claim({number.id: 1}, {p.account_id: p for p in store.plan()}, "deadengine.1", now=long_ago)
+    # A batch that keeps killing the workers that take it is claimed again and again.
+    held_status_batch(number, "wamid.POISON", recipients(campaign)[job.wa_id],
+                      long_ago + dt.timedelta(seconds=1))
+
+    assert recover_stuck() == 1
+    assert recipients(campaign)[job.wa_id].error_code == "send_unconfirmed"
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)

@@ -28,6 +28,9 @@ STUCK_AFTER = dt.timedelta(minutes=2)
 # Platform webhooks received this long ago and not yet processed are a backlog: the evidence for a
 # claim may be in it, so recovery waits for it to drain.
 WEBHOOK_BACKLOG = dt.timedelta(seconds=3)
+# A batch held by a worker is waited for this long after it arrived: enough for a dead worker's
+# claim to time out and the intake's next task or sweep to take it over.
+HELD_BATCH_LIMIT = dt.timedelta(minutes=2)
 
 
 def engine_key(engine_id: str) -> str:
@@ -68,14 +71,18 @@ def webhooks_caught_up(now: dt.datetime | None = None) -> bool:
     """No platform webhook received before the last few seconds is still waiting to be applied.
 
     Recovery must not decide a claim got no answer while the answer sits unprocessed in the
-    intake (a worker that died also stopped processing webhooks). Batches being processed do not
-    count (one held by a dead worker waits minutes for the intake's own sweep), nor do batches
-    the intake gave up on: should they name a row recovery failed, the status update accepts it
-    late (models/statuses.py), so the record still ends as the platform says.
+    intake. A worker that dies running an engine often dies processing the very batch that names
+    that engine's last sends: the batch stays claimed until its claim times out (15 s) and another
+    worker takes it over, so claimed batches count too -- but only for `HELD_BATCH_LIMIT` after
+    they arrived, so that a batch that kills every worker taking it cannot hold recovery back for
+    good. Batches the intake gave up on do not count either. Should such a batch name a row
+    recovery failed, the status update accepts it late (models/statuses.py), so the record still
+    ends as the platform says.
     """
     now = now or utcnow()
-    return not (PlatformWebhookBatch.select(PlatformWebhookBatch.id)
-                .where(PlatformWebhookBatch.processed_at.is_null() & PlatformWebhookBatch.claimed_at.is_null()
-                       & (PlatformWebhookBatch.attempts < MAX_ATTEMPTS)
-                       & (PlatformWebhookBatch.received_at < now - WEBHOOK_BACKLOG))
+    batch = PlatformWebhookBatch
+    return not (batch.select(batch.id)
+                .where(batch.processed_at.is_null() & (batch.attempts < MAX_ATTEMPTS)
+                       & (batch.received_at < now - WEBHOOK_BACKLOG)
+                       & (batch.claimed_at.is_null() | (batch.received_at > now - HELD_BATCH_LIMIT)))
                 .exists())
