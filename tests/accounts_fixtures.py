@@ -139,3 +139,10 @@ def signed_post(client, payload: dict | bytes, secret: str | None = None, header
 def notification(waba_id: str, field: str, value: dict) -> dict:
     return {"object": "whatsapp_business_account",
             "entry": [{"id": waba_id, "changes": [{"field": field, "value": value}]}]}
+
+
+def messages_value(account, **items) -> dict:
+    """A change's value as the platform sends it for one of the account's numbers."""
+    return {"messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": account.phone_number.lstrip("+"), "phone_number_id": account.phone_id},
+            **items}

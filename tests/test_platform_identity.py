@@ -17,18 +17,12 @@ from models.clock import utcnow
 from models.events import Event
 from models.messages import Message
 from models.platform_users import PlatformUser, marketing_opted_out
-from tests.accounts_fixtures import notification, signed_post
+from tests.accounts_fixtures import messages_value, notification, signed_post
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, wa
 
 sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
 HIDDEN = "MX.1502576394655843"  # a username user who does not share their phone
-
-
-def value(account: MessagingAccount, **items) -> dict:
-    return {"messaging_product": "whatsapp",
-            "metadata": {"display_phone_number": account.phone_number.lstrip("+"), "phone_number_id": account.phone_id},
-            **items}
 
 
 def inbound(account, wamid: str, *, user_id: str, wa_id: str | None = None, username: str | None = None,
@@ -39,7 +33,7 @@ def inbound(account, wamid: str, *, user_id: str, wa_id: str | None = None, user
                **({"from": wa_id} if wa_id else {})}
     message.update({"text": {"body": "hola"}} if kind == "text" else
                    {"reaction": {"message_id": "wamid.X", "emoji": "👍"}})
-    return notification(account.business_account_id, "messages", value(account, contacts=[contact],
+    return notification(account.business_account_id, "messages", messages_value(account, contacts=[contact],
                                                                         messages=[message]))
 
 
@@ -110,10 +104,10 @@ def test_history_opens_the_window_without_events_and_contacts_are_counted(client
              "text": {"body": "¿cuánto debo?"}, "history_context": {"status": "READ"}},
             {"from": number.phone_number.lstrip("+"), "to": phone, "id": "wamid.OLD2",
              "timestamp": str(hour_ago + 60), "type": "text", "text": {"body": "te aviso"}}]}]}]}
-    payload = notification(number.business_account_id, "history", value(number, **history))
+    payload = notification(number.business_account_id, "history", messages_value(number, **history))
     signed_post(client, payload)
     signed_post(client, payload)  # delivered again
-    contacts = notification(number.business_account_id, "smb_app_state_sync", value(number, state_sync=[
+    contacts = notification(number.business_account_id, "smb_app_state_sync", messages_value(number, state_sync=[
         {"type": "contact", "contact": {"full_name": "Ana Pérez", "first_name": "Ana", "phone_number": phone},
          "action": "add", "metadata": {"timestamp": str(hour_ago)}}]))
     signed_post(client, contacts)
@@ -129,7 +123,7 @@ def test_history_opens_the_window_without_events_and_contacts_are_counted(client
 
 def test_a_marketing_template_skips_users_who_opted_out(client, alice, number, sim):
     phone, other = wa(), wa()
-    stop = notification(number.business_account_id, "user_preferences", value(
+    stop = notification(number.business_account_id, "user_preferences", messages_value(
         number, contacts=[{"wa_id": phone, "user_id": user_id_for(phone), "profile": {"name": "A"}}],
         user_preferences=[{"wa_id": phone, "user_id": user_id_for(phone), "detail": "User requested to stop",
                            "category": "marketing_messages", "value": "stop", "timestamp": str(int(time.time()))}]))
@@ -180,7 +174,7 @@ def test_a_window_opened_by_business_scoped_id_stays_with_the_user_once_their_ph
     [sent] = [item for item in sim.sent() if item["to"] == phone]
     status = {"id": sent["wamid"], "status": "delivered", "timestamp": str(int(time.time())),
               "recipient_id": phone, "recipient_user_id": user_id}
-    signed_post(client, notification(number.business_account_id, "messages", value(
+    signed_post(client, notification(number.business_account_id, "messages", messages_value(
         number, contacts=[{"profile": {"name": "Ana"}, "wa_id": phone, "user_id": user_id}], statuses=[status])))
     assert PlatformUser.get(PlatformUser.user_id == user_id).wa_id == phone
 

@@ -17,7 +17,7 @@ from models.clock import utcnow
 from models.events import Event
 from models.platform import PlatformWebhookBatch, ProcessedMessage
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
-from tests.accounts_fixtures import connect_number, notification, signed_post, sqlite_only
+from tests.accounts_fixtures import connect_number, messages_value, notification, signed_post, sqlite_only
 
 PATH = "/platform/webhook"
 
@@ -28,12 +28,6 @@ def account_of(client, persona) -> MessagingAccount:
 
 def events(name: str) -> list[Event]:
     return list(Event.select().where(Event.name == name).order_by(Event.id))
-
-
-def messages_value(account: MessagingAccount, **items) -> dict:
-    return {"messaging_product": "whatsapp",
-            "metadata": {"display_phone_number": account.phone_number.lstrip("+"), "phone_number_id": account.phone_id},
-            **items}
 
 
 def inbound(account: MessagingAccount, wamid: str, text: str = "Hola", sender: str = "56911112222",

@@ -28,7 +28,7 @@ from models.sending.fairness import fair_shares
 from models.sending.messenger import GraphMessenger
 from models.sending.recovery import HELD_BATCH_LIMIT, engine_key, recover_stuck
 from models.statuses import apply_status_updates
-from tests.accounts_fixtures import notification
+from tests.accounts_fixtures import messages_value, notification
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import create_for, make_number, status_update, wa, wallet
 from tests.test_credits import replay_ledger
@@ -380,11 +380,10 @@ def test_recovery_fails_a_dead_engines_claims_and_leaves_live_ones(alice, number
 def held_status_batch(account, wamid: str, recipient: CampaignRecipient, received_at: dt.datetime
                       ) -> PlatformWebhookBatch:
     """The platform's `sent` status for a send, stored and claimed by a worker that then died."""
-    metadata = {"display_phone_number": account.phone_number.lstrip("+"), "phone_number_id": account.phone_id}
     sent_at = str(int(received_at.replace(tzinfo=dt.UTC).timestamp()))
-    value = {"messaging_product": "whatsapp", "metadata": metadata,
-             "statuses": [{"id": wamid, "status": "sent", "timestamp": sent_at, "recipient_id": recipient.wa_id,
-                           "biz_opaque_callback_data": recipient.public_id}]}
+    value = messages_value(account, statuses=[{"id": wamid, "status": "sent", "timestamp": sent_at,
+                                               "recipient_id": recipient.wa_id,
+                                               "biz_opaque_callback_data": recipient.public_id}])
     with platform.atomic():
         batch = platform.store_batch(orjson.dumps(notification(account.business_account_id, "messages", value)))
     PlatformWebhookBatch.update(received_at=received_at, claimed_at=utcnow() - dt.timedelta(seconds=5)).where(
