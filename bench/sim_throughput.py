@@ -34,7 +34,8 @@ def start_simulator(data_dir: str | None = None) -> tuple[subprocess.Popen[bytes
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = f"from messaging.simulator import serve_forever; serve_forever('127.0.0.1:{port}', data_dir={data_dir!r})"
+    code = ("from messaging.simulator.server import serve_forever; "
+            f"serve_forever('127.0.0.1:{port}', data_dir={data_dir!r})")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.text import Text
 
-from messaging.simulator import DEFAULT_MPS, Simulator, parse_bind, serve_forever
+from messaging.simulator.server import DEFAULT_MPS, Simulator, parse_bind, serve_forever
 from svcctl.output import plain
 
 app = typer.Typer(help="The messaging platform simulator (a local stand-in for the Graph API).")

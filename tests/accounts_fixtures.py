@@ -15,7 +15,7 @@ import requests
 from falcon import testing
 
 from config import get_settings, use_settings
-from messaging.simulator import Simulator
+from messaging.simulator.server import Simulator
 from messaging.webhooks import SIGNATURE_HEADER, sign
 from models.db import connection, db, init_db
 

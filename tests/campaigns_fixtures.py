@@ -16,7 +16,7 @@ from falcon import testing
 
 from config import get_settings, use_settings
 from messaging.client import GraphClient, template_from_graph
-from messaging.simulator import Simulator
+from messaging.simulator.server import Simulator
 from messaging.webhooks import StatusUpdate
 from models.accounts import MessagingAccount, Template, open_window
 from models.campaigns import Campaign, create_campaign

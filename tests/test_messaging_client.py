@@ -20,7 +20,7 @@ from messaging.errors import (
     ThrottledError,
     error_from_response,
 )
-from messaging.simulator import DEFAULT_WABA_ID, Simulator
+from messaging.simulator.server import DEFAULT_WABA_ID, Simulator
 from tests.webhooks_fixtures import Receiver, Reply
 
 APP_SECRET = "app-secret"

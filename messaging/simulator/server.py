@@ -4,7 +4,7 @@ A real HTTP server on 127.0.0.1 that answers with the platform's JSON success an
 envelopes under the Graph versions the platform serves (`SERVED_GRAPH_VERSIONS`; a retired one
 is answered by the oldest served, as Graph does), and posts signed status, inbound and echo
 webhooks to the service. State is in memory, guarded by one lock; with a data dir it is also
-kept on disk (messaging/sim_state.py) and read back at start, so a restart is an outage, not a
+kept on disk (messaging/simulator/state_files.py) and read back at start, so a restart is an outage, not a
 new platform.
 
 Graph API endpoints:
@@ -74,9 +74,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from messaging.client import GRAPH_VERSION, template_variable_count
-from messaging.httpserver import DropConnection, JSONHTTPServer, Request
-from messaging.sim_state import SimStateFiles
-from messaging.sim_webhooks import WebhookDeliveryError, WebhookSender
+from messaging.simulator.httpserver import DropConnection, JSONHTTPServer, Request
+from messaging.simulator.state_files import SimStateFiles
+from messaging.simulator.webhook_sender import WebhookDeliveryError, WebhookSender
 
 log = logging.getLogger(__name__)
 
