@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.text import Text
 
-from messaging.simulator.server import DEFAULT_MPS, Simulator, parse_bind, serve_forever
+from messaging.simulator.platform import DEFAULT_MPS
+from messaging.simulator.server import Simulator, parse_bind, serve_forever
 from svcctl.output import plain
 
 app = typer.Typer(help="The messaging platform simulator (a local stand-in for the Graph API).")

@@ -20,7 +20,8 @@ from messaging.errors import (
     ThrottledError,
     error_from_response,
 )
-from messaging.simulator.server import DEFAULT_WABA_ID, Simulator
+from messaging.simulator.records import DEFAULT_WABA_ID
+from messaging.simulator.server import Simulator
 from tests.webhooks_fixtures import Receiver, Reply
 
 APP_SECRET = "app-secret"

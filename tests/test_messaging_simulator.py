@@ -20,7 +20,9 @@ from config.settings import Settings
 from messaging.client import GRAPH_VERSION, GraphClient
 from messaging.errors import PermanentPlatformError, ThrottledError
 from messaging.payloads import template_message, text_message
-from messaging.simulator.server import DEFAULT_WABA_ID, SERVED_GRAPH_VERSIONS, Simulator
+from messaging.simulator.graph import SERVED_GRAPH_VERSIONS
+from messaging.simulator.records import DEFAULT_WABA_ID
+from messaging.simulator.server import Simulator
 from messaging.testing import WebhookReceiver
 from messaging.webhooks import (
     EchoMessage,

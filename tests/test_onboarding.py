@@ -189,7 +189,7 @@ def test_completing_connects_an_active_number(client, alice, simulator):
     # The token is stored encrypted, never as sent.
     assert account.access_token != number["token"] and account_token(account) == number["token"]
     assert account.contacts_synced_at is not None and account.history_synced_at is not None
-    assert {"smb_app_state_sync", "history"} <= set(simulator._numbers[number["id"]].synced)
+    assert {"smb_app_state_sync", "history"} <= set(simulator.platform.state.numbers[number["id"]].synced)
     assert Template.select().where(Template.account == account.id).count() == 4
     assert attempt(attempt_id).status == "completed"
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from messaging.simulator.server import user_id_for
+from messaging.simulator.users import user_id_for
 from models import accounts, platform_users
 from models.accounts import MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient

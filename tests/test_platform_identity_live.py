@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from messaging.simulator.server import business_app_contacts, user_id_for
+from messaging.simulator.users import business_app_contacts, user_id_for
 from models.accounts import MessagingAccount
 from models.cartera import upsert_debt
 from models.cartera_input import DebtInput, debt_spec

@@ -17,7 +17,7 @@ from pywa.errors import TemplateParamCountMismatch, WhatsAppError
 from pywa.handlers import MessageHandler, MessageStatusHandler, OutgoingMessageHandler, RawUpdateHandler
 from pywa.types.templates import BodyText, Buttons, QuickReplyButton, TemplateLanguage, URLButton
 
-from messaging.simulator.server import business_app_contacts, user_id_for, username_for
+from messaging.simulator.users import business_app_contacts, user_id_for, username_for
 from messaging.testing import WebhookReceiver
 from messaging.webhooks import HistoryThread, SyncedContact, parse_notification
 from tests.live import ROOT, free_port, wait_until

@@ -22,7 +22,7 @@ STATE_FILE = "simulator.json"
 SENT_FILE = "simulator-sent.jsonl"
 
 
-class SimStateFiles:
+class StateFiles:
     def __init__(self, data_dir: str | Path):
         self.dir = Path(data_dir)
         self.state_path = self.dir / STATE_FILE
