@@ -40,7 +40,7 @@ def plain(value: Any) -> Text:
     return Text(_UNPRINTABLE.sub(lambda match: match.group().encode("unicode_escape").decode(), raw))
 
 
-def styled(*parts: tuple[str, str] | Text | Any) -> Text:
+def styled(*parts: Any) -> Text:
     """A line of ours with values from outside in it: a (words, style) pair is ours and styled, a Text
     is kept as it was built, anything else is shown by `plain` (never read as markup)."""
     return Text.assemble(*(part if isinstance(part, tuple | Text) else plain(part) for part in parts))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from config import ConfigError, get_settings
+from config import ConfigError, Settings, get_settings
 from config.logs import configure_logging
 from config.settings import parse_bind
 from models.db import connection, init_db
@@ -177,7 +177,7 @@ def _connect_demo_number(tenant_public_id: str) -> str | None:
         return outcome.connected.public_id
 
 
-def _print_banner(settings, sim_bind: str | None, payments_sim_bind: str | None, tenant_id: str,
+def _print_banner(settings: Settings, sim_bind: str | None, payments_sim_bind: str | None, tenant_id: str,
                   number_id: str | None, key_string: str | None, password: str | None) -> None:
     """Where everything is and how to get in, in 80 columns: a label, then what to copy. Only the
     key (longer than 80 characters by itself) and the command quoting it run past; they are never
