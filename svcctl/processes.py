@@ -201,14 +201,15 @@ def _print_banner(settings: Settings, sim_bind: str | None, payments_sim_bind: s
         say("key", key_string)
         say("try", f"curl -H 'Authorization: Bearer {key_string}' {base}/health")
     else:
-        say("key", "shown at first start only")
-        then(f"another: svcctl keys create --tenant {tenant_id} --scope all")
+        say("key", "shown at first start only; make another with:")
+        then(f"svcctl keys create --tenant {tenant_id} --scope all")
     say("portal", f"{settings.public_url}/portal")
     if password:
         say("sign in", DEMO_OWNER, " / ", password)
     else:
-        say("sign in", DEMO_OWNER, " (its password was shown at first start only)")
-        then(f"a new one: svcctl portal reset-password --email {DEMO_OWNER}")
+        say("sign in", DEMO_OWNER)
+        then("password shown at first start only; set a new one with:")
+        then(f"svcctl portal reset-password --email {DEMO_OWNER}")
 
 
 def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),

@@ -30,7 +30,9 @@ GREEN, DIM = "\x1b[32m", "\x1b[2m"
 MARKUP = re.compile(r"\[/?[a-z][a-z ]*\]|\[/\]")
 # Select Graphic Rendition and the cursor movements of a live view: what a terminal acts on.
 ESCAPE_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-BANNER_LINE = re.compile(r"^(?:API|sim|payments|tenant|number|key|try|portal|sign in) +\S.*$", re.MULTILINE)
+# A line of `up`'s banner: a label, or the label column left blank for a second line.
+BANNER_LINE = re.compile(r"^(?:(?:API|sim|payments|tenant|number|key|try|portal|sign in) +| {9})\S.*$",
+                         re.MULTILINE)
 # huey's lines about each task it schedules and runs, and the task list it prints at start.
 ROUTINE = re.compile(r"Enqueueing periodic task|Executing jobs\.|executed in \d|^\+ jobs\.", re.MULTILINE)
 
@@ -181,3 +183,17 @@ def test_up_banner_reads_in_80_columns_and_stays_above_routine_lines(tmp_path):
 
     after_banner = text[text.index(banner[-1]) + len(banner[-1]):]
     assert not ROUTINE.search(after_banner), after_banner
+
+    # Started again: the key and the password are not shown twice; the commands that make new
+    # ones are, whole, in 80 columns.
+    again = Terminal(["up", "--sim", "--bind", f"127.0.0.1:{api}", "--sim-bind", f"127.0.0.1:{sim}",
+                      "--payments-sim-bind", f"127.0.0.1:{gateway}"], env)
+    try:
+        again.wait_for(r"reset-password .*\n", timeout=120)
+    finally:
+        again.finish(signal.SIGINT, timeout=60)
+    banner = BANNER_LINE.findall(again.text)
+    assert key not in again.text and all(len(line) <= COLUMNS for line in banner), banner
+    assert " " * 9 + "svcctl keys create --tenant ten_" in again.text
+    assert " " * 9 + "svcctl portal reset-password --email owner@demo.example.com\n" in again.text
+    assert not MARKUP.search(again.text), again.text
