@@ -7,7 +7,8 @@ from config import get_settings
 from config.logs import configure_logging
 from models.operations import API, Heartbeat
 
-configure_logging(get_settings().log_format)
+settings = get_settings()
+configure_logging(settings.log_format, settings.log_level)
 app = create_app()
 # After the fork (no preload), so each worker beats as itself.
-atexit.register(Heartbeat(API, get_settings().web_threads).start().stop)
+atexit.register(Heartbeat(API, settings.web_threads).start().stop)

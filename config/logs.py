@@ -99,8 +99,15 @@ def formatter(log_format: str) -> logging.Formatter:
     return JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
 
 
-def configure_logging(log_format: str, level: int = logging.INFO) -> None:
-    """Send every logger's lines to stderr in the chosen format, with the context ids."""
+# Loggers whose DEBUG lines would carry secrets: every SQL statement with its parameters (a stored
+# response holding a new key, say), every URL with its query (an OAuth code exchange's client
+# secret). They stay at INFO whatever the level asked for.
+_NEVER_DEBUG = ("peewee", "urllib3")
+
+
+def configure_logging(log_format: str, level: str = "info") -> None:
+    """Send every logger's lines at `level` and above (a name of config.settings.LOG_LEVELS) to
+    stderr in the chosen format, with the context ids."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(log_format))
     handler.addFilter(ContextFilter())
@@ -108,6 +115,8 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level)
+    root.setLevel(level.upper())
+    for name in _NEVER_DEBUG:
+        logging.getLogger(name).setLevel(max(root.level, logging.INFO))
     # Python's warnings too, so that no line of the process escapes the format.
     logging.captureWarnings(True)

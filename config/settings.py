@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 # The contract's cap on a request body (DECISIONS: 8 MiB), enforced by the API worker's reader
 # and again by every endpoint.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class ConfigError(Exception):
@@ -128,6 +129,7 @@ class Settings:
     payments_notification_tolerance: int = 300  # seconds a signed notification stays acceptable
     payments_reconcile_hours: int = 72  # how far back reconciliation compares
     log_format: str = "text"
+    log_level: str = "info"  # one of LOG_LEVELS
     access_log: bool = True
     metrics_token: str = ""
     metrics_bind: tuple[str, int] | None = None
@@ -269,6 +271,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         if log_format not in {"text", "json"}:
             raise ConfigError(f"SVC_LOG_FORMAT: expected text or json, got {env['SVC_LOG_FORMAT']!r}")
         values["log_format"] = log_format
+    if "SVC_LOG_LEVEL" in env:
+        log_level = env["SVC_LOG_LEVEL"].strip().lower()
+        if log_level not in LOG_LEVELS:
+            raise ConfigError(f"SVC_LOG_LEVEL: expected one of {', '.join(LOG_LEVELS)}, got {env['SVC_LOG_LEVEL']!r}")
+        values["log_level"] = log_level
     if "SVC_ACCESS_LOG" in env:
         values["access_log"] = _bool("SVC_ACCESS_LOG", env["SVC_ACCESS_LOG"])
     if "SVC_METRICS_TOKEN" in env:

@@ -8,6 +8,7 @@ a request runs carries the request's id into its log lines (config/logs.py).
 from __future__ import annotations
 
 import functools
+import logging
 
 from huey import RedisHuey, SqliteHuey, crontab  # noqa: F401  (crontab re-exported for tasks)
 from huey.api import Task
@@ -58,6 +59,29 @@ def build_huey(settings: Settings):
 
 
 huey = build_huey(get_settings())
+
+
+# huey's lines about every task it schedules and runs, by their templates: the periodic tasks alone
+# write a dozen a minute with nothing happening, burying the requests and what went wrong. They are
+# DEBUG lines (SVC_LOG_LEVEL=debug shows them); a failure, a retry, an expiry or a timeout keeps its
+# level, and the consumer's first lines (started, periodic tasks on or off) stay.
+_ROUTINE_LINES = ("Executing %s", "%s executed in %0.3fs", "Enqueueing periodic task %s.",
+                  "Added task %s to schedule, eta %s", "Scheduler runs every %s second(s).",
+                  "The following commands are available:")
+
+
+class _RoutineAtDebug(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not str(record.msg).startswith(_ROUTINE_LINES):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+# The loggers those lines are written to: the queue's, the consumer's and its scheduler's (a filter
+# sees only its own logger's lines, not its children's).
+for _name in ("huey", "huey.consumer", "huey.consumer.Scheduler"):
+    logging.getLogger(_name).addFilter(_RoutineAtDebug())
 
 
 def _with_connection(fn):

@@ -90,11 +90,14 @@ class Process:
     periodic: bool
     started: float
     last_beat: float
+    stopped: float | None  # when it stopped cleanly
 
     def as_dict(self, now: float) -> dict:
         return {"name": self.name, "kind": self.kind, "state": self.state, "threads": self.threads,
                 "periodic": self.periodic, "started_at": _iso(self.started), "last_beat_at": _iso(self.last_beat),
-                "seconds_since_beat": round(now - self.last_beat, 1)}
+                "seconds_since_beat": round(now - self.last_beat, 1),
+                "stopped_at": None if self.stopped is None else _iso(self.stopped),
+                "seconds_since_stop": None if self.stopped is None else round(now - self.stopped, 1)}
 
 
 def _iso(unix: float) -> str:
@@ -114,7 +117,8 @@ def processes(now: float | None = None) -> list[Process]:
             state = "dead"
         else:
             state = "alive"
-        found.append(Process(row.name, row.kind, state, row.threads, bool(row.periodic), row.started, row.last_beat))
+        found.append(Process(row.name, row.kind, state, row.threads, bool(row.periodic), row.started, row.last_beat,
+                             row.stopped))
     return found
 
 

@@ -87,7 +87,7 @@ def watch(campaign_id: str, interval: float = typer.Option(0.5, "--interval", mi
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
     try:
-        err.print(f"watching {campaign.public_id}; Ctrl-C stops watching (the campaign goes on)", highlight=False)
+        err.print(f"watching {campaign.public_id}; Ctrl-C stops watching (the campaign goes on)")
         with Live(_view(data, progress, task_id, rate), console=err, refresh_per_second=8, transient=False) as live:
             while data["status"] not in FINISHED and not stop.wait(interval):
                 data = campaign_dict(Campaign.get_by_id(campaign.id))

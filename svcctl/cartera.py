@@ -12,14 +12,13 @@ import orjson
 import typer
 from rich.console import Group
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
-from rich.text import Text
 
 from models import cartera
 from models.cartera_collection import due_reminders, send_due_reminders
 from models.cartera_import import CountingReader, ImportFormatError, RowError, import_debts, reader_for
 from models.cartera_money import amount_json
 from models.tenants import get_tenant
-from svcctl.output import JSON_OPTION, err, fail, plain, record, show, table, with_database
+from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
 from svcctl.payments import export_app as payments_export_app
 
 app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True)
@@ -55,9 +54,8 @@ class ErrorSink:
         if self.shown < SHOWN_ERRORS:
             self.shown += 1
             # The row's own text (its id, the message quoting it) is printed as text, never markup.
-            label = Text.assemble(" (", plain(error.external_id), ")") if error.external_id else ""
-            err.print(Text.assemble((f"line {error.line}", "red"), label, ": ", plain(error.message)),
-                      highlight=False, soft_wrap=True)
+            label = styled(" (", error.external_id, ")") if error.external_id else ""
+            err.print(styled((f"line {error.line}", "red"), label, ": ", error.message), soft_wrap=True)
         if self.writer is not None:
             self.writer.writerow([error.line, csv_cell(error.external_id or ""), error.code, csv_cell(error.message)])
         elif self.handle is not None:
@@ -66,7 +64,7 @@ class ErrorSink:
     def close(self) -> None:
         if self.total > self.shown:
             hint = "" if self.handle else " (use --errors FILE to keep them all)"
-            err.print(f"... and {self.total - self.shown} more bad rows{hint}", highlight=False)
+            err.print(f"... and {self.total - self.shown} more bad rows{hint}")
         if self.handle is not None:
             self.handle.close()
 

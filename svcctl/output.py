@@ -20,8 +20,10 @@ from config import ConfigError, get_settings
 from models.db import connection, init_db
 from models.errors import DomainError
 
-out = Console()
-err = Console(stderr=True)
+# No guessing at what a value is: rich's highlighter would colour numbers, paths and words that look
+# like calls in our sentences and in values from outside alike. What is styled, we style.
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
@@ -38,8 +40,14 @@ def plain(value: Any) -> Text:
     return Text(_UNPRINTABLE.sub(lambda match: match.group().encode("unicode_escape").decode(), raw))
 
 
+def styled(*parts: Any) -> Text:
+    """A line of ours with values from outside in it: a (words, style) pair is ours and styled, a Text
+    is kept as it was built, anything else is shown by `plain` (never read as markup)."""
+    return Text.assemble(*(part if isinstance(part, tuple | Text) else plain(part) for part in parts))
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(Text.assemble(("error:", "red"), " ", plain(message)), highlight=False, soft_wrap=True)
+    err.print(styled(("error:", "red"), " ", message), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -95,9 +103,10 @@ def table(title: str | None, columns: Iterable[str], rows: Iterable[Iterable[Any
     Ids, keys and URLs are never cut or wrapped: columns of words wrap first, then the columns
     that identify nothing are dropped from the right (the caption names them; --json has all).
     If the identifying columns alone are wider than the console, the table is printed wider.
+    A cell given as a Text is ours and keeps its style; any other value is shown by `plain`.
     """
     headers = list(columns)
-    data = [[plain(value) for value in row] for row in rows]
+    data = [[value if isinstance(value, Text) else plain(value) for value in row] for row in rows]
     shown = [_Column(header, [row[index] for row in data]) for index, header in enumerate(headers)]
     available = out.width
     dropped: list[str] = []

@@ -15,7 +15,7 @@ import orjson
 import requests
 import typer
 
-from svcctl.output import JSON_OPTION, err, fail, record, show, table, with_database
+from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
 
 app = typer.Typer(help="The payment gateway: credentials, reconciliation, the simulator.", no_args_is_help=True)
 export_app = typer.Typer(help="Payments made in the service, for the ERP.", no_args_is_help=True)
@@ -100,7 +100,7 @@ def sim(bind: str = typer.Option(DEFAULT_SIM_BIND, "--bind", help="HOST:PORT to 
     signal.signal(signal.SIGTERM, _interrupt)
     simulator = GatewaySimulator(host, port, duplicates=duplicates, max_delay=max_delay, shuffle=not no_shuffle)
     try:
-        simulator.serve_forever(lambda s: err.print(f"[green]payment gateway simulator[/green] {s.base_url}"))
+        simulator.serve_forever(lambda s: err.print(styled(("payment gateway simulator", "green"), " ", s.base_url)))
     except OSError as error:
         fail(f"cannot listen on {bind}: {error}")
     except KeyboardInterrupt:
@@ -151,4 +151,4 @@ def export(tenant: str = typer.Option(..., "--tenant"),
         partial = cursor_file.with_name(cursor_file.name + ".tmp")
         partial.write_text(f"{last}\n")
         os.replace(partial, cursor_file)
-    err.print(f"{count} row(s); cursor {last}", highlight=False)
+    err.print(f"{count} row(s); cursor {last}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import gc
 import os
 import signal
@@ -13,11 +12,11 @@ from pathlib import Path
 
 import typer
 
-from config import ConfigError, get_settings
+from config import ConfigError, Settings, get_settings
 from config.logs import configure_logging
 from config.settings import parse_bind
 from models.db import connection, init_db
-from svcctl.output import err, fail
+from svcctl.output import err, fail, styled
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN_CONFIG = ROOT / "config" / "gunicorn.py"
@@ -60,7 +59,7 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
         metrics_bind = parse_bind("--metrics-port", metrics_port) if metrics_port else settings.metrics_bind
     except ConfigError as error:
         fail(str(error))
-    configure_logging(settings.log_format)
+    configure_logging(settings.log_format, settings.log_level)
     from jobs.operations import serve_metrics
     from jobs.queue import huey, load_tasks
     from models.operations import WORKER, Heartbeat
@@ -114,7 +113,7 @@ def _wait_for(url: str, what: str, seconds: float = 15) -> bool:
         except requests.RequestException:
             pass
         if time.time() > deadline:
-            err.print(f"[yellow]{what} not answering[/yellow]")
+            err.print(styled((f"{what} not answering", "yellow")))
             return False
         time.sleep(0.2)
 
@@ -164,7 +163,7 @@ def _connect_demo_number(tenant_public_id: str) -> str | None:
             try:
                 sync_templates(account)
             except PlatformError as error:
-                err.print(f"[yellow]the demo number's templates did not sync: {error.message}[/yellow]")
+                err.print(styled(("the demo number's templates did not sync:", "yellow"), " ", error.message))
             return account.public_id
         attempt = onboarding.create_attempt(tenant.id, redirect_url=f"{settings.public_url}/portal",
                                             label="demo number")
@@ -172,10 +171,45 @@ def _connect_demo_number(tenant_public_id: str) -> str | None:
         outcome = onboarding.complete(attempt.public_id, signup["code"], signup["waba_id"],
                                       signup["phone_number_id"])
         if outcome.connected is None:
-            err.print(f"[yellow]the demo number did not connect: {outcome.attempt.error}[/yellow]")
+            err.print(styled(("the demo number did not connect:", "yellow"), " ", outcome.attempt.error))
             return None
         connected(outcome.connected.id)  # the worker subscribes the app and syncs its templates
         return outcome.connected.public_id
+
+
+def _print_banner(settings: Settings, sim_bind: str | None, payments_sim_bind: str | None, tenant_id: str,
+                  number_id: str | None, key_string: str | None, password: str | None) -> None:
+    """Where everything is and how to get in, in 80 columns: a label, then what to copy. Only the
+    key (longer than 80 characters by itself) and the command quoting it run past; they are never
+    broken by us, so the terminal wraps them and they paste whole."""
+    base = f"{settings.public_url}/api/v1"
+
+    def say(label: str, *value) -> None:
+        err.print(styled((f"{label:<9}", "green"), *value), soft_wrap=True)
+
+    def then(*value) -> None:  # a second line under the same label
+        err.print(styled(" " * 9, *value), soft_wrap=True)
+
+    say("API", base)
+    if sim_bind:
+        say("sim", f"http://{sim_bind}", " (platform simulator)")
+        say("payments", f"http://{payments_sim_bind}", " (gateway simulator)")
+    say("tenant", tenant_id, f" ({DEMO_TENANT})")
+    if number_id:
+        say("number", number_id, " (simulated, ready to send)")
+    if key_string:
+        say("key", key_string)
+        say("try", f"curl -H 'Authorization: Bearer {key_string}' {base}/health")
+    else:
+        say("key", "shown at first start only; make another with:")
+        then(f"svcctl keys create --tenant {tenant_id} --scope all")
+    say("portal", f"{settings.public_url}/portal")
+    if password:
+        say("sign in", DEMO_OWNER, " / ", password)
+    else:
+        say("sign in", DEMO_OWNER)
+        then("password shown at first start only; set a new one with:")
+        then(f"svcctl portal reset-password --email {DEMO_OWNER}")
 
 
 def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),
@@ -230,28 +264,8 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     if sim:
         _connect_demo_gateway(tenant_id, settings.payments_gateway_url)
         number_id = _connect_demo_number(tenant_id)
-    base = f"{settings.public_url}/api/v1"
-    # soft_wrap: a line longer than the terminal is never broken by us, so a key or URL pastes whole.
-    say = functools.partial(err.print, soft_wrap=True, highlight=False)
-    say(f"[green]API[/green]     {base}")
-    if sim:
-        say(f"[green]sim[/green]     http://{sim_bind}")
-        say(f"[green]payments[/green] http://{payments_sim_bind} (gateway simulator)")
-    say(f"[green]tenant[/green]  {tenant_id} ({DEMO_TENANT})")
-    if number_id:
-        say(f"[green]number[/green]  {number_id} (simulated, connected: ready to send and take debts)")
-    if key_string:
-        say(f"[green]key[/green]     {key_string}")
-        say(f"try: curl -H 'Authorization: Bearer {key_string}' {base}/health")
-    else:
-        say("key     shown at first start only; create another with "
-            f"`svcctl keys create --tenant {tenant_id} --scope all`")
-    say(f"[green]portal[/green]  {settings.public_url}/portal")
-    if password:
-        say(f"[green]sign in[/green] {DEMO_OWNER} / {password}")
-    else:
-        say(f"sign in {DEMO_OWNER} (password shown at first start only; "
-            f"`svcctl portal reset-password --email {DEMO_OWNER}` sets a new one)")
+    _print_banner(settings, sim_bind if sim else None, payments_sim_bind if sim else None, tenant_id, number_id,
+                  key_string, password)
 
     stopping = False
 
@@ -265,7 +279,7 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
     while not stopping:
         for name, child in children.items():
             if child.poll() is not None:
-                err.print(f"[red]{name} exited with {child.returncode}; stopping[/red]")
+                err.print(styled((f"{name} exited with {child.returncode}; stopping", "red")))
                 stopping, exit_code = True, 1
                 break
         time.sleep(0.2)

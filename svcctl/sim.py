@@ -11,22 +11,17 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import requests
 import typer
-from rich.console import Console
 from rich.logging import RichHandler
-from rich.text import Text
 
 from messaging.simulator.platform import DEFAULT_MPS
 from messaging.simulator.server import Simulator, parse_bind, serve_forever
-from svcctl.output import plain
+from svcctl.output import err, fail, out, plain, styled
 
 app = typer.Typer(help="The messaging platform simulator (a local stand-in for the Graph API).")
-
-out = Console()
-err = Console(stderr=True)
 
 DEFAULT_SIM_URL = "http://127.0.0.1:8090"
 SIM_URL_OPTION = typer.Option(
@@ -75,11 +70,11 @@ def run(
     signal.signal(signal.SIGTERM, _interrupt)
 
     def ready(sim: Simulator) -> None:
-        err.print(f"[green]simulator[/green] {sim.base_url}  business account {sim.waba_id}")
-        err.print(f"webhooks → {webhook_url or '(none: --webhook-url not set)'}")
-        err.print(f"state in {Path(data_dir).resolve()}")
+        err.print(styled(("simulator", "green"), " ", sim.base_url, "  business account ", sim.waba_id))
+        err.print(styled("webhooks → ", webhook_url or "(none: --webhook-url not set)"))
+        err.print(styled("state in ", Path(data_dir).resolve()))
         if webhook_url and not app_secret:
-            err.print("[yellow]warning:[/yellow] SVC_APP_SECRET is not set, webhooks go unsigned")
+            err.print(styled(("warning:", "yellow"), " SVC_APP_SECRET is not set, webhooks go unsigned"))
 
     try:
         serve_forever(
@@ -139,17 +134,9 @@ def _report(result: dict[str, Any], as_json: bool, what: str) -> None:
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
-    out.print(
-        f"{what}: {result.get('wamid')} (service answered HTTP {result.get('webhook_status')})",
-        highlight=False,
-    )
+    # The numbers and the text come from the command line and the simulator: text, never markup.
+    out.print(plain(f"{what}: {result.get('wamid')} (service answered HTTP {result.get('webhook_status')})"))
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
-
-
-def fail(message: str) -> NoReturn:
-    # The message may quote the simulator's answer: text, never markup.
-    err.print(Text.assemble(("error:", "red"), " ", plain(message)), highlight=False, soft_wrap=True)
-    raise typer.Exit(1)

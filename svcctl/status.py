@@ -7,7 +7,10 @@ import time
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
+from models.operations import FORGET_AFTER_SECONDS
 from svcctl.output import JSON_OPTION, err, out, print_json, table, with_database
 
 
@@ -39,32 +42,51 @@ def _seconds(value: float) -> str:
     return f"{value / 3600:.1f}h"
 
 
+# Ours: a process's state is styled, never written as markup into a cell (which shows values as text).
+STATE_STYLES = {"alive": "green", "dead": "bold red", "stopped": "dim"}
+
+
+def _listing(title: str, columns: tuple[str, ...], rows: list[tuple]) -> Table | Text:
+    """A table, or one line when it would be empty: the whole view fits a terminal's height more often."""
+    return table(title, columns, rows) if rows else Text(f"{title}: none", style="dim")
+
+
+def _processes(processes: list[dict]) -> tuple[Table | Text, Table | Text]:
+    """The processes that should be running (alive, or dead: a fault), and apart from them the ones
+    stopped cleanly, most recent first, until they are forgotten."""
+    running = [item for item in processes if item["state"] != "stopped"]
+    stopped = sorted((item for item in processes if item["state"] == "stopped"),
+                     key=lambda item: item["seconds_since_stop"])
+    return (_listing("processes", ("name", "kind", "state", "last beat", "threads", "periodic"),
+                     [(item["name"], item["kind"], Text(item["state"], style=STATE_STYLES[item["state"]]),
+                       f"{_seconds(item['seconds_since_beat'])} ago", item["threads"],
+                       "yes" if item["periodic"] else "") for item in running]),
+            _listing(f"stopped in the last {_seconds(FORGET_AFTER_SECONDS)}", ("name", "kind", "stopped", "periodic"),
+                     [(item["name"], item["kind"], Text(f"{_seconds(item['seconds_since_stop'])} ago", style="dim"),
+                       "yes" if item["periodic"] else "") for item in stopped]))
+
+
 def render(data: dict) -> Group:
-    state_style = {"alive": "green", "dead": "bold red", "stopped": "dim"}
-    processes = table("processes", ("name", "kind", "state", "last beat", "threads", "periodic"),
-                      [(item["name"], item["kind"], f"[{state_style[item['state']]}]{item['state']}[/]",
-                        f"{_seconds(item['seconds_since_beat'])} ago", item["threads"],
-                        "yes" if item["periodic"] else "")
-                       for item in data["processes"]])
+    processes, stopped = _processes(data["processes"])
     outbox, platform = data["outbox"], data["platform"]
     queue = table("queue", ("pending", "scheduled"), [(data["queue"]["pending"], data["queue"]["scheduled"])])
     backlog = table("outbox and platform webhooks", ("events", "oldest", "deliveries", "oldest", "batches"),
                     [(outbox["events_pending"], _seconds(outbox["oldest_event_age_seconds"]),
                       outbox["deliveries_pending"], _seconds(outbox["oldest_delivery_age_seconds"]),
                       platform["batches_pending"])])
-    campaigns = table("campaigns running", ("campaign", "tenant", "done", "total", "msg/s"),
-                      [(item["campaign"], item["tenant"], item["done"], item["total"], item["rate"])
-                       for item in data["campaigns"]])
-    numbers = table("per-number pace (last 10 s)", ("number", "phone id", "msg/s", "cap"),
-                    [(item["number"], item["phone_id"], item["rate"], item["cap"]) for item in data["numbers"]])
-    webhooks = table("webhook backlog by endpoint", ("endpoint", "tenant", "open", "failing", "oldest",
-                                                     "last failure", "url"),
-                     [(item["endpoint"], item["tenant"], item["pending"], item["failing"],
-                       _seconds(item["oldest_age_seconds"]), item["last_failure_at"], item["url"])
-                      for item in data["webhooks"]])
-    credits = table("credits reserved by company", ("tenant", "reserved"),
-                    [(item["tenant"], item["reserved"]) for item in data["credits_reserved"]])
-    return Group(processes, queue, backlog, campaigns, numbers, webhooks, credits)
+    campaigns = _listing("campaigns running", ("campaign", "tenant", "done", "total", "msg/s"),
+                         [(item["campaign"], item["tenant"], item["done"], item["total"], item["rate"])
+                          for item in data["campaigns"]])
+    numbers = _listing("per-number pace (last 10 s)", ("number", "phone id", "msg/s", "cap"),
+                       [(item["number"], item["phone_id"], item["rate"], item["cap"]) for item in data["numbers"]])
+    webhooks = _listing("webhook backlog by endpoint", ("endpoint", "tenant", "open", "failing", "oldest",
+                                                        "last failure", "url"),
+                        [(item["endpoint"], item["tenant"], item["pending"], item["failing"],
+                          _seconds(item["oldest_age_seconds"]), item["last_failure_at"], item["url"])
+                         for item in data["webhooks"]])
+    credits = _listing("credits reserved by company", ("tenant", "reserved"),
+                       [(item["tenant"], item["reserved"]) for item in data["credits_reserved"]])
+    return Group(processes, stopped, queue, backlog, campaigns, numbers, webhooks, credits)
 
 
 @with_database

@@ -6,14 +6,13 @@ import datetime as dt
 import re
 
 import typer
-from rich.text import Text
 
 from jobs import webhooks as delivery
 from models import webhooks
 from models.clock import isoformat, to_utc_naive, utcnow
 from models.errors import Invalid, NotFound
 from models.tenants import get_tenant
-from svcctl.output import JSON_OPTION, err, fail, plain, print_json, record, show, table, with_database
+from svcctl.output import JSON_OPTION, err, fail, print_json, record, show, styled, table, with_database
 
 app = typer.Typer(help="Webhooks: endpoints, deliveries, replays and test pings.", no_args_is_help=True)
 
@@ -121,8 +120,7 @@ def test_endpoint(endpoint_id: str = typer.Argument(..., help="A whend_ id."), a
     else:
         show(data, False, lambda: record(data, "test ping"))
     if not response.ok:
-        err.print(Text.assemble(("the endpoint did not accept the ping:", "red"), " ", plain(response.error)),
-                  highlight=False)
+        err.print(styled(("the endpoint did not accept the ping:", "red"), " ", response.error))
         raise typer.Exit(1)
 
 

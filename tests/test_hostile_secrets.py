@@ -44,7 +44,9 @@ def service(storage, tmp_path, immediate_queue, webhook_ca):
     immediate_queue.immediate = False
     env = {**env_for(storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1],
            # gunicorn's access log too: a secret in a URL would land there.
-           "GUNICORN_CMD_ARGS": "--access-logfile -"}
+           "GUNICORN_CMD_ARGS": "--access-logfile -",
+           # The most a log holds: huey's lines about every task run, and every other debug line.
+           "SVC_LOG_LEVEL": "debug"}
     cluster = Cluster(env, tmp_path, nodes=1, consumers=2).start()
     yield cluster
     cluster.stop()

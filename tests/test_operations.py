@@ -118,7 +118,8 @@ def test_a_task_enqueued_by_a_request_carries_its_id(client, alice, storage, imm
     handler = logging.Handler()
     handler.emit = lambda record: seen.append(logs.request_id.get())
     huey_log = logging.getLogger("huey")
-    level, huey_log.level = huey_log.level, logging.INFO
+    level = huey_log.level
+    huey_log.setLevel(logging.DEBUG)  # where huey's own lines about each task are
     huey_log.addHandler(handler)
     try:
         immediate_queue.execute(immediate_queue.dequeue())
@@ -128,6 +129,33 @@ def test_a_task_enqueued_by_a_request_carries_its_id(client, alice, storage, imm
     assert seen and set(seen) == {"complaint-99"}  # huey's own lines about the task included
     assert logs.request_id.get() is None
     immediate_queue.flush()
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_the_queue_routine_is_a_debug_line_and_sql_never_shows(level, capsys):
+    import jobs.queue  # noqa: F401  (it lowers huey's routine lines as it loads)
+
+    root = logging.getLogger()
+    kept = (list(root.handlers), root.level, {name: logging.getLogger(name).level for name in ("peewee", "urllib3")})
+    logs.configure_logging("text", level)
+    try:
+        logging.getLogger("huey").info("Executing %s", "jobs.maintenance.purge: 1f2e")
+        logging.getLogger("huey.consumer.Scheduler").info("Enqueueing periodic task %s.", "jobs.webhooks.sweep: 3c4d")
+        logging.getLogger("huey").info("Task %s raised RetryTask, retrying.", "5e6f")
+        logging.getLogger("peewee").debug("('SELECT \"key\" FROM \"api_key\"', ['svc_live_secret'])")
+        logging.getLogger("urllib3.connectionpool").debug('"GET /oauth/access_token?client_secret=as_x HTTP/1.1" 200')
+    finally:
+        root.handlers[:] = kept[0]
+        root.setLevel(kept[1])
+        for name, old in kept[2].items():
+            logging.getLogger(name).setLevel(old)
+    written = capsys.readouterr().err
+    assert "INFO huey: Task 5e6f raised RetryTask" in written  # what happened keeps its level
+    routine = ["DEBUG huey: Executing jobs.maintenance.purge: 1f2e",
+               "DEBUG huey.consumer.Scheduler: Enqueueing periodic task jobs.webhooks.sweep: 3c4d."]
+    assert [line in written for line in routine] == [level == "debug"] * 2
+    assert "INFO huey: Executing" not in written and "INFO huey.consumer.Scheduler" not in written
+    assert "svc_live_secret" not in written and "client_secret" not in written
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -144,12 +172,16 @@ def test_a_bad_secret_key_list_is_one_line(raw, message, tmp_path):
 def test_operations_settings(tmp_path):
     first, second = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     settings = load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEY": f" {first} , {second} ",
-                              "SVC_LOG_FORMAT": "JSON", "SVC_METRICS_PORT": "9105", "SVC_ACCESS_LOG": "off"})
+                              "SVC_LOG_FORMAT": "JSON", "SVC_METRICS_PORT": "9105", "SVC_ACCESS_LOG": "off",
+                              "SVC_LOG_LEVEL": " Debug "})
     assert (settings.secret_key, settings.secret_keys) == (first, (first, second))
     assert (settings.log_format, settings.metrics_bind, settings.access_log) == ("json", ("127.0.0.1", 9105), False)
+    assert settings.log_level == "debug"
+    assert load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEY": first}).log_level == "info"
     assert load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEY": first,
                           "SVC_METRICS_PORT": "0.0.0.0:9200"}).metrics_bind == ("0.0.0.0", 9200)
-    for name, raw in (("SVC_LOG_FORMAT", "xml"), ("SVC_METRICS_PORT", "ninety"), ("SVC_METRICS_PORT", "70000")):
+    for name, raw in (("SVC_LOG_FORMAT", "xml"), ("SVC_METRICS_PORT", "ninety"), ("SVC_METRICS_PORT", "70000"),
+                      ("SVC_LOG_LEVEL", "verbose")):
         with pytest.raises(ConfigError, match=name):
             load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_SECRET_KEY": first, name: raw})
 

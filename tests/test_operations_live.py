@@ -39,7 +39,8 @@ def service(storage, webhook_ca, webhook_settings, immediate_queue, tmp_path):
     immediate_queue.immediate = False
     metrics_port = free_port()
     env = {**env_for(storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1], "SVC_METRICS_PORT": str(metrics_port),
-           "SVC_LOG_FORMAT": "json", "SVC_METRICS_TOKEN": "scrape-token"}
+           "SVC_LOG_FORMAT": "json", "SVC_METRICS_TOKEN": "scrape-token",
+           "SVC_LOG_LEVEL": "debug"}  # huey's own lines about each task, which carry the request id
     live = LiveService(env, tmp_path, web_workers=3, worker_threads=8).start()
     live.consumer_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
     wait_until(lambda: LiveService._answers(live.consumer_metrics), message="the consumer's metrics port")

@@ -46,7 +46,9 @@ def test_sends_and_deliveries_keep_working_through_a_key_rotation(storage, webho
                                                                    immediate_queue, tmp_path):
     immediate_queue.immediate = False
     old_key, new_key = storage.secret_key, Fernet.generate_key().decode()
-    service = LiveService({**env_for(storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1]}, tmp_path).start()
+    # At debug: huey's own lines about each task, which carry the request id, are debug lines.
+    service = LiveService({**env_for(storage), "SVC_WEBHOOK_CA_BUNDLE": webhook_ca[1], "SVC_LOG_LEVEL": "debug"},
+                          tmp_path).start()
     try:
         alice = Persona("Alice Rotates", credits=1000)
         phone_id, token = sim_signup(service.sim_url, service.env["SVC_APP_SECRET"], 1000)
@@ -101,7 +103,7 @@ def test_sends_and_deliveries_keep_working_through_a_key_rotation(storage, webho
         restart_with_keys(service, [new_key])  # the old key is gone
         campaign_goes_through()
         assert "InvalidToken" not in service.log("worker") + service.log("api")
-        # The default, readable logs carry the request ids too: the access log and the tasks.
+        # The readable (text) logs carry the request ids too: the access log and the tasks.
         created_ids = re.findall(r'"POST /api/v1/campaigns HTTP/1.1" 201 .* rid=(req_[0-9a-f]+)', service.log("api"))
         assert len(created_ids) == 4  # one line per campaign created
         assert re.search(rf"\[request_id={created_ids[-1]} task=jobs\.sending\.dispatch\]", service.log("worker"))

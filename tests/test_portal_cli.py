@@ -106,7 +106,7 @@ def test_svcctl_up_prints_the_portal_and_a_sign_in_that_works(tmp_path):
         printed = wait_until(lambda: re.search(r"sign in\s+(\S+) / (\S+)", log_path.read_text()), timeout=60,
                              message="the demo sign-in")
         email, password = printed.groups()
-        assert f"portal  http://127.0.0.1:{port}/portal" in log_path.read_text()
+        assert re.search(rf"^portal +http://127\.0\.0\.1:{port}/portal$", log_path.read_text(), re.MULTILINE)
         base = f"http://127.0.0.1:{port}/portal"
         wait_until(lambda: answers(f"{base}/login"), message="the portal")
         browser = requests.Session()
