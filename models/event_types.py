@@ -1,8 +1,8 @@
 """Every event the service posts to webhook endpoints, each as the model of the body it sends.
 
 A body model names its event in `event` (a one-value Literal) and lists exactly the fields the
-producers write (`additionalProperties: false`): a field the payload carries only when it has a
-value is `absent_or_set()`, neither required nor nullable. The outbox (models/events.py) accepts
+producers write (`additionalProperties: false`): a field the payload carries only where it
+applies is `absent_or_set()`, not required (and null only where its type says so). The outbox (models/events.py) accepts
 the events listed in EVENT_TYPES and nothing else, POST /webhooks/endpoints offers the
 subscribable ones, and the API document's `webhooks` section describes each from its model, so a
 new event is one model here, added to EVENT_TYPES.
@@ -22,11 +22,12 @@ from models.cartera_input import PAYMENT_METHODS
 
 
 def _without_default(schema: dict[str, Any]) -> None:
+    # The Python default (None) stands for "absent"; the schema must not promise a null.
     schema.pop("default", None)
 
 
 def absent_or_set(**options: Any) -> Any:
-    """A field the payload leaves out when it has no value: not required, never null."""
+    """A field the payload leaves out where it does not apply: not required."""
     return Field(default=None, json_schema_extra=_without_default, **options)
 
 
