@@ -156,46 +156,29 @@ def wait_for_events(receivers: list[Receiver], names: set[str], timeout: float =
         raise AssertionError(f"never delivered: {sorted(missing())}") from None
 
 
-def test_a_generated_client_drives_the_service_and_every_posted_event_matches_the_document(
-        service, generated_package, make_receiver, tmp_path):
-    company = Persona("Generated Client Co", credits=100, rate_limit=100_000)
-    api = GeneratedClient(generated_package, service.api_url, company.key_string)
-    hooks, payment_hooks = make_receiver(), make_receiver()
-
-    # The document itself, and the public and health reads.
-    api.call("meta.get_openapi_json", 200)
-    api.call("health.get_health", 200)
-    api.call("access.post_access_requests", 201, body=api.body("AccessRequestInput", {
-        "company_name": "Prospect SA", "contact_name": "Eva", "contact_email": "eva@prospect.example"}))
-
-    # A webhook endpoint for every event a company can choose; a second one, deactivated.
+def register_endpoints(api: GeneratedClient, hooks: Receiver) -> Any:
+    """An endpoint for every event a company can choose (returned); a second one, deactivated."""
     endpoint = api.call("webhooks.post_webhooks_endpoints", 201, body=api.body("EndpointInput", {
         "url": hooks.url(), "events": list(CORE_EVENTS)})).data
     spare = api.call("webhooks.post_webhooks_endpoints", 201, body=api.body("EndpointInput", {
         "url": hooks.url(path="/spare"), "events": ["campaign.created"]})).data
     api.call("webhooks.delete_webhooks_endpoints_endpoint_id", 200, endpoint_id=spare.id)
     api.call("webhooks.get_webhooks_endpoints", 200)
-    # The payment endpoint and the gateway seller are the company's settings (portal or svcctl).
-    _payment_endpoint, payment_secret = webhooks.set_payment_endpoint(company.id, payment_hooks.url(path="/payments"))
-    seller = requests.post(f"{service.gateway_url}/_sim/sellers", timeout=5).json()
-    payments.connect_gateway(company.id, seller["access_token"], seller["webhook_secret"])
+    return endpoint
 
-    # A number, through onboarding (account.connected).
-    account_id = connect_number(service, api)
-    api.call("accounts.get_accounts", 200)
-    account = api.call("accounts.get_accounts_account_id", 200, account_id=account_id).data
-    api.call("accounts.get_accounts_account_id_templates", 200, account_id=account_id)
 
-    # Receivables: a debt of the contact, a batch (one element refused), an ERP payment.
+def sync_receivables(service: PaymentsLiveService, api: GeneratedClient, account_id: str) -> None:
+    """A debt of the contact, a batch (one element refused), an ERP payment, a resolution; then a
+    payment link paid on the gateway's checkout (debt.payment_received)."""
     debt = {"external_id": "FAC-1", "account_id": account_id, "external_version": 1,
             "deudor": {"nombre": "Ana Pérez", "documento": "CC-1", "telefono": CONTACT},
             "moneda": "COP", "referencia": "Factura 1", "monto_original": 300000, "saldo_pendiente": 300000,
             "cuotas": [{"external_id": "FAC-1-1", "numero": 1, "monto": 150000, "vence": "2031-01-31"},
                        {"external_id": "FAC-1-2", "numero": 2, "monto": 150000, "vence": "2031-02-28"}]}
     api.call("cartera.post_cartera_deudas", 201, idempotency_key="debt-1", body=api.body("DebtInput", debt))
+    other_debtor = {**debt["deudor"], "documento": "CC-2", "telefono": "573009990002"}
     api.call("cartera.post_cartera_deudas_lote", 200, idempotency_key="batch-1", body=api.body("DebtBatchInput", {
-        "deudas": [{**debt, "external_id": "FAC-2", "cuotas": [], "deudor": {**debt["deudor"], "documento": "CC-2",
-                                                                             "telefono": "573009990002"}},
+        "deudas": [{**debt, "external_id": "FAC-2", "cuotas": [], "deudor": other_debtor},
                    {**debt, "external_id": "FAC-3", "account_id": "wacc_unknown"}]}))
     api.call("cartera.post_cartera_pagos", 201, idempotency_key="pay-1", body=api.body("PaymentInput", {
         "external_id": "PAY-1", "deuda_external_id": "FAC-1", "monto": 50000, "moneda": "COP",
@@ -203,7 +186,6 @@ def test_a_generated_client_drives_the_service_and_every_posted_event_matches_th
     api.call("cartera.post_cartera_deudas_external_id_resolver", 200, external_id="FAC-2",
              idempotency_key="resolve-2", body=api.body("ResolveInput", {"status": "cancelled", "reason": "duplicate"}))
 
-    # A payment through the gateway (debt.payment_received): a link, its checkout paid.
     link = api.call("cartera.post_cartera_deudas_external_id_payment_link", 201, external_id="FAC-1",
                     idempotency_key="link-1", body=api.body("PaymentLinkInput", {})).data
     paid = requests.post(f"{service.gateway_url}/_sim/payments", timeout=10,
@@ -214,7 +196,10 @@ def test_a_generated_client_drives_the_service_and_every_posted_event_matches_th
     detail = api.call("cartera.get_cartera_deudas_external_id", 200, external_id="FAC-1").data.deuda
     assert sorted(payment.origin for payment in detail.pagos) == ["erp", "service"] and detail.links_de_pago
 
-    # A campaign: one recipient accepted, one refused at send, one failing after acceptance.
+
+def run_campaigns(api: GeneratedClient, account_id: str) -> None:
+    """One recipient accepted, one refused at send, one failing after acceptance; then a second
+    campaign cancelled at once."""
     recipients = [{"wa_id": "573001110001", "external_contact_id": "contact-1"}, {"wa_id": "573001110000"},
                   {"wa_id": "573001119999"}]
     campaign = api.call("campaigns.post_campaigns", 201, body=api.body("CampaignInput", {
@@ -229,30 +214,53 @@ def test_a_generated_client_drives_the_service_and_every_posted_event_matches_th
         "account_id": account_id, "template_name": "hello_world", "recipients": [{"wa_id": "573001110002"}]})).data
     api.call("campaigns.post_campaigns_campaign_id_cancel", (200, 409), campaign_id=second.id)
 
-    # The contact writes (message.inbound.created, naming the contact's open debts), is answered
-    # with a single message inside the window, and the business app replies too (an echo).
+
+def converse(service: PaymentsLiveService, api: GeneratedClient, account: Any, hooks: Receiver) -> None:
+    """The contact writes (naming the contact's open debts), is answered with a single message
+    inside the window, and the business app replies too (an echo). Then the platform blocks the
+    number's business account: the next send pauses it (account.paused)."""
     sim(service, "inbound", **{"from": CONTACT, "to": account.phone_id, "text": "Quiero pagar"})
     wait_for_events([hooks], {"message.inbound.created"})
-    message = api.call("messages.post_messages", 202, body=api.body("MessageInput", {
-        "account_id": account_id, "to": CONTACT, "type": "text", "text": {"body": "Le enviamos el enlace"}})).data
+    text = {"account_id": account.id, "to": CONTACT, "type": "text", "text": {"body": "Le enviamos el enlace"}}
+    message = api.call("messages.post_messages", 202, body=api.body("MessageInput", text)).data
     wait_until(lambda: api.call("messages.get_messages_message_id", 200, message_id=message.id).data.status
                == "sent", timeout=30, interval=0.5, message="the single message to be sent")
     sim(service, "echo", **{"from": account.phone_id, "to": CONTACT, "text": "Ya te respondo"})
 
-    # The platform blocks the number's business account: the next send pauses it (account.paused).
     sim(service, f"numbers/{account.phone_id}", blocked=368)
-    api.call("messages.post_messages", 202, body=api.body("MessageInput", {
-        "account_id": account_id, "to": CONTACT, "type": "text", "text": {"body": "Otro mensaje"}}))
+    api.call("messages.post_messages", 202, body=api.body("MessageInput", text))
 
+
+def test_a_generated_client_drives_the_service_and_every_posted_event_matches_the_document(
+        service, generated_package, make_receiver, tmp_path):
+    company = Persona("Generated Client Co", credits=100, rate_limit=100_000)
+    api = GeneratedClient(generated_package, service.api_url, company.key_string)
+    hooks, payment_hooks = make_receiver(), make_receiver()
+
+    api.call("meta.get_openapi_json", 200)
+    api.call("health.get_health", 200)
+    api.call("access.post_access_requests", 201, body=api.body("AccessRequestInput", {
+        "company_name": "Prospect SA", "contact_name": "Eva", "contact_email": "eva@prospect.example"}))
+    endpoint = register_endpoints(api, hooks)
+    # The payment endpoint and the gateway seller are the company's settings (portal or svcctl).
+    _payment_endpoint, payment_secret = webhooks.set_payment_endpoint(company.id, payment_hooks.url(path="/payments"))
+    seller = requests.post(f"{service.gateway_url}/_sim/sellers", timeout=5).json()
+    payments.connect_gateway(company.id, seller["access_token"], seller["webhook_secret"])
+
+    account_id = connect_number(service, api)
+    api.call("accounts.get_accounts", 200)
+    account = api.call("accounts.get_accounts_account_id", 200, account_id=account_id).data
+    api.call("accounts.get_accounts_account_id_templates", 200, account_id=account_id)
+    sync_receivables(service, api, account_id)
+    run_campaigns(api, account_id)
+    converse(service, api, account, hooks)
     api.call("credits_.get_credits_balance", 200)
     api.call("credits_.get_credits_ledger", 200)
     api.error("campaigns.get_campaigns_campaign_id", 404, "campaign_not_found", campaign_id="cmp_missing")
     api.error("campaigns.get_campaigns", 422, "validation_failed", per_page=500)
     api.error("cartera.post_cartera_deudas_external_id_resolver", 404, "debt_not_found", external_id="FAC-404",
               idempotency_key="resolve-404", body=api.body("ResolveInput", {"status": "paid", "reason": "n/a"}))
-
-    # The test event, as an administrator sends it.
-    tested = service.svcctl("webhooks", "test", endpoint.id)
+    tested = service.svcctl("webhooks", "test", endpoint.id)  # the test event, as an administrator sends it
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
     wait_for_events([hooks, payment_hooks], {*ALL_EVENTS, PING_EVENT})
@@ -260,7 +268,7 @@ def test_a_generated_client_drives_the_service_and_every_posted_event_matches_th
     for receiver, secret in ((hooks, endpoint.signing_secret), (payment_hooks, payment_secret)):
         for request in list(receiver.requests):
             check_delivery(document, request, secret)
-    assert {r.headers["X-Service-Event"] for r in payment_hooks.requests} == {PAYMENT_EVENT}
+    assert {request.headers["X-Service-Event"] for request in payment_hooks.requests} == {PAYMENT_EVENT}
 
 
 def check_delivery(document: dict, request, secret: str) -> None:
