@@ -1,5 +1,5 @@
 """The API document, used as an integrator uses it: a third-party generator (openapi-python-client,
-in its tool environment `.venv-openapi`) makes a client from the document the live service
+in its tool environment `.venv/tools/openapi-client`) makes a client from the document the live service
 serves, and that client drives the service (gunicorn, the consumer, the platform and payment
 gateway simulators as processes): a webhook endpoint, a number, debts and payments, a campaign, a
 single message, credits. Every answer, errors included, must parse into the generated models with
@@ -39,7 +39,7 @@ from tests.webhooks_fixtures import Receiver, verify
 
 pytestmark = [pytest.mark.parametrize("storage", ["sqlite"], indirect=True), pytest.mark.timeout(300)]
 
-GENERATOR = ROOT / ".venv-openapi" / "bin" / "openapi-python-client"
+GENERATOR = ROOT / ".venv" / "tools" / "openapi-client" / "bin" / "openapi-python-client"
 PACKAGE = "generated_service_client"
 # Ends in 7: the simulator gives this user a username beside the business-scoped id.
 CONTACT = "573001112237"
