@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
+from pydantic import Field
+
 from api.errors import validation_error
 from api.operation import Reply, operation
 from api.pagination import page_envelope, page_params, paginate
@@ -30,10 +34,19 @@ class Campaign(Output):
     failed: int
     pending: int
     cancelled: int
-    hold_reason: str | None
+    skipped: int
+    hold_reason: str | None = Field(description="why a `pending` campaign is held; null otherwise")
+    source: str = Field(description="`api`, or `collection` for the service's payment reminders")
     created_at: str | None
     started_at: str | None
     finished_at: str | None
+
+
+class RecipientButton(Output):
+    index: int
+    type: Literal["url", "quick_reply"]
+    text: str | None = Field(None, description="a URL button's suffix")
+    payload: str | None = Field(None, description="a quick-reply button's payload")
 
 
 class CampaignRecipient(Output):
@@ -46,6 +59,12 @@ class CampaignRecipient(Output):
     message_id: str | None
     sent_at: str | None
     created_at: str | None
+    wam_id: str | None
+    error_code: str | None
+    delivered_at: str | None
+    read_at: str | None
+    payload: dict[str, Any] | None
+    buttons: list[RecipientButton] | None
 
 
 STATUS_QUERY = ("status", {"type": "string", "enum": list(CAMPAIGN_STATUSES)}, "only campaigns in this status")

@@ -90,10 +90,16 @@ class InstallmentItem(Output):
     estado: str
 
 
+class DebtorItem(Output):
+    nombre: str
+    documento: str | None
+    telefono: str | None
+
+
 class DebtDetail(Output):
     external_id: str
     account_id: str
-    deudor: dict[str, str | None]
+    deudor: DebtorItem
     moneda: str
     referencia: str | None
     monto_original: float

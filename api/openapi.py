@@ -1,4 +1,5 @@
-"""GET /openapi.json: the OpenAPI 3.1 document, built from the `@operation` declarations.
+"""GET /openapi.json: the OpenAPI 3.1 document, built from the `@operation` declarations and,
+for its `webhooks` section, from the event bodies of models/event_types.py.
 
 The same pydantic models validate requests and describe them here, so the document cannot
 drift from what the service accepts.
@@ -6,6 +7,7 @@ drift from what the service accepts.
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -15,7 +17,8 @@ from pydantic.json_schema import models_json_schema
 
 from api.errors import HTTP_CODES
 from api.operation import Reply, operation
-from api.schemas import ErrorEnvelope
+from api.schemas import ErrorEnvelope, Output
+from models.event_types import EVENT_TYPES, EventBody, WebhookPing, event_name
 
 METHODS = ("get", "post", "put", "patch", "delete")
 ERROR_DESCRIPTIONS = {
@@ -36,6 +39,14 @@ IDEMPOTENCY_HEADER = {
     "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"\S"},
     "description": "Deduplicates retries of a write for 48 hours.",
 }
+# Every event the service posts: those it records and retries, and the test event.
+POSTED_EVENTS: tuple[type[EventBody], ...] = (*EVENT_TYPES, WebhookPing)
+ACKNOWLEDGED = {
+    "2XX": {"description": "Acknowledged. Answer within 10 seconds and do the work afterwards."},
+    "default": {"description": "Anything else (another status, a redirect, a timeout, a refused connection, "
+                               "a TLS error) is a failure: the delivery is retried (docs/webhooks.md, "
+                               "Retries); a 429 or 503 with Retry-After pushes the next attempt."},
+}
 
 
 def _operations():
@@ -54,9 +65,43 @@ def _schema_name(model: type[BaseModel]) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", model.__name__)
 
 
+def _signature_headers(name: str) -> list[dict[str, Any]]:
+    """The headers every delivery of the event carries (docs/webhooks.md, A delivery)."""
+    def header(header_name: str, schema: dict, description: str) -> dict[str, Any]:
+        return {"name": header_name, "in": "header", "required": True, "schema": schema, "description": description}
+
+    return [
+        header("X-Service-Event-Id", {"type": "string", "pattern": "^evt_"},
+               "The event's `evt_` id: the same on every retry and replay of the event; deduplicate by it."),
+        header("X-Service-Event", {"type": "string", "const": name}, "The event's name."),
+        header("X-Service-Timestamp", {"type": "string", "pattern": "^[0-9]+$"},
+               "Unix time in seconds when this attempt was sent (new on every attempt). Refuse a "
+               "timestamp more than 300 seconds away from your clock."),
+        header("X-Service-Signature", {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
+               "`sha256=` + the hex HMAC-SHA256, keyed with the endpoint's signing secret, of "
+               "`timestamp + \".\" + raw_body`. Compute it over the raw bytes of the body, before any JSON "
+               "parsing, and compare in constant time."),
+    ]
+
+
+def _webhook(body: type[EventBody], schema_ref: dict) -> dict[str, Any]:
+    name = event_name(body)
+    summary, _, details = inspect.cleandoc(body.__doc__ or name).partition("\n\n")
+    return {"post": {
+        "summary": " ".join(summary.split()),
+        **({"description": " ".join(details.split())} if details else {}),
+        "operationId": "event_" + name.replace(".", "_"),
+        "tags": ["events"],
+        "security": [],
+        "parameters": _signature_headers(name),
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema_ref}}},
+        "responses": ACKNOWLEDGED,
+    }}
+
+
 def build_document() -> dict[str, Any]:
     operations = list(_operations())
-    models: set[type[BaseModel]] = {ErrorEnvelope}
+    models: set[type[BaseModel]] = {ErrorEnvelope, *POSTED_EVENTS}
     for _path, _method, op in operations:
         if op.body is not None:
             models.add(op.body)
@@ -126,11 +171,14 @@ def build_document() -> dict[str, Any]:
             "version": "1.1.0",
             "description": "Numbers, templates, campaigns, single messages, credits, signed webhooks and "
                            "receivables synchronization. Every endpoint but POST /access-requests takes "
-                           "`Authorization: Bearer svc_live_{public_id}.{secret}`.",
+                           "`Authorization: Bearer svc_live_{public_id}.{secret}`. The `webhooks` section "
+                           "describes every event the service posts to a company's endpoints: its body "
+                           "and the headers that sign it.",
         },
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}],
         "paths": paths,
+        "webhooks": {event_name(body): _webhook(body, ref(body)) for body in POSTED_EVENTS},
         "components": {
             "schemas": schemas,
             "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
@@ -138,10 +186,20 @@ def build_document() -> dict[str, Any]:
     }
 
 
+class OpenApiDocument(Output):
+    openapi: str
+    info: dict[str, Any]
+    servers: list[dict[str, Any]]
+    security: list[dict[str, Any]]
+    paths: dict[str, Any]
+    webhooks: dict[str, Any]
+    components: dict[str, Any]
+
+
 class OpenApiResource:
     _cached: bytes | None = None
 
-    @operation("This OpenAPI document", scope=None, tags=("meta",))
+    @operation("This OpenAPI document", scope=None, responses={200: OpenApiDocument}, tags=("meta",))
     def on_get(self, req, resp) -> Reply:
         if OpenApiResource._cached is None:
             OpenApiResource._cached = orjson.dumps(build_document())

@@ -10,21 +10,11 @@ from api.operation import Reply, ok, operation
 from api.pagination import paginate
 from api.schemas import PAGE_QUERY, HttpsUrl, Input, Output, Page, Success
 from models import webhooks
+from models.events import CORE_EVENTS
 
-# The core events (the contract's nine and `account.paused`, an extension); debt.payment_received
+# The events a company subscribes an endpoint to (models/event_types.py); debt.payment_received
 # is configured per tenant by an administrator.
-WebhookEventName = Literal[
-    "account.connected",
-    "account.paused",
-    "campaign.created",
-    "campaign.completed",
-    "message.sent",
-    "message.delivered",
-    "message.read",
-    "message.failed",
-    "message.inbound.created",
-    "message.echo.created",
-]
+WebhookEventName = Literal[CORE_EVENTS]  # type: ignore[valid-type]
 
 RATE_LIMIT = 30
 

@@ -19,24 +19,16 @@ from peewee import CharField, DateTimeField, ForeignKeyField
 from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
 from models.db import after_commit
+from models.event_types import EVENT_TYPES, DebtPaymentReceived, Enveloped, event_name
 from models.ids import new_id
 from models.tenants import Tenant
 
-CORE_EVENTS = (
-    "account.connected",
-    "account.paused",
-    "campaign.created",
-    "campaign.completed",
-    "message.sent",
-    "message.delivered",
-    "message.read",
-    "message.failed",
-    "message.inbound.created",
-    "message.echo.created",
-)
-# Configured per tenant rather than by POST /webhooks/endpoints, and enveloped differently.
-PAYMENT_EVENT = "debt.payment_received"
-ALL_EVENTS = CORE_EVENTS + (PAYMENT_EVENT,)
+BODIES = {event_name(body): body for body in EVENT_TYPES}
+ALL_EVENTS = tuple(BODIES)
+# Chosen in POST /webhooks/endpoints (the contract's nine and `account.paused`).
+CORE_EVENTS = tuple(name for name, body in BODIES.items() if body.subscribable)
+# Delivered to the company's payment endpoint (models/webhooks.py), set by an administrator.
+PAYMENT_EVENT = event_name(DebtPaymentReceived)
 
 
 class Event(BaseModel):
@@ -82,14 +74,16 @@ def announce() -> None:
 def emit(tenant_id: int, name: str, fields: dict[str, Any]) -> Event:
     """Record an event; call inside the transaction that makes the change it reports.
 
-    Core events are flat (`{"event": name, ...fields}`); `debt.payment_received` is enveloped
-    (`{"id", "event", "created_at", "data": fields}`) as the contract shows.
+    Core events are flat (`{"event": name, ...fields}`); receivables events such as
+    `debt.payment_received` are enveloped (`{"id", "event", "created_at", "data": fields}`) as the
+    contract shows. The body each event carries is described in models/event_types.py.
     """
-    if name not in ALL_EVENTS:
+    body = BODIES.get(name)
+    if body is None:
         raise ValueError(f"unknown event {name!r}")
     public_id = new_id("evt_")
     now = utcnow()
-    if name == PAYMENT_EVENT:
+    if issubclass(body, Enveloped):
         payload = {"id": public_id, "event": name, "created_at": isoformat(now), "data": fields}
     else:
         payload = {"event": name, **fields}

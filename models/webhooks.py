@@ -45,6 +45,7 @@ from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
 from models.db import atomic, bound_datetime, execute, execute_many, is_postgres
 from models.errors import Conflict, Invalid, NotFound
+from models.event_types import WebhookPing, event_name
 from models.events import CORE_EVENTS, PAYMENT_EVENT, Event
 from models.ids import new_id
 from models.tenants import Tenant
@@ -72,7 +73,7 @@ KIND_API = "api"
 KIND_PAYMENT = "payment"
 OPEN_STATUSES = ("pending", "failed")
 DELIVERY_STATUSES = ("pending", "failed", "delivered", "exhausted", "cancelled")
-PING_EVENT = "webhook.ping"
+PING_EVENT = event_name(WebhookPing)
 
 
 class WebhookEndpoint(BaseModel):

@@ -101,6 +101,11 @@ class LiveService:
         except requests.RequestException:
             return False
 
+    def svcctl(self, *args: str) -> subprocess.CompletedProcess:
+        """An administrator's command against the same storage as the processes."""
+        return subprocess.run([sys.executable, "-m", "svcctl.main", *args], cwd=ROOT, env=self.env,
+                              capture_output=True, text=True, timeout=60)
+
     def log(self, name: str) -> str:
         path = self.log_dir / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -117,6 +122,22 @@ class LiveService:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+class PaymentsLiveService(LiveService):
+    """The live stack plus `svcctl payments sim`, which the API is pointed at."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path):
+        super().__init__(env, log_dir)
+        self.gateway_url = f"http://127.0.0.1:{free_port()}"
+        self.env["SVC_PAYMENTS_GATEWAY_URL"] = self.gateway_url
+
+    def start(self) -> PaymentsLiveService:
+        self._spawn("gateway", ["payments", "sim", "--bind", self.gateway_url.removeprefix("http://"),
+                                "--duplicates", "1", "--max-delay", "0.4"])
+        super().start()
+        wait_until(lambda: self._answers(f"{self.gateway_url}/_sim/health"), message="the gateway simulator")
+        return self
 
 
 def env_for(settings) -> dict[str, str]:

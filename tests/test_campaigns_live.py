@@ -19,6 +19,7 @@ from tests.campaigns_fixtures import TEMPLATES, campaign_body, make_number, sim_
 from tests.conftest import Persona
 from tests.live import LiveService, wait_until
 from tests.live_fixtures import *  # noqa: F403
+from tests.openapi_fixtures import assert_documented_event
 from tests.test_credits import replay_ledger
 
 pytestmark = pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
@@ -218,6 +219,8 @@ def test_a_campaign_with_button_parameters_sends_them_and_a_mismatch_is_refused(
         return found if len(found) == 2 else []
 
     by_sender = {item["from"]: item for item in wait_until(presses, timeout=30, message="the presses")}
+    for event in by_sender.values():
+        assert_documented_event(event)
     third = by_sender["5215551240003"]
     assert (third["type"], third["payload"], third["body"], third["context_wam_id"]) == (
         "button", "PAID-2", "Already paid", by_wa_id["5215551240003"])

@@ -27,7 +27,7 @@ from models.events import Event
 from models.payments import GatewayNotification
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.cartera_fixtures import debt_body
-from tests.live import ROOT, LiveService, env_for, free_port, wait_until
+from tests.live import ROOT, LiveService, PaymentsLiveService, env_for, free_port, wait_until
 from tests.payments_fixtures import add_link_template
 from tests.test_onboarding_browser import browser  # noqa: F401  (the Chromium fixture)
 from tests.webhooks_fixtures import *  # noqa: F403  (receiver, webhook_ca, webhook_settings)
@@ -36,26 +36,6 @@ from tests.webhooks_fixtures import verify
 pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
 
 DEBTOR_PHONE = "573001234567"
-
-
-class PaymentsLiveService(LiveService):
-    """The live stack plus `svcctl payments sim`, which the API is pointed at."""
-
-    def __init__(self, env: dict[str, str], log_dir):
-        super().__init__(env, log_dir)
-        self.gateway_url = f"http://127.0.0.1:{free_port()}"
-        self.env["SVC_PAYMENTS_GATEWAY_URL"] = self.gateway_url
-
-    def start(self) -> PaymentsLiveService:
-        self._spawn("gateway", ["payments", "sim", "--bind", self.gateway_url.removeprefix("http://"),
-                                "--duplicates", "1", "--max-delay", "0.4"])
-        super().start()
-        wait_until(lambda: self._answers(f"{self.gateway_url}/_sim/health"), message="the gateway simulator")
-        return self
-
-    def svcctl(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "svcctl.main", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=60)
 
 
 @pytest.fixture

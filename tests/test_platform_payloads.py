@@ -19,6 +19,7 @@ from models.events import Event
 from models.platform import WINDOW_OPENING_TYPES
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import connect_number, notification, signed_post, sqlite_only
+from tests.openapi_fixtures import assert_documented_event
 
 WABA = "1234567890987654321"
 NUMBER = "1122334455667"
@@ -238,6 +239,7 @@ def test_each_documented_message_is_reported_and_opens_the_window_only_if_it_sho
     assert [event["type"] for event in reported] == [message_object["type"]] * len(SENDERS)
     for event, (wa_id, user_id, username) in zip(reported, SENDERS.values(), strict=True):
         key = wa_id or user_id
+        assert_documented_event(event)
         # The contract's `from` is the phone when known, else the business-scoped id.
         assert event["from"] == key
         assert (event.get("user_id"), event.get("username")) == (user_id, username)
@@ -271,6 +273,7 @@ def test_statuses_with_errors_and_pricing_and_an_echo_open_no_window(client, acc
     [reported] = events("message.echo.created")
     assert (reported["to"], reported["user_id"], reported["username"], reported["body"]) == (
         "972987654323", "US.99887766554433221100", "@leo", "su recibo")
+    assert_documented_event(reported)
     assert events("message.inbound.created") == []
     for key in ("972987654322", "972987654323", "US.13491208655302741918"):
         assert not accounts.window_open(account.id, key)
