@@ -66,7 +66,8 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, message:
 
 
 class LiveService:
-    """Processes started with `svcctl` against the settings of a test's `storage` fixture."""
+    """Processes started with `svcctl` against the settings of a test's `storage` fixture (a
+    migrated database)."""
 
     def __init__(self, env: dict[str, str], log_dir: Path, sim_options: list[str] | None = None,
                  web_workers: int = 2, worker_threads: int = 16):
@@ -95,8 +96,7 @@ class LiveService:
         return process
 
     def start(self) -> LiveService:
-        subprocess.run([sys.executable, "-m", "svcctl.main", "db", "upgrade"], cwd=ROOT, env=self.env,
-                       check=True, capture_output=True)
+        # No `svcctl db upgrade`: the test's database is a copy of a migrated template.
         self.start_sim()
         self.start_api()
         self.start_worker()
