@@ -64,6 +64,20 @@ def _require(kind: str) -> None:
         pytest.skip(f"{kind} is not reachable")
 
 
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """scripts/test runs the suite in two parts and sums them: each part leaves its counts
+    ("passed failed skipped", errors counted as failed) in the file TEST_COUNTS_FILE names."""
+    path = os.environ.get("TEST_COUNTS_FILE")
+    if not path or hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller counts
+        return
+
+    def count(*categories: str) -> int:
+        return sum(1 for category in categories for report in terminalreporter.stats.get(category, ())
+                   if getattr(report, "count_towards_summary", True))
+
+    Path(path).write_text(f"{count('passed')} {count('failed', 'error')} {count('skipped')}\n")
+
+
 def base_env(data_dir: Path) -> dict[str, str]:
     return {
         "SVC_DATA_DIR": str(data_dir),
