@@ -2,14 +2,21 @@
 reachable), the real Falcon app, the queue in immediate mode, and personas.
 
 Each storage test gets its own database: a copy of a migrated template (a file copy on SQLite,
-CREATE DATABASE .. TEMPLATE on PostgreSQL) and its own Redis key prefix.
+CREATE DATABASE .. TEMPLATE on PostgreSQL) and its own Redis key prefix. PostgreSQL copies are
+made ahead of the tests that take them and dropped behind them (`PostgresCopies`), so no test
+waits for the server to write a whole database.
+
+Under pytest-xdist every worker is a session of its own: its own temporary directory, templates
+and simulators; ports come from `tests.live.free_port`, which hands each worker ports of its own.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -57,6 +64,20 @@ def _require(kind: str) -> None:
         pytest.skip(f"{kind} is not reachable")
 
 
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """scripts/test runs the suite in two parts and sums them: each part leaves its counts
+    ("passed failed skipped", errors counted as failed) in the file TEST_COUNTS_FILE names."""
+    path = os.environ.get("TEST_COUNTS_FILE")
+    if not path or hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller counts
+        return
+
+    def count(*categories: str) -> int:
+        return sum(1 for category in categories for report in terminalreporter.stats.get(category, ())
+                   if getattr(report, "count_towards_summary", True))
+
+    Path(path).write_text(f"{count('passed')} {count('failed', 'error')} {count('skipped')}\n")
+
+
 def base_env(data_dir: Path) -> dict[str, str]:
     return {
         "SVC_DATA_DIR": str(data_dir),
@@ -77,6 +98,90 @@ def sqlite_template() -> Path:
     return settings.sqlite_path
 
 
+class PostgresCopies:
+    """Copies of the template database, made by a thread of their own a few ahead of the tests
+    that take them, and dropped (with their Redis keys) by another once a test is done with them.
+
+    A copy is a CREATE DATABASE .. TEMPLATE, which waits for the server to write the whole
+    template to its log: a tenth of a second on a quiet machine, half a second or more on a busy
+    one, for each of hundreds of tests. Made meanwhile, it costs the tests nothing."""
+
+    AHEAD = 2
+
+    def __init__(self, template: str):
+        self.template = template
+        self._ready: queue.Queue = queue.Queue(maxsize=self.AHEAD)
+        self._done: queue.Queue = queue.Queue()
+        self._closing = threading.Event()
+        self.failures: list[str] = []
+        self._maker = threading.Thread(target=self._make, name="pg-copies-maker", daemon=True)
+        self._dropper = threading.Thread(target=self._drop, name="pg-copies-dropper", daemon=True)
+        self._maker.start()
+        self._dropper.start()
+
+    def take(self) -> str:
+        """A fresh copy's name (a failure to make one is raised here, in the test)."""
+        made = self._ready.get(timeout=120)
+        if isinstance(made, BaseException):
+            raise made
+        return made
+
+    def give_back(self, name: str, queue_name: str) -> None:
+        """The test is done with the copy, and every process it started has stopped."""
+        self._done.put((name, queue_name))
+
+    def close(self) -> None:
+        """Drop every copy, taken or made ahead; return once they are gone."""
+        self._closing.set()
+        self._maker.join()
+        while not self._ready.empty():
+            made = self._ready.get_nowait()
+            if isinstance(made, str):
+                self._done.put((made, None))
+        self._done.put(None)
+        self._dropper.join()
+        assert not self.failures, f"copies not dropped: {self.failures}"
+
+    def _make(self) -> None:
+        admin = _pg_admin()
+        try:
+            while not self._closing.is_set():
+                name = f"svc_t_{uuid.uuid4().hex[:12]}"
+                try:
+                    admin.cursor().execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+                    made = name
+                except Exception as error:  # raised in the test that takes it
+                    made = error
+                while not self._closing.is_set():
+                    try:
+                        self._ready.put(made, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                else:
+                    if isinstance(made, str):
+                        self._done.put((made, None))
+        finally:
+            admin.close()
+
+    def _drop(self) -> None:
+        admin = _pg_admin()
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            while (item := self._done.get()) is not None:
+                name, queue_name = item
+                try:
+                    if queue_name:
+                        for key in client.scan_iter(f"{queue_name}*"):
+                            client.delete(key)
+                    admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                except Exception as error:  # reported when the session closes the copies
+                    self.failures.append(f"{name}: {error}")
+        finally:
+            admin.close()
+            client.close()
+
+
 @pytest.fixture(scope="session")
 def pg_template():
     _require("postgres")
@@ -91,6 +196,13 @@ def pg_template():
     yield name
     admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     admin.close()
+
+
+@pytest.fixture(scope="session")
+def pg_copies(pg_template):
+    copies = PostgresCopies(pg_template)
+    yield copies
+    copies.close()
 
 
 def _sqlite_settings(tmp_path: Path, template: Path) -> Settings:
@@ -108,20 +220,14 @@ def storage(request, tmp_path):
         settings = _sqlite_settings(tmp_path, request.getfixturevalue("sqlite_template"))
         cleanup = None
     else:
-        template = request.getfixturevalue("pg_template")
+        copies = request.getfixturevalue("pg_copies")
         _require("redis")
-        name = f"svc_t_{uuid.uuid4().hex[:12]}"
-        admin = _pg_admin()
-        admin.cursor().execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        name = copies.take()
         settings = load_settings({**base_env(tmp_path / "data"), "SVC_DATABASE_URL": f"{PG_DSN}/{name}",
                                   "SVC_REDIS_URL": REDIS_URL, "SVC_QUEUE_NAME": f"svc-test-{name}"})
 
         def cleanup():
-            client = redis.Redis.from_url(REDIS_URL)
-            for key in client.scan_iter(f"{settings.queue_name}*"):
-                client.delete(key)
-            admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            admin.close()
+            copies.give_back(name, settings.queue_name)
 
     use_settings(settings)
     database.init_db(settings)

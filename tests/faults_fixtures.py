@@ -278,12 +278,6 @@ class Cluster(LiveService):
         return "worker" if index == 0 else f"worker{index + 1}"
 
     def start(self) -> Cluster:
-        import sys
-
-        from tests.live import ROOT
-
-        subprocess.run([sys.executable, "-m", "svcctl.main", "db", "upgrade"], cwd=ROOT, env=self.env,
-                       check=True, capture_output=True)
         self.start_sim()
         for index in range(len(self.node_ports)):
             self.start_node(index)

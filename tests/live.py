@@ -7,12 +7,15 @@ build a `LiveService` directly to control processes (kill the worker, restart it
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import requests
@@ -20,10 +23,36 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _own_ports() -> Iterator[int]:
+    """The ports this process hands out, in turn from a random start.
+
+    They lie below the range the kernel picks from for bind(0) and outgoing connections
+    (32768-60999 on Linux), so nothing else takes one between `free_port` and the server that
+    binds it; each pytest-xdist worker has a slice of its own, so two workers never hand out the
+    same port."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    size = (_PORTS.stop - _PORTS.start) // workers
+    ports = range(_PORTS.start + worker * size, _PORTS.start + (worker + 1) * size)
+    start = random.randrange(len(ports))
+    return itertools.cycle([*ports[start:], *ports[:start]])
+
+
+_PORTS = range(20000, 32768)
+_next_port = _own_ports()
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A loopback port for a server a test starts: free now, and handed out by no one else."""
+    for _ in range(_PORTS.stop - _PORTS.start):
+        port = next(_next_port)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port left")
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, message: str = "condition"):
@@ -37,7 +66,8 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, message:
 
 
 class LiveService:
-    """Processes started with `svcctl` against the settings of a test's `storage` fixture."""
+    """Processes started with `svcctl` against the settings of a test's `storage` fixture (a
+    migrated database)."""
 
     def __init__(self, env: dict[str, str], log_dir: Path, sim_options: list[str] | None = None,
                  web_workers: int = 2, worker_threads: int = 16):
@@ -66,8 +96,7 @@ class LiveService:
         return process
 
     def start(self) -> LiveService:
-        subprocess.run([sys.executable, "-m", "svcctl.main", "db", "upgrade"], cwd=ROOT, env=self.env,
-                       check=True, capture_output=True)
+        # No `svcctl db upgrade`: the test's database is a copy of a migrated template.
         self.start_sim()
         self.start_api()
         self.start_worker()

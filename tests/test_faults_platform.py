@@ -97,6 +97,7 @@ def test_the_platform_failing_for_30_seconds_delays_sends_but_loses_and_repeats_
         acme.receiver.close()
 
 
+@pytest.mark.timing  # the campaign completes within the receiver's 12 s down
 def test_a_webhook_receiver_down_neither_blocks_sending_nor_loses_events(cluster, webhook_ca):
     acme = company(cluster, webhook_ca[0], "Acme receiver down", mps=80)
     try:

@@ -33,7 +33,8 @@ from tests.faults_fixtures import (
 from tests.live import wait_until
 from tests.test_faults_storage import recipients
 
-pytestmark = pytest.mark.timeout(300)
+# Pacing measured per second, and a rate limit inside one minute window.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.timing]
 CAP = 20  # messages per second: the platform's cap of a coexistence number
 
 

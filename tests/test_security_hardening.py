@@ -75,6 +75,7 @@ def few_threads(storage, tmp_path, immediate_queue):
     service.stop()
 
 
+@pytest.mark.timing
 def test_waiting_clients_cannot_hold_every_thread(few_threads, alice):
     account = make_number(alice.id)
     wa_ids = [f"1555123{n:04d}" for n in range(8)]

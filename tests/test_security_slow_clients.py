@@ -91,6 +91,7 @@ class SlowClient:
             self.sock.close()
 
 
+@pytest.mark.timing
 def test_slow_clients_do_not_delay_anyone_else(api):
     url, port, headers = api
     slow = [SlowClient(port, interval=1.0) for _ in range(SLOW_CLIENTS)]

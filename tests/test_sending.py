@@ -67,6 +67,7 @@ class PlatformSays:
         raise self.error
 
 
+@pytest.mark.timing
 def test_pacing_keeps_a_number_under_its_cap(alice, number, sim, queue_only):
     # The simulator answers 130429 past 20 messages/s: not one throttle means the pace held.
     campaign = dispatch(create_for(alice, number, [f"52155503{n:05d}" for n in range(1, 46)]))

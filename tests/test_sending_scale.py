@@ -32,7 +32,8 @@ from tests.faults_fixtures import (
 )
 from tests.test_faults_storage import recipients
 
-pytestmark = pytest.mark.timeout(600)
+# Both cores, for a minute and more: alone, in the timing group.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.timing]
 
 CAMPAIGNS, RECIPIENTS, MESSAGES = 24, 2000, 100
 MPS = 1000

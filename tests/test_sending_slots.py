@@ -9,6 +9,8 @@ import pytest
 
 from models.sending.slots import SlotExecutor
 
+pytestmark = pytest.mark.timing  # start times a few hundredths of a second apart
+
 
 def test_tasks_start_in_the_order_of_their_times_and_never_before_them():
     executor = SlotExecutor(4, thread_name_prefix="test-slots")

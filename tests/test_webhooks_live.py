@@ -26,7 +26,8 @@ from tests.live import LiveService, env_for, wait_until
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Received, Reply, verify
 
-pytestmark = pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
+pytestmark = [pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True),
+              pytest.mark.timing]  # 10,000 signed deliveries, and how long the steady receiver waited
 
 RECIPIENTS = 5000
 

@@ -21,7 +21,8 @@ from tests.test_webhooks_live import live_number
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Received, Reply
 
-pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+pytestmark = [pytest.mark.parametrize("storage", ["sqlite"], indirect=True),
+              pytest.mark.timing]  # the retries, to the second
 
 DOWN_SECONDS = 45.0
 
