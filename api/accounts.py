@@ -25,8 +25,8 @@ from config import get_settings
 from models import accounts, onboarding
 from models.accounts import MessagingAccount
 from models.clock import isoformat
-from models.db import atomic
 from models.errors import DomainError
+from models.store.db import atomic
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from api.errors import handle_unexpected, serialize_falcon_error
 from api.operations import NO_DATABASE_PATHS, RequestTelemetry
 from config import Settings, get_settings, use_settings
 from jobs.queue import load_tasks
-from models.db import init_db, request_connections
+from models.setup import init_db
+from models.store.db import request_connections
 
 BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the

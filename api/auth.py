@@ -12,7 +12,7 @@ import falcon
 from api.errors import ApiError
 from config import get_settings
 from models import tenants
-from models.db import counters
+from models.store.counters import counters
 from models.tenants import ApiKey
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}

@@ -91,7 +91,8 @@ def readiness() -> dict[str, str]:
     """Each dependency's state: "ok", or what is wrong (an error class, never a connection string)."""
     from jobs.queue import huey
     from models import operations
-    from models.db import connection, counters, db
+    from models.store.counters import counters
+    from models.store.db import connection, db
 
     checks: dict[str, str] = {}
     try:

@@ -17,7 +17,7 @@ from api.operation import read_body
 from config import get_settings
 from messaging.webhooks import SIGNATURE_HEADER, verify_signature
 from models import platform
-from models.db import atomic
+from models.store.db import atomic
 
 log = logging.getLogger(__name__)
 

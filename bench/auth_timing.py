@@ -23,7 +23,8 @@ def main() -> None:
     from cryptography.fernet import Fernet
 
     from config import load_settings, use_settings
-    from models.db import connection, init_db, upgrade
+    from models.setup import init_db
+    from models.store.db import connection, upgrade
     from models.tenants import authenticate, create_key, create_tenant
 
     with tempfile.TemporaryDirectory() as data_dir:

@@ -153,7 +153,8 @@ TEMPLATE = {"name": "hello_world", "language": "en_US", "status": "approved", "c
 
 def prepare(env: dict[str, str]):
     from config import load_settings, use_settings
-    from models.db import connection, init_db
+    from models.setup import init_db
+    from models.store.db import connection
 
     settings = use_settings(load_settings(env))
     init_db(settings)
@@ -175,7 +176,7 @@ def make_number(stack: Stack, tenant_id: int, mps: int, mode: str):
     from models.accounts import MessagingAccount, Template
     from models.clock import utcnow
     from models.ids import new_id
-    from models.secrets import encrypt
+    from models.store.secrets import encrypt
 
     signup = requests.post(f"{stack.sim_url}/_sim/signup", json={"mps": mps}, timeout=5).json()
     with GraphClient(stack.sim_url, app_id="sim-app", app_secret=APP_SECRET) as graph:

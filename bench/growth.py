@@ -42,9 +42,10 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
     from models import credits
     from models.accounts import MessagingAccount
     from models.campaigns import Campaign, CampaignCredits
-    from models.db import atomic, connection, execute, init_db, upgrade
     from models.ids import new_id
     from models.portal import create_user, start_session
+    from models.setup import init_db
+    from models.store.db import atomic, connection, execute, upgrade
     from models.tenants import create_key, create_tenant
 
     settings = use_settings(load_settings(env))

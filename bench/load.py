@@ -152,7 +152,7 @@ def connect_number(stack: Stack, tenant: Tenant) -> dict:
 def seed(stack: Stack, tenants: int = TENANTS, numbers_per_tenant: int = NUMBERS, contacts: int = CONTACTS,
          webhook_url: str | None = None, credits_each: int = 10_000_000) -> World:
     from models import credits
-    from models.db import connection
+    from models.store.db import connection
     from models.tenants import create_key, create_tenant
 
     stack.install_settings()
@@ -377,9 +377,9 @@ class MemoryWatch(threading.Thread):
 def outstanding(world: World, receiver) -> dict[str, int]:
     """What is still in motion: open campaigns, unsettled messages, undelivered events."""
     from models.campaigns import ACTIVE_STATUSES, Campaign
-    from models.db import connection
     from models.events import Event
     from models.messages import Message
+    from models.store.db import connection
     from models.webhooks import WebhookDelivery
 
     ids = [tenant.id for tenant in world.tenants]
@@ -419,10 +419,10 @@ def checks(world: World, receiver) -> dict[str, object]:
     from models import credits
     from models.campaigns import Campaign, CampaignRecipient
     from models.credits import LedgerEntry
-    from models.db import connection
     from models.events import Event
     from models.messages import Message
     from models.platform import PlatformWebhookBatch
+    from models.store.db import connection
     from models.webhooks import WebhookDelivery
 
     sent = requests.get(f"{world.stack.sim_url}/_sim/sent", timeout=60).json()["data"]

@@ -253,7 +253,7 @@ class Stack:
 
     def install_settings(self):
         from config import load_settings, use_settings
-        from models.db import init_db
+        from models.setup import init_db
 
         settings = use_settings(load_settings(self.env))
         init_db(settings)

@@ -129,9 +129,10 @@ def install_settings(workdir: Path, ca_path: str):
     if os.environ.get("SVC_DATABASE_URL"):
         env["SVC_DATABASE_URL"] = os.environ["SVC_DATABASE_URL"]
     settings = use_settings(load_settings(env))
-    from models import db
+    from models import setup
+    from models.store import db
 
-    db.init_db(settings)
+    setup.init_db(settings)
     db.upgrade()
     return settings
 
@@ -175,7 +176,7 @@ def write_events(tenant_id: int, count: int) -> None:
     """`count` message.sent events committed to the outbox the way the sending engine writes them
     (`emit_many`, one batch): the producer's cost, not the delivery's, so outside the timings."""
     from models.campaigns import emit_many
-    from models.db import atomic
+    from models.store.db import atomic
 
     with atomic():
         emit_many(tenant_id, "message.sent", [sample(index) for index in range(count)])
@@ -223,8 +224,8 @@ def main() -> None:
         install_settings(workdir, ca_path)
         from jobs import webhooks as jobs
         from models import webhooks
-        from models.db import connection
         from models.ids import new_id
+        from models.store.db import connection
         from models.tenants import create_tenant
 
         url = f"https://localhost:{port}/hooks"

@@ -2,7 +2,7 @@
 
 from jobs.queue import crontab, periodic_task
 from models import idempotency
-from models.db import counters
+from models.store.counters import counters
 
 
 @periodic_task(crontab(minute="*/10"))

@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from jobs.queue import huey, task_name
 from models import operations
-from models.db import connection, storage_unavailable
+from models.store.db import connection, storage_unavailable
 
 log = logging.getLogger("operations")
 

@@ -42,9 +42,9 @@ from jobs import operations
 from jobs.queue import crontab, periodic_task, task
 from models import events, ssrf, webhooks
 from models.clock import utcnow
-from models.counters import window_start
-from models.db import connection, counters, outlast_outage, storage_unavailable
 from models.ids import new_id
+from models.store.counters import counters, window_start
+from models.store.db import connection, outlast_outage, storage_unavailable
 from models.webhooks import Outcome, WebhookEndpoint, Work
 
 log = logging.getLogger("webhooks")

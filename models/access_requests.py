@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
 
-from models.base import BaseModel
 from models.clock import isoformat, utcnow
-from models.db import atomic
 from models.errors import Conflict, DomainError, NotFound
 from models.ids import new_id
+from models.store.base import BaseModel
+from models.store.db import atomic
 from models.tenants import Tenant, create_key, create_tenant
 
 # An administrator reviews every pending request by hand, so the queue is bounded: per address,

@@ -7,11 +7,11 @@ import datetime as dt
 from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField, fn
 
 from messaging.payloads import USER_ID
-from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import execute, lock_in_order
 from models.errors import Invalid, NotFound
-from models.secrets import EncryptedText
+from models.store.base import BaseModel, JSONField
+from models.store.db import execute, lock_in_order
+from models.store.secrets import EncryptedText
 from models.tenants import Tenant
 
 COEXISTENCE_MPS = 20

@@ -40,13 +40,13 @@ from pydantic import AliasChoices, Field, StringConstraints, field_validator, mo
 from messaging.payloads import USER_ID
 from models import credits, platform_users
 from models.accounts import MessagingAccount, Template, get_account
-from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import after_commit, atomic, db, is_postgres
 from models.errors import Conflict, Invalid, NotFound
 from models.events import Event, announce
 from models.ids import new_id
 from models.inputs import Input, text
+from models.store.base import BaseModel, JSONField
+from models.store.db import after_commit, atomic, db, is_postgres
 from models.tenants import Tenant
 
 MAX_RECIPIENTS = 5000

@@ -44,7 +44,6 @@ from peewee import (
 )
 
 from models.accounts import MessagingAccount
-from models.base import BaseModel
 from models.cartera_columns import DebtColumns
 from models.cartera_input import (
     INSTALLMENT_STATES,
@@ -58,10 +57,11 @@ from models.cartera_input import (
 )
 from models.cartera_money import MoneyError, amount_json, to_minor
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import atomic, execute, is_postgres
 from models.errors import Conflict, DomainError, NotFound
 from models.events import emit
 from models.ids import new_id
+from models.store.base import BaseModel
+from models.store.db import atomic, execute, is_postgres
 from models.tenants import Tenant
 
 log = logging.getLogger("cartera")

@@ -33,9 +33,9 @@ from models.accounts import MessagingAccount
 from models.cartera import OPEN_DEBT, OPEN_INSTALLMENT, Debt, Debtor, Installment, Reminder, zone_of
 from models.cartera_money import format_amount
 from models.clock import utcnow
-from models.db import atomic
 from models.errors import DomainError
 from models.sending import work_arrived
+from models.store.db import atomic
 from models.tenants import Tenant
 
 log = logging.getLogger("cartera.collection")

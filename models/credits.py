@@ -16,12 +16,12 @@ from typing import Any
 
 from peewee import SQL, CharField, DateTimeField, ForeignKeyField, IntegerField
 
-from models.base import BaseModel
 from models.clock import utcnow
-from models.db import after_commit, atomic, db, execute, fetch_one, wallet_copies
 from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
+from models.store.base import BaseModel
+from models.store.db import after_commit, atomic, db, execute, fetch_one
 from models.tenants import Tenant
-from models.wallet_copies import Changed
+from models.wallet_copies import Changed, wallet_copies
 
 BALANCE_TYPES = ("purchase", "manual_grant", "manual_adjust", "consume", "refund")
 RESERVATION_TYPES = ("reserve", "release")

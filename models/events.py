@@ -16,10 +16,10 @@ from typing import Any
 
 from peewee import CharField, DateTimeField, ForeignKeyField
 
-from models.base import BaseModel, JSONField
 from models.clock import isoformat, utcnow
-from models.db import after_commit
 from models.ids import new_id
+from models.store.base import BaseModel, JSONField
+from models.store.db import after_commit
 from models.tenants import Tenant
 
 CORE_EVENTS = (

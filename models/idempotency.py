@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, IntegrityError
 
-from models.base import BaseModel, JSONField
 from models.clock import utcnow
-from models.db import atomic, before_commit
 from models.errors import Conflict
-from models.secrets import EncryptedText
+from models.store.base import BaseModel, JSONField
+from models.store.db import atomic, before_commit
+from models.store.secrets import EncryptedText
 from models.tenants import Tenant
 
 TTL = dt.timedelta(hours=48)

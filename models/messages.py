@@ -28,14 +28,14 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from models import accounts, credits, platform_users
 from models.accounts import MessagingAccount
-from models.base import BaseModel, JSONField
 from models.campaigns import digits, sendable_account
 from models.clock import isoformat, utcnow
-from models.db import atomic
 from models.errors import Invalid, NotFound
 from models.ids import new_id
 from models.inputs import Input
 from models.inputs import text as limited  # a field below is called `text`
+from models.store.base import BaseModel, JSONField
+from models.store.db import atomic
 from models.tenants import Tenant
 
 MESSAGE_TYPES = ("text", "image", "document", "audio", "video", "interactive")

@@ -23,14 +23,14 @@ from config import get_settings
 from messaging.errors import PermanentPlatformError, PlatformError, without_url_secrets
 from models import accounts
 from models.accounts import COEXISTENCE_MPS, MessagingAccount
-from models.base import BaseModel
 from models.clock import utcnow
-from models.db import atomic
 from models.errors import NotFound
 from models.events import emit
 from models.ids import new_id
-from models.secrets import encrypt
 from models.sending.messenger import account_token, graph_client
+from models.store.base import BaseModel
+from models.store.db import atomic
+from models.store.secrets import encrypt
 from models.tenants import Tenant
 
 log = logging.getLogger(__name__)

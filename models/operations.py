@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from peewee import Case, CharField, DoubleField, IntegerField, fn
 
-from models.base import BaseModel
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import MIGRATIONS_DIR, connection, db
+from models.store.base import BaseModel
+from models.store.db import MIGRATIONS_DIR, connection, db
 
 log = logging.getLogger("operations")
 

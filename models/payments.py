@@ -32,14 +32,15 @@ from peewee import JOIN, BigIntegerField, CharField, DateTimeField, ForeignKeyFi
 from config import get_settings
 from gateway import CHARGED_BACK, FAILED, PENDING, GatewayError, Notification, Transaction
 from gateway.mercadopago import MercadoPago
-from models import cartera, secrets
-from models.base import BaseModel
+from models import cartera
 from models.cartera import OPEN_INSTALLMENT, RESOLVED_DEBT, Allocation, Debt, Installment, Payment
 from models.cartera_money import MoneyError, amount_json, from_minor, to_minor
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import atomic, execute
 from models.errors import Conflict, DomainError, Invalid, NotFound
 from models.ids import new_id
+from models.store import secrets
+from models.store.base import BaseModel
+from models.store.db import atomic, execute
 from models.tenants import Tenant
 
 log = logging.getLogger("payments")

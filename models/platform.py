@@ -37,11 +37,11 @@ from messaging.webhooks import (
 )
 from models import accounts, cartera, platform_users
 from models.accounts import MessagingAccount
-from models.base import BaseModel
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.db import atomic, lock_rows, outlast_outage
 from models.events import emit
 from models.statuses import apply_status_updates
+from models.store.base import BaseModel
+from models.store.db import atomic, lock_rows, outlast_outage
 
 log = logging.getLogger(__name__)
 REDELIVERIES = Counter("svc_platform_redeliveries_total",

@@ -20,8 +20,8 @@ from messaging.payloads import USER_ID
 from messaging.webhooks import PlatformUser as WebhookUser
 from models import accounts
 from models.accounts import CUSTOMER_WINDOW, ContactWindow, MessagingAccount
-from models.base import BaseModel
 from models.clock import utcnow
+from models.store.base import BaseModel
 
 
 class PlatformUser(BaseModel):

@@ -23,12 +23,13 @@ import pyotp
 from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from config import get_settings
-from models import secrets
-from models.base import BaseModel, JSONField
 from models.clock import utcnow
-from models.db import atomic, counters
 from models.errors import Conflict, Invalid, NotFound
 from models.ids import new_id
+from models.store import secrets
+from models.store.base import BaseModel, JSONField
+from models.store.counters import counters
+from models.store.db import atomic
 from models.tenants import Tenant
 
 ROLES = ("owner", "developer", "viewer")

@@ -42,9 +42,9 @@ from models.campaigns import (
     public_ids,
 )
 from models.clock import to_utc_naive, utcnow
-from models.db import atomic, lock_rows
 from models.messages import Message, event_fields
 from models.sending import UNCONFIRMED
+from models.store.db import atomic, lock_rows
 
 log = logging.getLogger(__name__)
 RANK = {"pending": 0, "queued": 1, "sent": 2, "delivered": 3, "read": 4}

@@ -15,8 +15,8 @@ from messaging.client import template_from_graph
 from messaging.webhooks import TemplateStatusUpdate
 from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
-from models.db import atomic
 from models.sending.messenger import account_token, graph_client
+from models.store.db import atomic
 
 # Template events that name the template's new status outright.
 STATUS_EVENTS = {

@@ -15,11 +15,11 @@ import time
 import orjson
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 
-from models.base import BaseModel, JSONField
 from models.clock import utcnow
-from models.db import atomic, fetch_one
 from models.errors import Invalid, NotFound
 from models.ids import new_id
+from models.store.base import BaseModel, JSONField
+from models.store.db import atomic, fetch_one
 
 KEY_PREFIX = "svc_live_"
 DEFAULT_KEY_RATE_LIMIT = 120

@@ -190,3 +190,22 @@ class Changed:
 
     def __call__(self) -> None:
         self.copies.changed(self.tenant_id)
+
+
+# The process's copies, for the database models/setup.py installed.
+_installed: WalletCopies | None = None
+
+
+def use(copies: WalletCopies) -> None:
+    """Make `copies` the process's; the previous ones (another database's) are closed."""
+    global _installed
+    if _installed is not None:
+        _installed.close()
+    _installed = copies
+
+
+def wallet_copies() -> WalletCopies:
+    """The process's copies of wallet rows and the host's wallet versions."""
+    if _installed is None:
+        raise RuntimeError("init_db() has not been called")
+    return _installed

@@ -40,13 +40,14 @@ from peewee import (
 )
 
 from config import get_settings
-from models import secrets, ssrf
-from models.base import BaseModel, JSONField
+from models import ssrf
 from models.clock import isoformat, utcnow
-from models.db import atomic, bound_datetime, execute, execute_many, is_postgres
 from models.errors import Conflict, Invalid, NotFound
 from models.events import CORE_EVENTS, PAYMENT_EVENT, Event
 from models.ids import new_id
+from models.store import secrets
+from models.store.base import BaseModel, JSONField
+from models.store.db import atomic, bound_datetime, execute, execute_many, is_postgres
 from models.tenants import Tenant
 
 # Seconds after the first attempt at which each attempt is due (DECISIONS: webhook retries).

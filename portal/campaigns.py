@@ -12,8 +12,8 @@ import orjson
 
 from models import campaigns
 from models.campaigns import CAMPAIGN_STATUSES, RECIPIENT_STATUSES, CampaignRecipient
-from models.db import atomic
 from models.errors import Invalid
+from models.store.db import atomic
 from portal.web import BASE, audit, ctx, page, paginate, paginate_by, redirect, render
 
 CHART_WIDTH, CHART_HEIGHT, CHART_BARS = 640, 160, 60

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from models import tenants
-from models.db import atomic
 from models.errors import Invalid
+from models.store.db import atomic
 from models.tenants import SCOPES, ApiKey
 from portal.web import BASE, audit, ctx, form, page, redirect, render
 

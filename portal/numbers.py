@@ -5,7 +5,7 @@ from __future__ import annotations
 from config import get_settings
 from models import accounts, onboarding
 from models.accounts import Template
-from models.db import atomic
+from models.store.db import atomic
 from portal.web import BASE, audit, ctx, form, page, redirect, render
 
 

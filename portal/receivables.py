@@ -8,8 +8,8 @@ from urllib.parse import urlencode
 from models import cartera
 from models.cartera import Debt, Debtor, Reminder
 from models.cartera_input import PAYMENT_METHODS
-from models.db import atomic
 from models.errors import NotFound
+from models.store.db import atomic
 from portal.web import BASE, audit, ctx, form, page, paginate_by_keyset, redirect, render
 
 MAX_QUERY = 160

@@ -30,8 +30,8 @@ import jinja2
 from api.auth import client_ip
 from config import get_settings
 from models import portal
-from models.db import storage_unavailable
 from models.errors import DomainError
+from models.store.db import storage_unavailable
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import datetime as dt
 from jobs import webhooks as delivery
 from models import webhooks
 from models.clock import utcnow
-from models.db import atomic
 from models.errors import Invalid, NotFound
 from models.events import ALL_EVENTS, CORE_EVENTS
+from models.store.db import atomic
 from models.webhooks import DELIVERY_STATUSES, WebhookEndpoint
 from portal.web import BASE, audit, ctx, form, page, paginate_by_keyset, redirect, render
 

@@ -6,7 +6,7 @@ import typer
 
 from models import access_requests, portal
 from models.access_requests import AccessRequest
-from models.db import atomic
+from models.store.db import atomic
 from svcctl.output import JSON_OPTION, err, record, show, table, with_database
 from svcctl.portal import print_invitation
 

@@ -17,8 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from config import ConfigError, get_settings
-from models.db import connection, init_db
 from models.errors import DomainError
+from models.setup import init_db
+from models.store.db import connection
 
 out = Console()
 err = Console(stderr=True)

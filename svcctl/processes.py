@@ -16,7 +16,8 @@ import typer
 from config import ConfigError, get_settings
 from config.logs import configure_logging
 from config.settings import parse_bind
-from models.db import connection, init_db
+from models.setup import init_db
+from models.store.db import connection
 from svcctl.output import err, fail
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,7 +189,7 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
            help="Let companies' webhook endpoints point at private and loopback addresses (local receivers "
                 "only: it turns the SSRF guard off).")):
     """Migrate, then run the API and the worker (and the simulator) in the foreground; Ctrl-C stops all."""
-    from models.db import upgrade
+    from models.store.db import upgrade
 
     host, port = _split_bind(bind)
     env = dict(os.environ)

@@ -26,7 +26,8 @@ import redis  # noqa: E402
 from falcon import testing  # noqa: E402
 
 from config import Settings, load_settings, use_settings  # noqa: E402
-from models import db as database  # noqa: E402
+from models import setup  # noqa: E402
+from models.store import db as database  # noqa: E402
 
 PG_DSN = os.environ.get("SVC_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("SVC_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -71,7 +72,7 @@ def base_env(data_dir: Path) -> dict[str, str]:
 def sqlite_template() -> Path:
     directory = _SESSION_DIR / "sqlite-template"
     settings = use_settings(load_settings(base_env(directory)))
-    database.init_db(settings)
+    setup.init_db(settings)
     database.upgrade()
     database.db.close_all()
     return settings.sqlite_path
@@ -85,7 +86,7 @@ def pg_template():
     admin.cursor().execute(f'CREATE DATABASE "{name}"')
     settings = use_settings(load_settings({**base_env(_SESSION_DIR / "pg-template"),
                                            "SVC_DATABASE_URL": f"{PG_DSN}/{name}"}))
-    database.init_db(settings)
+    setup.init_db(settings)
     database.upgrade()
     database.db.close_all()
     yield name
@@ -124,7 +125,7 @@ def storage(request, tmp_path):
             admin.close()
 
     use_settings(settings)
-    database.init_db(settings)
+    setup.init_db(settings)
     with database.connection():
         yield settings
     database.db.close_all()
@@ -136,7 +137,7 @@ def storage(request, tmp_path):
 def sqlite_storage(tmp_path, sqlite_template):
     """SQLite only: for tests about the embedded default itself."""
     settings = use_settings(_sqlite_settings(tmp_path, sqlite_template))
-    database.init_db(settings)
+    setup.init_db(settings)
     with database.connection():
         yield settings
     database.db.close_all()

@@ -29,7 +29,8 @@ import pytest
 import requests
 
 from config import load_settings, use_settings
-from models import db as database
+from models import setup
+from models.store import db as database
 from tests.conftest import IN_CI, base_env
 from tests.live import LiveService, free_port, wait_until
 from tests.webhooks_fixtures import Receiver, webhook_ca  # noqa: F401  (fixture)
@@ -164,7 +165,7 @@ def private_servers():
         admin.close()
         settings = use_settings(load_settings({**base_env(postgres.root / "tpl"),
                                                "SVC_DATABASE_URL": f"{postgres.dsn}/{servers.template}"}))
-        database.init_db(settings)
+        setup.init_db(settings)
         database.upgrade()
         database.db.close_all()
         yield servers
@@ -179,7 +180,7 @@ def _database_storage(tmp_path: Path, dsn: str, template: str, redis_url: str, a
     settings = load_settings({**base_env(tmp_path / "data"), "SVC_DATABASE_URL": f"{dsn}/{name}",
                               "SVC_REDIS_URL": redis_url, "SVC_QUEUE_NAME": f"svc-test-{name}"})
     use_settings(settings)
-    database.init_db(settings)
+    setup.init_db(settings)
     return name, settings
 
 
@@ -211,7 +212,7 @@ def private_storage(module_storage, immediate_queue):
     connection open, and the real queue for the child processes."""
     immediate_queue.immediate = False
     use_settings(module_storage)
-    database.init_db(module_storage)
+    setup.init_db(module_storage)
     with database.connection():
         yield module_storage
 

@@ -15,8 +15,8 @@ from urllib.parse import urlencode
 import pytest
 from falcon import testing
 
-from models import db as database
 from models import portal
+from models.store import db as database
 
 __all__ = ["owner", "portal_client"]
 

@@ -226,7 +226,7 @@ class TestIdempotency:
         assert credits.wallet_of(alice.id).balance == 1000
 
     def test_racing_duplicates_run_once(self, write, alice, storage):
-        from models.db import connection
+        from models.store.db import connection
 
         outcomes = []
 
@@ -294,8 +294,7 @@ class TestRateLimits:
     @staticmethod
     def _preload(key: str, count: int) -> None:
         """Bring a counter to its limit in the current window, as that many requests would."""
-        from models.counters import window_start
-        from models.db import counters
+        from models.store.counters import counters, window_start
 
         store = counters()
         if hasattr(store, "client"):

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from models import credits
-from models.db import atomic, connection, execute
+from models.store.db import atomic, connection, execute
 from models.tenants import create_key, revoke_key
 from models.wallet_copies import CHANNEL
 from tests.live import LiveService, env_for, wait_until

@@ -104,7 +104,7 @@ def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, acco
     # at BEGIN and finds D-0 already there. Either way each debt exists once.
     from models import cartera
     from models.cartera_input import parse_debt
-    from models.db import atomic, connection, db
+    from models.store.db import atomic, connection, db
 
     caplog.set_level(logging.INFO, logger="cartera")
     specs = [parse_debt(debt_body(account.public_id, f"D-{i}", deudor={"nombre": "Ana", "documento": f"{i}-K"}))
@@ -151,7 +151,7 @@ def test_new_debts_planned_straight_to_rows_match_those_planned_as_state(alice, 
     from models import cartera
     from models.cartera import Installment
     from models.cartera_input import parse_debt
-    from models.db import connection
+    from models.store.db import connection
 
     def cuota(external_id, numero, vence, estado=None, monto=100):
         item = {"external_id": external_id, "numero": numero, "monto": monto, "vence": vence}

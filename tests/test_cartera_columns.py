@@ -29,7 +29,7 @@ from models.cartera_import import (
     import_debts,
     read_csv,
 )
-from models.db import connection
+from models.store.db import connection
 from tests.cartera_fixtures import make_account
 
 COLUMNS = [*CSV_COLUMNS, "external_updated_at"]

@@ -8,8 +8,8 @@ import pytest
 
 from models import credits
 from models.credits import LedgerEntry, Wallet
-from models.db import connection
 from models.errors import InsufficientCredits, Invalid, WalletPaused
+from models.store.db import connection
 
 
 def replay_ledger(tenant_id: int) -> tuple[int, int]:

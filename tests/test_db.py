@@ -5,8 +5,8 @@ from __future__ import annotations
 import peewee
 import pytest
 
-from models.db import after_commit, atomic, db, execute, fetch_one, is_postgres
 from models.events import Event, emit, listening
+from models.store.db import after_commit, atomic, db, execute, fetch_one, is_postgres
 from models.tenants import create_tenant
 
 

@@ -4,23 +4,31 @@ settings, and re-encrypting stored secrets under a new key."""
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import logging
+from pathlib import Path
 
+import pyotp
 import pytest
 from cryptography.fernet import Fernet
+from typer.testing import CliRunner
 
 from config import ConfigError, load_settings, logs
 from config.access_log import loggable_path
-from models import payments, portal, secrets
+from models import payments, portal
 from models.accounts import MessagingAccount
-from models.db import db
 from models.idempotency import IdempotencyRecord
+from models.store import secrets
+from models.store.db import db
 from models.webhooks import WebhookEndpoint
 from tests.campaigns_fixtures import campaign_body, make_number
 from tests.operations_fixtures import parse, total
+from svcctl.main import app
 from tests.webhooks_fixtures import configure
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def metric(client, name: str, **labels) -> float:
@@ -191,6 +199,52 @@ def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alic
     assert replay.json["data"]["signing_secret"] == signing_secret
     assert columns["idempotency_record.body"].plain == 1
     assert IdempotencyRecord.get(IdempotencyRecord.key == "k2").body == '{"success":true}'
+
+
+def encrypted_columns_in_the_source() -> set[tuple[str, str]]:
+    """(table class, attribute) of every `EncryptedText(...)` a table under models/ declares, read
+    from the source: the list rotation must cover, found without asking rotation."""
+    declared = set()
+    for path in (ROOT / "models").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for statement in node.body:
+                    if (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)
+                            and ast.unparse(statement.value.func).rpartition(".")[2] == "EncryptedText"):
+                        declared |= {(node.name, target.id) for target in statement.targets}
+    return declared
+
+
+def test_rotation_finds_every_encrypted_column_wherever_its_table_lives():
+    declared = encrypted_columns_in_the_source()
+    assert len(declared) >= 7
+    assert {(table.__name__, column.name) for table, column in secrets.encrypted_columns()} == declared
+
+
+def test_svcctl_secrets_rotate_re_encrypts_every_encrypted_column(client, alice, storage):
+    old_key, new_key = storage.secret_key, Fernet.generate_key().decode()
+    # A secret under the old key in every encrypted column: the number's token; the endpoint's
+    # signing secret, and the stored response of its creation, which shows it; the gateway's
+    # credentials; a confirmed two-factor secret, and one being set up.
+    make_number(alice.id, token="EAAG-platform-token")
+    created = client.simulate_post("/api/v1/webhooks/endpoints", headers={**alice.headers, "Idempotency-Key": "k1"},
+                                   json={"url": "https://example.com/hooks", "events": ["message.sent"]})
+    assert created.status_code == 201, created.text
+    payments.connect_gateway(alice.id, "APP_USR-gateway-token", "gateway-webhook-secret")
+    owner = portal.create_user(alice.id, "owner@alice.example", "owner", "a long enough password 1")
+    totp_secret = portal.begin_totp(owner)
+    assert portal.confirm_totp(portal.PortalUser.get_by_id(owner.id), pyotp.TOTP(totp_secret).now())
+    portal.begin_totp(portal.PortalUser.get_by_id(owner.id))
+
+    configure(storage, secret_keys=(new_key, old_key), secret_key=new_key)
+    result = CliRunner().invoke(app, ["secrets", "rotate", "--json"])
+    assert result.exit_code == 0, result.stderr or result.stdout
+    report = json.loads(result.stdout)
+    every_column = {f"{table._meta.table_name}.{column.column_name}" for table, column in secrets.encrypted_columns()}
+    assert len(every_column) == len(encrypted_columns_in_the_source())
+    assert {column["column"] for column in report["columns"]} == every_column
+    assert {column["column"] for column in report["columns"] if column["rotated"]} == every_column
+    assert report["unreadable"] == 0
 
 
 def test_a_secret_no_key_opens_is_reported_not_lost(alice, storage):

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from jobs.payments import reconcile_payments
 from models import cartera, payments
 from models.cartera import Debt, Payment
-from models.db import connection
 from models.events import Event
 from models.payments import GatewayNotification, PaymentLink, PaymentReversal
+from models.store.db import connection
 from svcctl.main import app as svcctl
 from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)

@@ -252,7 +252,7 @@ def test_a_batch_claimed_by_a_live_worker_is_left_alone(client, alice):
 def test_the_same_wamid_in_two_concurrent_batches_is_reported_once(client, alice, storage):
     import threading
 
-    from models.db import connection
+    from models.store.db import connection
 
     account = account_of(client, alice)
     with platform.atomic():

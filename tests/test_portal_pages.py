@@ -14,9 +14,9 @@ from jobs.webhooks import kick
 from models import credits, portal, webhooks
 from models.campaigns import Campaign
 from models.cartera import Debt, Payment
-from models.db import atomic
 from models.events import Event, emit
 from models.onboarding import OnboardingAttempt
+from models.store.db import atomic
 from models.tenants import ApiKey, authenticate
 from models.webhooks import WebhookDelivery, WebhookEndpoint
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)

@@ -18,7 +18,8 @@ import pytest
 import requests
 
 from config import load_settings, use_settings
-from models import db as database
+from models import setup
+from models.store import db as database
 from tests.conftest import base_env
 from tests.live import ROOT, env_for, free_port, wait_until
 
@@ -37,7 +38,7 @@ def api(tmp_path_factory, sqlite_template):
     settings.data_dir.mkdir(parents=True)
     shutil.copy(sqlite_template, settings.sqlite_path)
     use_settings(settings)
-    database.init_db(settings)
+    setup.init_db(settings)
     with database.connection():
         _key, key_string = create_key(create_tenant("Bystander"), ["all"])
     database.db.close_all()

@@ -18,8 +18,6 @@ from models import accounts, credits, platform
 from models.accounts import BusinessInitiated, MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.clock import utcnow
-from models.counters import SLOT_LEAD, slot_interval, slot_phase
-from models.db import connection, counters
 from models.events import Event
 from models.platform import PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
@@ -28,6 +26,8 @@ from models.sending.fairness import fair_shares
 from models.sending.messenger import GraphMessenger
 from models.sending.recovery import HELD_BATCH_LIMIT, engine_key, recover_stuck
 from models.statuses import apply_status_updates
+from models.store.counters import SLOT_LEAD, counters, slot_interval, slot_phase
+from models.store.db import connection
 from tests.accounts_fixtures import messages_value, notification
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import create_for, make_number, status_update, wa, wallet

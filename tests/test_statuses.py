@@ -10,10 +10,10 @@ import pytest
 from models import campaigns as campaigns_module
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits, create_campaign
 from models.credits import LedgerEntry
-from models.db import connection
 from models.events import Event
 from models.messages import Message
 from models.statuses import apply_status_updates
+from models.store.db import connection
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, let_write, make_number, status_update, wa, wallet
 from tests.test_credits import replay_ledger

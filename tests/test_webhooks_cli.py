@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from jobs import webhooks as jobs
 from models import events, webhooks
-from models.db import atomic
+from models.store.db import atomic
 from models.webhooks import WebhookDelivery
 from svcctl.main import app
 from svcctl.webhooks import parse_since

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from jobs import webhooks as jobs
 from models import events, webhooks
-from models.db import atomic
+from models.store.db import atomic
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "webhooks.md"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from models.db import after_commit
+from models.store.db import after_commit
 
 # The error code of a send nobody can confirm reached the platform: failed, never sent again.
 UNCONFIRMED = "send_unconfirmed"

@@ -39,7 +39,6 @@ from models.campaigns import (
 )
 from models.clock import utcnow
 from models.credits import Wallet
-from models.db import atomic, db, lock_in_order, lock_rows, skip_locked
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
 from models.sending.fairness import split_evenly
 from models.sending.messenger import (
@@ -52,6 +51,7 @@ from models.sending.messenger import (
     verdict,
 )
 from models.sending.work import BatchResult, Job, NumberPlan
+from models.store.db import atomic, db, lock_in_order, lock_rows, skip_locked
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
 _PICK_SQL: dict[type, str] = {}

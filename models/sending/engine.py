@@ -44,8 +44,6 @@ from peewee import DatabaseError, InterfaceError
 from redis.exceptions import RedisError
 
 from messaging.errors import PlatformError, PlatformUnavailableError
-from models.counters import slot_interval
-from models.db import connection, counters, outlast_outage
 from models.sending.campaign_store import CampaignStore
 from models.sending.fairness import fair_shares
 from models.sending.message_store import MessageStore
@@ -53,6 +51,8 @@ from models.sending.messenger import GraphMessenger, Messenger, SlotMissed, Verd
 from models.sending.recovery import engine_key, recover_stuck
 from models.sending.slots import SlotExecutor
 from models.sending.work import BatchResult, Job, NumberPlan, Store
+from models.store.counters import counters, slot_interval
+from models.store.db import connection, outlast_outage
 
 log = logging.getLogger(__name__)
 

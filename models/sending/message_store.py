@@ -21,7 +21,6 @@ from models import credits, platform_users
 from models.accounts import MessagingAccount, record_business_sends_many
 from models.campaigns import emit_rows
 from models.clock import utcnow
-from models.db import atomic, lock_rows, skip_locked
 from models.messages import Message, event_fields
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
 from models.sending.messenger import (
@@ -33,6 +32,7 @@ from models.sending.messenger import (
     verdict,
 )
 from models.sending.work import BatchResult, Job, NumberPlan
+from models.store.db import atomic, lock_rows, skip_locked
 
 
 class MessageStore:

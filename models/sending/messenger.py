@@ -22,7 +22,7 @@ from messaging.errors import PlatformError, PlatformUnavailableError, ThrottledE
 from models import accounts
 from models.accounts import MessagingAccount
 from models.events import emit
-from models.secrets import decrypt
+from models.store.secrets import decrypt
 
 if TYPE_CHECKING:
     from models.sending.work import Job

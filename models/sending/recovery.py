@@ -12,11 +12,11 @@ import datetime as dt
 import logging
 
 from models.clock import utcnow
-from models.db import counters
 from models.platform import MAX_ATTEMPTS, PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
 from models.sending.message_store import MessageStore
 from models.sending.work import Store
+from models.store.counters import counters
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,8 @@ send slots for pacing, and engine heartbeats.
 Stores with one interface: keys in Redis when configured, else rows in the database; on the
 embedded (SQLite) profile the per-window tallies live in a shared-memory table next to the
 database file instead, so counting a request never takes the database's single write lock.
-`models.db.counters()` picks one; nothing else knows which.
+`models.setup.init_db` picks one for the process (`use`) and `counters()` answers it; nothing
+else knows which.
 """
 
 from __future__ import annotations
@@ -20,37 +21,10 @@ import time
 import zlib
 from pathlib import Path
 
-from peewee import BigIntegerField, Case, CharField, DoubleField, IntegerField
+from peewee import Case
 
-from models.base import BaseModel
-from models.db import execute
-
-
-class RateCounter(BaseModel):
-    key = CharField(max_length=200)
-    window = BigIntegerField()
-    count = IntegerField(default=0)
-
-    class Meta:
-        primary_key = False
-        indexes = ((("key", "window"), True),)
-
-
-class PacingSlot(BaseModel):
-    """A number's send schedule in the database store: the next free slot (models/sending/engine.py)."""
-
-    key = CharField(max_length=200, primary_key=True)
-    # Double precision: unix seconds in PostgreSQL's 4-byte REAL would be off by minutes.
-    next_free = DoubleField()  # unix seconds: the earliest time the next granted send may go
-    version = BigIntegerField(default=0)  # compare-and-swap guard: two consumers never get one slot
-
-
-class Heartbeat(BaseModel):
-    """`key` is alive until `expires` (unix seconds): dispatch engines announce themselves here."""
-
-    key = CharField(max_length=200, primary_key=True)
-    expires = DoubleField()  # unix seconds: double precision, as for PacingSlot.next_free
-
+from models.store.db import atomic, execute, is_postgres
+from models.store.tables import Heartbeat, PacingSlot, RateCounter
 
 # Send pacing is a GCRA (generic cell rate algorithm, "virtual scheduling"): every granted send
 # gets its own slot, one `slot_interval` after the previous one, and the caller sends it at that
@@ -139,8 +113,6 @@ class DatabaseCounters:
         Each row changes by a compare-and-swap on `version`, so consumers on other threads or
         hosts never get the same slot: a lost race is retried against the fresh row.
         """
-        from models.db import atomic, is_postgres
-
         results: dict[str, tuple[int, float]] = {}
         if not requests:
             return results
@@ -428,3 +400,22 @@ class RedisCounters:
 
     def purge_pacing(self, older_than_seconds: int = PACING_TTL) -> int:
         return 0  # keys expire by themselves
+
+
+# The process's store, chosen by models/setup.py beside the database it installs.
+Counters = DatabaseCounters | RedisCounters
+_installed: Counters | None = None
+
+
+def use(store: Counters) -> None:
+    """Make `store` the process's counter store."""
+    global _installed
+    _installed = store
+
+
+def counters() -> Counters:
+    """The shared counter store: Redis when configured, else the database (whose tallies, on SQLite,
+    live in shared memory beside it)."""
+    if _installed is None:
+        raise RuntimeError("init_db() has not been called")
+    return _installed

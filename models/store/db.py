@@ -1,8 +1,9 @@
 """The one database: SQLite under the data dir by default, PostgreSQL when configured.
 
 This module is the only place that knows which engine is in use. Nothing connects at import:
-`init_db` installs the engine behind the proxy, and each request or task opens and closes its
-own connection with `connection()` (pooled, so that is cheap).
+`install_engine` (called by `models.setup.init_db`) installs the engine behind the proxy, and
+each request or task opens and closes its own connection with `connection()` (pooled, so that
+is cheap).
 """
 
 from __future__ import annotations
@@ -22,20 +23,15 @@ from urllib.parse import unquote, urlsplit
 import peewee
 from peewee import Database, DatabaseProxy, __exception_wrapper__
 from playhouse.migrations import Runner
-from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
+from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from config import Settings
 from config.settings import private_data_file
-from models.wallet_copies import CHANNEL as WALLET_CHANNEL
-from models.wallet_copies import WalletCopies
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 db = DatabaseProxy()
-_counters = None
-_wallet_copies = None
-_installed_for: Settings | None = None
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
@@ -104,11 +100,9 @@ def _sqlite(path: Path, pool_size: int) -> PooledSqliteDatabase:
     )
 
 
-def init_db(settings: Settings) -> Database:
-    """Install the configured engine behind `db` (no connection is opened); idempotent per settings."""
-    global _installed_for, _counters, _wallet_copies
-    if db.obj is not None and settings is _installed_for:
-        return db.obj
+def install_engine(settings: Settings) -> Database:
+    """Install the configured engine behind `db` (no connection is opened); the previous one's
+    pooled connections are closed."""
     if db.obj is not None:
         with contextlib.suppress(Exception):
             db.obj.close_all()
@@ -117,55 +111,7 @@ def init_db(settings: Settings) -> Database:
     else:
         engine = _sqlite(settings.sqlite_path, settings.db_pool_size)
     db.initialize(engine)
-    _installed_for = settings
-    if settings.redis_url:
-        import redis
-
-        from models.counters import RedisCounters
-
-        _counters = RedisCounters(redis.Redis.from_url(settings.redis_url), settings.queue_name)
-    else:
-        from models.counters import DatabaseCounters, SharedMemoryCounters
-
-        # SQLite is one host's database: a shared-memory table next to it counts for every process.
-        _counters = (DatabaseCounters() if settings.database_url
-                     else SharedMemoryCounters(settings.sqlite_path.with_name(settings.sqlite_path.name + ".counters")))
-    if _wallet_copies is not None:
-        _wallet_copies.close()
-    # Copies of another database's wallets must not answer for this one's.
-    _wallet_copies = WalletCopies(settings.data_dir / "wallet-versions", settings.wallet_copy_seconds,
-                                  **(_postgres_wallet_feed(engine) if settings.database_url else {}))
     return engine
-
-
-def counters():
-    """The shared counter store: Redis when configured, else the database (whose tallies, on SQLite,
-    live in shared memory beside it)."""
-    if _counters is None:
-        raise RuntimeError("init_db() has not been called")
-    return _counters
-
-
-def _postgres_wallet_feed(engine: PooledPostgresqlDatabase) -> dict:
-    """How a process tells other hosts that a wallet changed, and hears what they tell
-    (models/wallet_copies.py): NOTIFY after the change's commit, and a connection of its own that
-    LISTENs, outside the pool."""
-    import psycopg2
-
-    def announce(tenant_id: int) -> None:
-        execute("SELECT pg_notify(?, ?)", (WALLET_CHANNEL, str(tenant_id)))
-
-    def listen():
-        return psycopg2.connect(dbname=engine.database, **engine.connect_params)
-
-    return {"announce": announce, "listen": listen}
-
-
-def wallet_copies():
-    """The process's copies of wallet rows and the host's wallet versions (models/wallet_copies.py)."""
-    if _wallet_copies is None:
-        raise RuntimeError("init_db() has not been called")
-    return _wallet_copies
 
 
 def is_postgres() -> bool:
@@ -252,6 +198,7 @@ def execute_many(sql: str, rows: list) -> None:
     cursor = db.connection().cursor()
     with __exception_wrapper__:
         if is_postgres():
+            # Imported on first use: only PostgreSQL needs it, and it costs a tenth of a second.
             from psycopg2.extras import execute_batch
 
             execute_batch(cursor, sql.replace("?", "%s"), rows, page_size=100)
@@ -443,8 +390,9 @@ _SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
 def storage_unavailable(error: BaseException) -> bool:
     """The database or Redis could not be reached (a restart, a network blip, a lock held past
     the timeout), as opposed to a bug in a query."""
+    # Imported here, not at the top: redis takes a third of a second to import, which every
+    # process (a one-shot `svcctl` command too) would pay whether or not it uses Redis.
     import redis
-    from playhouse.pool import MaxConnectionsExceeded
 
     if isinstance(error, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | MaxConnectionsExceeded):
         return True

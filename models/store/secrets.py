@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from peewee import Model, TextField
 
+import models
 from config import get_settings
+from models.store.base import BaseModel
+from models.store.db import atomic
 
 # Rows re-encrypted per transaction: short transactions, so the rows a batch holds locked are
 # never in a sender's way for long.
@@ -52,9 +55,6 @@ def decrypt(ciphertext: str) -> str:
 
 def encrypted_columns() -> list[tuple[type[Model], EncryptedText]]:
     """Every `EncryptedText` column of every table (the models package is imported whole)."""
-    import models
-    from models.base import BaseModel
-
     for module in pkgutil.iter_modules(models.__path__):
         if not module.ispkg:
             importlib.import_module(f"models.{module.name}")
@@ -104,8 +104,6 @@ def rotate(batch: int = ROTATE_BATCH, progress: Callable[[ColumnRotation], None]
        row still holds the value read (a concurrent change is never overwritten; the next run
        picks it up if it was written under an old key).
     """
-    from models.db import atomic
-
     multi, current = _fernets(_keys())
     report = Rotation()
     for table, column in encrypted_columns():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from peewee import Model, TextField
 
-from models.db import db
+from models.store.db import db
 
 
 class BaseModel(Model):
