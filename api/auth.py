@@ -11,9 +11,9 @@ import falcon
 
 from api.errors import ApiError
 from config import get_settings
-from models import tenants
 from models.store.counters import counters
-from models.tenants import ApiKey
+from models.tenancy import keys as tenants
+from models.tenancy.tables import ApiKey
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}
 

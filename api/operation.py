@@ -27,9 +27,9 @@ from api import ratelimit
 from api.auth import authenticate, require_scope
 from api.errors import ApiError, render_error, validation_error
 from config.settings import MAX_BODY_BYTES
-from models import idempotency
 from models.errors import DomainError
 from models.store import secrets
+from models.tenancy import idempotency
 
 MAX_IDEMPOTENCY_KEY = 255
 REPLAY_HEADER = "X-Service-Idempotent-Replay"

@@ -24,7 +24,7 @@ from gateway.mercadopago import parse_notification
 from models import payments
 from models.cartera_input import ExactInput, PositiveAmount
 from models.errors import DomainError
-from models.tenants import Tenant
+from models.tenancy.tables import Tenant
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,11 @@ UNLIMITED = "100000000"
 def prepare(env: dict[str, str]) -> str:
     """Migrate a fresh database and create a tenant with a key; returns the key."""
     from config import load_settings, use_settings
-    from models import credits
     from models.setup import init_db
     from models.store.db import connection, upgrade
-    from models.tenants import create_key, create_tenant
+    from models.tenancy import credits
+    from models.tenancy.keys import create_key
+    from models.tenancy.tenants import create_tenant
 
     settings = use_settings(load_settings(env))
     init_db(settings)

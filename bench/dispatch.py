@@ -162,8 +162,9 @@ def prepare(env: dict[str, str]):
 
 
 def make_company(index: int, credits_amount: int) -> str:
-    from models import credits
-    from models.tenants import create_key, create_tenant
+    from models.tenancy import credits
+    from models.tenancy.keys import create_key
+    from models.tenancy.tenants import create_tenant
 
     tenant = create_tenant(f"Bench Co {index}")
     credits.grant(tenant.id, credits_amount)

@@ -151,9 +151,10 @@ def connect_number(stack: Stack, tenant: Tenant) -> dict:
 
 def seed(stack: Stack, tenants: int = TENANTS, numbers_per_tenant: int = NUMBERS, contacts: int = CONTACTS,
          webhook_url: str | None = None, credits_each: int = 10_000_000) -> World:
-    from models import credits
     from models.store.db import connection
-    from models.tenants import create_key, create_tenant
+    from models.tenancy import credits
+    from models.tenancy.keys import create_key
+    from models.tenancy.tenants import create_tenant
 
     stack.install_settings()
     world = World(stack, [])
@@ -396,8 +397,8 @@ def outstanding(world: World, receiver) -> dict[str, int]:
 
 
 def replay_ledger(tenant_id: int) -> tuple[int, int]:
-    from models import credits
-    from models.credits import LedgerEntry
+    from models.tenancy import credits
+    from models.tenancy.tables import LedgerEntry
 
     balance = reserved = 0
     for entry in LedgerEntry.select().where(LedgerEntry.tenant == tenant_id).order_by(LedgerEntry.id):
@@ -416,13 +417,13 @@ def checks(world: World, receiver) -> dict[str, object]:
     """Everything that must hold once the system is idle; the values, with `ok` for each."""
     from peewee import fn
 
-    from models import credits
     from models.campaigns import Campaign, CampaignRecipient
-    from models.credits import LedgerEntry
     from models.events import Event
     from models.messages import Message
     from models.platform import PlatformWebhookBatch
     from models.store.db import connection
+    from models.tenancy import credits
+    from models.tenancy.tables import LedgerEntry
     from models.webhooks import WebhookDelivery
 
     sent = requests.get(f"{world.stack.sim_url}/_sim/sent", timeout=60).json()["data"]

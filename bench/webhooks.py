@@ -226,7 +226,7 @@ def main() -> None:
         from models import webhooks
         from models.ids import new_id
         from models.store.db import connection
-        from models.tenants import create_tenant
+        from models.tenancy.tenants import create_tenant
 
         url = f"https://localhost:{port}/hooks"
         with connection():

@@ -1,8 +1,8 @@
 """Periodic housekeeping that belongs to no single area."""
 
 from jobs.queue import crontab, periodic_task
-from models import idempotency
 from models.store.counters import counters
+from models.tenancy import idempotency
 
 
 @periodic_task(crontab(minute="*/10"))

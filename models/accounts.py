@@ -12,7 +12,7 @@ from models.errors import Invalid, NotFound
 from models.store.base import BaseModel, JSONField
 from models.store.db import execute, lock_in_order
 from models.store.secrets import EncryptedText
-from models.tenants import Tenant
+from models.tenancy.tables import Tenant
 
 COEXISTENCE_MPS = 20
 DEFAULT_MPS = 80

@@ -38,7 +38,7 @@ from peewee import (
 from pydantic import AliasChoices, Field, StringConstraints, field_validator, model_validator
 
 from messaging.payloads import USER_ID
-from models import credits, platform_users
+from models import platform_users
 from models.accounts import MessagingAccount, Template, get_account
 from models.clock import isoformat, utcnow
 from models.errors import Conflict, Invalid, NotFound
@@ -47,7 +47,8 @@ from models.ids import new_id
 from models.inputs import Input, text
 from models.store.base import BaseModel, JSONField
 from models.store.db import after_commit, atomic, db, is_postgres
-from models.tenants import Tenant
+from models.tenancy import credits
+from models.tenancy.tables import Tenant
 
 MAX_RECIPIENTS = 5000
 INSERT_CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit

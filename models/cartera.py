@@ -62,7 +62,7 @@ from models.events import emit
 from models.ids import new_id
 from models.store.base import BaseModel
 from models.store.db import atomic, execute, is_postgres
-from models.tenants import Tenant
+from models.tenancy.tables import Tenant
 
 log = logging.getLogger("cartera")
 

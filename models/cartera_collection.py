@@ -36,7 +36,7 @@ from models.clock import utcnow
 from models.errors import DomainError
 from models.sending import work_arrived
 from models.store.db import atomic
-from models.tenants import Tenant
+from models.tenancy.tables import Tenant
 
 log = logging.getLogger("cartera.collection")
 

@@ -20,7 +20,7 @@ from models.clock import isoformat, utcnow
 from models.ids import new_id
 from models.store.base import BaseModel, JSONField
 from models.store.db import after_commit
-from models.tenants import Tenant
+from models.tenancy.tables import Tenant
 
 CORE_EVENTS = (
     "account.connected",

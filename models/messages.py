@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from models import accounts, credits, platform_users
+from models import accounts, platform_users
 from models.accounts import MessagingAccount
 from models.campaigns import digits, sendable_account
 from models.clock import isoformat, utcnow
@@ -36,7 +36,8 @@ from models.inputs import Input
 from models.inputs import text as limited  # a field below is called `text`
 from models.store.base import BaseModel, JSONField
 from models.store.db import atomic
-from models.tenants import Tenant
+from models.tenancy import credits
+from models.tenancy.tables import Tenant
 
 MESSAGE_TYPES = ("text", "image", "document", "audio", "video", "interactive")
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from models.sending.messenger import account_token, graph_client
 from models.store.base import BaseModel
 from models.store.db import atomic
 from models.store.secrets import encrypt
-from models.tenants import Tenant
+from models.tenancy.tables import Tenant
 
 log = logging.getLogger(__name__)
 

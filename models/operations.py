@@ -212,8 +212,7 @@ def messages_in_flight() -> dict[str, int]:
 
 
 def credits_reserved_by_tenant() -> dict[str, int]:
-    from models.credits import Wallet
-    from models.tenants import Tenant
+    from models.tenancy.tables import Tenant, Wallet
 
     rows = (Wallet.select(Tenant.public_id, Wallet.reserved).join(Tenant)
             .where(Wallet.reserved > 0).order_by(Wallet.reserved.desc()).tuples())
@@ -238,7 +237,7 @@ def outbox() -> dict[str, float]:
 
 def webhook_backlog_by_endpoint() -> list[dict]:
     """Each endpoint with open deliveries: how many, how many failed at least once, the oldest."""
-    from models.tenants import Tenant
+    from models.tenancy.tables import Tenant
     from models.webhooks import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
 
     now = utcnow()
@@ -288,7 +287,7 @@ def number_pace(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
 
 def running_campaigns(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
     from models.campaigns import Campaign, CampaignRecipient
-    from models.tenants import Tenant
+    from models.tenancy.tables import Tenant
 
     since = utcnow() - dt.timedelta(seconds=window_seconds)
     recent = (CampaignRecipient.select(fn.COUNT(CampaignRecipient.id))

@@ -41,7 +41,7 @@ from models.ids import new_id
 from models.store import secrets
 from models.store.base import BaseModel
 from models.store.db import atomic, execute
-from models.tenants import Tenant
+from models.tenancy.tables import Tenant
 
 log = logging.getLogger("payments")
 

@@ -15,9 +15,9 @@ from config import Settings
 from models.store import counters
 from models.store.counters import DatabaseCounters, RedisCounters, SharedMemoryCounters
 from models.store.db import db, execute, install_engine
-from models.wallet_copies import CHANNEL as WALLET_CHANNEL
-from models.wallet_copies import WalletCopies
-from models.wallet_copies import use as use_wallet_copies
+from models.tenancy.wallet_copies import CHANNEL as WALLET_CHANNEL
+from models.tenancy.wallet_copies import WalletCopies
+from models.tenancy.wallet_copies import use as use_wallet_copies
 
 _installed_for: Settings | None = None
 

@@ -29,7 +29,6 @@ from typing import Any
 from peewee import Case
 
 from messaging.webhooks import StatusUpdate
-from models import credits
 from models.accounts import MessagingAccount, record_business_sends_many
 from models.campaigns import (
     Campaign,
@@ -45,6 +44,7 @@ from models.clock import to_utc_naive, utcnow
 from models.messages import Message, event_fields
 from models.sending import UNCONFIRMED
 from models.store.db import atomic, lock_rows
+from models.tenancy import credits
 
 log = logging.getLogger(__name__)
 RANK = {"pending": 0, "queued": 1, "sent": 2, "delivered": 3, "read": 4}

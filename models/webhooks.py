@@ -48,7 +48,7 @@ from models.ids import new_id
 from models.store import secrets
 from models.store.base import BaseModel, JSONField
 from models.store.db import atomic, bound_datetime, execute, execute_many, is_postgres
-from models.tenants import Tenant
+from models.tenancy.tables import Tenant
 
 # Seconds after the first attempt at which each attempt is due (DECISIONS: webhook retries).
 # Each retry waits the gap from the previous attempt, so a delay (a backlog, a worker restart)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
-from models import tenants
 from models.errors import Invalid
 from models.store.db import atomic
-from models.tenants import SCOPES, ApiKey
+from models.tenancy import keys as tenants
+from models.tenancy.keys import SCOPES
+from models.tenancy.tables import ApiKey
 from portal.web import BASE, audit, ctx, form, page, redirect, render
 
 

@@ -6,10 +6,11 @@ import datetime as dt
 
 from peewee import fn
 
-from models import campaigns, credits, webhooks
+from models import campaigns, webhooks
 from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.clock import utcnow
 from models.messages import Message
+from models.tenancy import credits
 from models.webhooks import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
 from portal.web import ctx, page, render
 

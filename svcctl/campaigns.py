@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from models import campaigns
 from models.campaigns import CAMPAIGN_STATUSES, Campaign
-from models.tenants import Tenant, get_tenant
+from models.tenancy.tables import Tenant
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, print_json, record, show, table, with_database
 
 app = typer.Typer(help="Campaigns: list, inspect, watch progress.", no_args_is_help=True)

@@ -18,7 +18,7 @@ from models import cartera
 from models.cartera_collection import due_reminders, send_due_reminders
 from models.cartera_import import CountingReader, ImportFormatError, RowError, import_debts, reader_for
 from models.cartera_money import amount_json
-from models.tenants import get_tenant
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, plain, record, show, table, with_database
 from svcctl.payments import export_app as payments_export_app
 

@@ -44,7 +44,7 @@ def connect(tenant: str = typer.Option(..., "--tenant"),
     secret from standard input, one a line, or asks for them; secrets never go on a command line."""
     from config import get_settings
     from models import payments
-    from models.tenants import get_tenant
+    from models.tenancy.tenants import get_tenant
 
     tenant_row = get_tenant(tenant)
     if sim:
@@ -76,7 +76,7 @@ def reconcile(tenant: str = typer.Option(..., "--tenant"),
               as_json: bool = JSON_OPTION):
     """Compare the gateway's transactions with recorded payments; record what is missing."""
     from models import payments
-    from models.tenants import get_tenant
+    from models.tenancy.tenants import get_tenant
 
     report = payments.reconcile(get_tenant(tenant).id, _moment("--since", since))
     show(report, as_json, lambda: table(f"{len(report)} transaction(s) recorded or refused",
@@ -122,7 +122,7 @@ def export(tenant: str = typer.Option(..., "--tenant"),
            fmt: str = typer.Option("csv", "--format", help="csv or jsonl")):
     """Stream every payment and reversal made in the service (gateway and manual) to stdout."""
     from models import payments
-    from models.tenants import get_tenant
+    from models.tenancy.tenants import get_tenant
 
     if fmt not in ("csv", "jsonl"):
         fail(f"--format must be csv or jsonl, got {fmt!r}")

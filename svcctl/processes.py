@@ -87,8 +87,10 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
 def _ensure_demo_tenant() -> tuple[str, str | None, str | None]:
     """The demo tenant's id, its key and its portal owner's password, the latter two the first
     time only (a secret is never shown twice)."""
-    from models import credits, portal
-    from models.tenants import Tenant, create_key, create_tenant
+    from models.tenancy import credits, portal
+    from models.tenancy.keys import create_key
+    from models.tenancy.tables import PortalUser, Tenant
+    from models.tenancy.tenants import create_tenant
 
     with connection():
         tenant = Tenant.get_or_none(Tenant.name == DEMO_TENANT)
@@ -98,7 +100,7 @@ def _ensure_demo_tenant() -> tuple[str, str | None, str | None]:
             credits.grant(tenant.id, DEMO_CREDITS, reason="demo credits")
             _key, key_string = create_key(tenant, ["all"])
         # Also on a data dir from before the portal: its demo company gets its owner now.
-        if not portal.PortalUser.select().where(portal.PortalUser.email == DEMO_OWNER).exists():
+        if not PortalUser.select().where(PortalUser.email == DEMO_OWNER).exists():
             password = portal.generated_password()
             portal.create_user(tenant.id, DEMO_OWNER, "owner", password)
         return tenant.public_id, key_string, password
@@ -126,7 +128,7 @@ def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
     import requests
 
     from models import payments
-    from models.tenants import get_tenant
+    from models.tenancy.tenants import get_tenant
 
     if not _wait_for(f"{gateway_url}/_sim/health", "payment simulator (the demo company has no gateway)"):
         return
@@ -150,7 +152,7 @@ def _connect_demo_number(tenant_public_id: str) -> str | None:
     from models.accounts import MessagingAccount
     from models.payments import link_template_definition
     from models.templates_sync import sync_templates
-    from models.tenants import get_tenant
+    from models.tenancy.tenants import get_tenant
 
     settings = get_settings()
     if not _wait_for(f"{settings.graph_url}/_sim/health", "platform simulator"):

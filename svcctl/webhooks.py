@@ -12,7 +12,7 @@ from jobs import webhooks as delivery
 from models import webhooks
 from models.clock import isoformat, to_utc_naive, utcnow
 from models.errors import Invalid, NotFound
-from models.tenants import get_tenant
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, plain, print_json, record, show, table, with_database
 
 app = typer.Typer(help="Webhooks: endpoints, deliveries, replays and test pings.", no_args_is_help=True)

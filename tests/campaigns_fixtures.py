@@ -21,11 +21,11 @@ from messaging.webhooks import StatusUpdate
 from models.accounts import MessagingAccount, Template, open_window
 from models.campaigns import Campaign, create_campaign
 from models.clock import utcnow
-from models.credits import LedgerEntry, Wallet
 from models.ids import new_id
 from models.setup import init_db
 from models.store.db import connection, db
 from models.store.secrets import encrypt
+from models.tenancy.tables import LedgerEntry, Wallet
 
 __all__ = ["campaign_simulator", "sim", "app", "client", "number", "queue_only"]
 

@@ -179,8 +179,9 @@ class Persona:
     """A company with a key: `headers` authenticate as it."""
 
     def __init__(self, name: str, credits: int = 0, scopes=("all",), **key_options):
-        from models import credits as wallet
-        from models.tenants import create_key, create_tenant
+        from models.tenancy import credits as wallet
+        from models.tenancy.keys import create_key
+        from models.tenancy.tenants import create_tenant
 
         self.tenant = create_tenant(name)
         self.key, self.key_string = create_key(self.tenant, list(scopes), **key_options)
@@ -196,7 +197,7 @@ class Persona:
         return {"Authorization": f"Bearer {self.key_string}"}
 
     def with_key(self, scopes, **key_options) -> dict[str, str]:
-        from models.tenants import create_key
+        from models.tenancy.keys import create_key
 
         _key, key_string = create_key(self.tenant, list(scopes), **key_options)
         return {"Authorization": f"Bearer {key_string}"}

@@ -438,10 +438,10 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
     the wallet; nothing is left reserved or in flight."""
     from peewee import fn
 
-    from models import credits
     from models.campaigns import Campaign, CampaignRecipient, campaign_credits
-    from models.credits import LedgerEntry
     from models.messages import Message
+    from models.tenancy import credits
+    from models.tenancy.tables import LedgerEntry
 
     mine = [item for item in sim_sent(cluster) if item["phone_number_id"] == company.account.phone_id]
     callbacks = collections.Counter(item["biz_opaque_callback_data"] for item in mine)

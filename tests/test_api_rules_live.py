@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from models import credits
 from models.store.db import atomic, connection, execute
-from models.tenants import create_key, revoke_key
-from models.wallet_copies import CHANNEL
+from models.tenancy import credits
+from models.tenancy.keys import create_key, revoke_key
+from models.tenancy.wallet_copies import CHANNEL
 from tests.live import LiveService, env_for, wait_until
 
 

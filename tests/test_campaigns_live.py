@@ -12,9 +12,9 @@ import time
 import pytest
 import requests
 
-from models import credits
 from models.campaigns import Campaign, CampaignRecipient
 from models.events import Event
+from models.tenancy import credits
 from tests.campaigns_fixtures import TEMPLATES, campaign_body, make_number, sim_signup, template_row
 from tests.conftest import Persona
 from tests.live import LiveService, wait_until

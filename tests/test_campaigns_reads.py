@@ -7,7 +7,7 @@ import pytest
 from jobs.queue import huey
 from models import campaigns as campaigns_module
 from models.campaigns import Campaign, CampaignRecipient, create_campaign
-from models.credits import LedgerEntry
+from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, create_for, make_number, wallet
 from tests.test_credits import replay_ledger

@@ -186,7 +186,7 @@ class TestOverdue:
     def test_the_due_date_itself_is_not_overdue_in_the_tenants_day(self, client, alice, account):
         import datetime as dt
 
-        from models.tenants import Tenant
+        from models.tenancy.tables import Tenant
 
         Tenant.update(timezone="Pacific/Kiritimati").where(Tenant.id == alice.id).execute()  # UTC+14
         today_there = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=14)).date()
@@ -204,7 +204,7 @@ class TestOverdueJob:
         from jobs.cartera import refresh_overdue_debts
         from models import cartera
         from models.cartera_input import parse_debt
-        from models.tenants import Tenant
+        from models.tenancy.tables import Tenant
 
         Tenant.update(timezone="Pacific/Kiritimati").where(Tenant.id == alice.id).execute()  # UTC+14
         Tenant.update(timezone="Pacific/Pago_Pago").where(Tenant.id == charlie.id).execute()  # UTC-11

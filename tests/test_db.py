@@ -7,7 +7,7 @@ import pytest
 
 from models.events import Event, emit, listening
 from models.store.db import after_commit, atomic, db, execute, fetch_one, is_postgres
-from models.tenants import create_tenant
+from models.tenancy.tenants import create_tenant
 
 
 def test_after_commit_hooks_run_once_the_outermost_transaction_commits(storage):

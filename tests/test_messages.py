@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from models import accounts, credits
-from models.credits import LedgerEntry
+from models import accounts
 from models.events import Event
 from models.messages import Message
+from models.tenancy import credits
+from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import let_write, make_number, wa, wallet
 from tests.test_credits import replay_ledger

@@ -20,7 +20,7 @@ import requests
 
 from config import get_settings
 from messaging.client import GraphClient
-from models import portal
+from models.tenancy import portal
 from models.webhooks import WebhookDelivery
 from portal import web
 from tests.browser_fixtures import *  # noqa: F403

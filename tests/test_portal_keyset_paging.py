@@ -11,12 +11,13 @@ import uuid
 
 import pytest
 
-from models import portal, webhooks
+from models import webhooks
 from models.cartera import Debt, Debtor
 from models.events import Event
 from models.ids import new_id
 from models.store import db as database
 from models.store.db import atomic
+from models.tenancy import portal
 from models.webhooks import KIND_API, WebhookDelivery, WebhookEndpoint
 from portal.web import PER_PAGE
 from tests.cartera_fixtures import make_account

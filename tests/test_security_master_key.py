@@ -140,13 +140,13 @@ def test_an_installation_on_the_old_defaults_gets_a_new_key_and_keeps_every_secr
 
     from config import get_settings, use_settings
     from models.accounts import MessagingAccount
-    from models.idempotency import IdempotencyRecord
     from models.ids import new_id
     from models.sending.messenger import account_token
     from models.setup import init_db
     from models.store import secrets
     from models.store.db import connection, db, upgrade
-    from models.tenants import create_tenant
+    from models.tenancy.tables import IdempotencyRecord
+    from models.tenancy.tenants import create_tenant
     from models.webhooks import WebhookEndpoint
 
     env = {"SVC_DATA_DIR": str(tmp_path / "data")}

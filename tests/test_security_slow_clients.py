@@ -31,7 +31,8 @@ SLOW_CLIENTS = 40  # five times the threads of every worker together
 @pytest.fixture(scope="module")
 def api(tmp_path_factory, sqlite_template):
     """`svcctl serve` alone on a SQLite copy, and a key of a company that is not the attacker."""
-    from models.tenants import create_key, create_tenant
+    from models.tenancy.keys import create_key
+    from models.tenancy.tenants import create_tenant
 
     directory = tmp_path_factory.mktemp("slow-clients")
     settings = load_settings(base_env(directory / "data"))

@@ -14,7 +14,7 @@ import pytest
 from jobs.campaigns import enqueue_dispatch
 from messaging.client import GraphClient
 from messaging.errors import error_from_response
-from models import accounts, credits, platform
+from models import accounts, platform
 from models.accounts import BusinessInitiated, MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.clock import utcnow
@@ -28,6 +28,7 @@ from models.sending.recovery import HELD_BATCH_LIMIT, engine_key, recover_stuck
 from models.statuses import apply_status_updates
 from models.store.counters import SLOT_LEAD, counters, slot_interval, slot_phase
 from models.store.db import connection
+from models.tenancy import credits
 from tests.accounts_fixtures import messages_value, notification
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import create_for, make_number, status_update, wa, wallet

@@ -38,7 +38,6 @@ from models.campaigns import (
     run_sql,
 )
 from models.clock import utcnow
-from models.credits import Wallet
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
 from models.sending.fairness import split_evenly
 from models.sending.messenger import (
@@ -52,6 +51,7 @@ from models.sending.messenger import (
 )
 from models.sending.work import BatchResult, Job, NumberPlan
 from models.store.db import atomic, db, lock_in_order, lock_rows, skip_locked
+from models.tenancy.tables import Wallet
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
 _PICK_SQL: dict[type, str] = {}

@@ -17,7 +17,7 @@ from typing import Any
 
 from peewee import fn
 
-from models import credits, platform_users
+from models import platform_users
 from models.accounts import MessagingAccount, record_business_sends_many
 from models.campaigns import emit_rows
 from models.clock import utcnow
@@ -33,6 +33,7 @@ from models.sending.messenger import (
 )
 from models.sending.work import BatchResult, Job, NumberPlan
 from models.store.db import atomic, lock_rows, skip_locked
+from models.tenancy import credits
 
 
 class MessageStore:

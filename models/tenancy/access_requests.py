@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
-
-from models.clock import isoformat, utcnow
+from models.clock import utcnow
 from models.errors import Conflict, DomainError, NotFound
 from models.ids import new_id
-from models.store.base import BaseModel
 from models.store.db import atomic
-from models.tenants import Tenant, create_key, create_tenant
+from models.tenancy.keys import create_key
+from models.tenancy.tables import AccessRequest, Tenant
+from models.tenancy.tenants import create_tenant
 
 # An administrator reviews every pending request by hand, so the queue is bounded: per address,
 # so that one client cannot fill it, and overall, so that many addresses cannot bury the real
@@ -21,46 +20,6 @@ MAX_PENDING_PER_IP = 10
 class ReviewQueueFull(DomainError):
     status = 429
     code = "rate_limited"
-
-
-class AccessRequest(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    company_name = CharField(max_length=255)
-    contact_name = CharField(max_length=255)
-    contact_email = CharField(max_length=255)
-    tax_id = CharField(max_length=80, null=True)
-    country = CharField(max_length=120, null=True)
-    contact_phone = CharField(max_length=60, null=True)
-    estimated_monthly_messages = IntegerField(null=True)
-    estimated_numbers_count = IntegerField(null=True)
-    use_case = TextField(null=True)
-    webhook_url = CharField(max_length=1000, null=True)
-    source_ip = CharField(max_length=64, null=True)
-    status = CharField(max_length=16, default="pending")
-    tenant = ForeignKeyField(Tenant, null=True, on_delete="SET NULL")
-    decision_reason = TextField(null=True)
-    created_at = DateTimeField(default=utcnow)
-    reviewed_at = DateTimeField(null=True)
-
-    def as_dict(self) -> dict:
-        return {
-            "id": self.public_id,
-            "company_name": self.company_name,
-            "contact_name": self.contact_name,
-            "contact_email": self.contact_email,
-            "tax_id": self.tax_id,
-            "country": self.country,
-            "contact_phone": self.contact_phone,
-            "estimated_monthly_messages": self.estimated_monthly_messages,
-            "estimated_numbers_count": self.estimated_numbers_count,
-            "use_case": self.use_case,
-            "webhook_url": self.webhook_url,
-            "status": self.status,
-            "tenant_id": self.tenant.public_id if self.tenant_id else None,
-            "decision_reason": self.decision_reason,
-            "created_at": isoformat(self.created_at),
-            "reviewed_at": isoformat(self.reviewed_at),
-        }
 
 
 def submit(fields: dict, source_ip: str | None) -> AccessRequest:

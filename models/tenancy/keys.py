@@ -1,4 +1,4 @@
-"""Tenants (companies) and their API keys.
+"""A company's API keys: creating, rotating and revoking them, and authenticating a request's key.
 
 A key reads `svc_live_{public_id}.{secret}`. Only a SHA-256 of the secret is stored: the secret
 is 32 random bytes, so a slow password hash would add latency to every request and no safety.
@@ -13,16 +13,14 @@ import secrets
 import time
 
 import orjson
-from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from models.clock import utcnow
 from models.errors import Invalid, NotFound
 from models.ids import new_id
-from models.store.base import BaseModel, JSONField
-from models.store.db import atomic, fetch_one
+from models.store.db import fetch_one
+from models.tenancy.tables import DEFAULT_KEY_RATE_LIMIT, ApiKey, Tenant
 
 KEY_PREFIX = "svc_live_"
-DEFAULT_KEY_RATE_LIMIT = 120
 USED_EVERY = 60.0
 # How long a process answers from its copy of a key row: a revocation, rotation or suspension made
 # anywhere (API, portal, svcctl, another host) refuses the old key within a second.
@@ -43,38 +41,6 @@ SCOPES = (
     "cartera:read",
     "cartera:write",
 )
-
-
-class Tenant(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    name = CharField(max_length=255)
-    timezone = CharField(max_length=64, default="UTC")
-    status = CharField(max_length=16, default="active")
-    created_at = DateTimeField(default=utcnow)
-
-
-class ApiKey(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    tenant = ForeignKeyField(Tenant, backref="keys", on_delete="CASCADE")
-    secret_hash = CharField(max_length=64)
-    scopes = JSONField()
-    allowed_ips = JSONField(null=True)
-    rate_limit = IntegerField(default=DEFAULT_KEY_RATE_LIMIT)
-    created_at = DateTimeField(default=utcnow)
-    rotated_at = DateTimeField(null=True)
-    revoked_at = DateTimeField(null=True)
-    last_used_at = DateTimeField(null=True)
-
-    def allows_ip(self, address: str | None) -> bool:
-        if not self.allowed_ips:
-            return True
-        if not address:
-            return False
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        return any(ip in ipaddress.ip_network(block, strict=False) for block in self.allowed_ips)
 
 
 def _hash_secret(secret: str) -> str:
@@ -106,25 +72,6 @@ def normalize_networks(blocks: list[str] | None) -> list[str] | None:
         except ValueError:
             raise Invalid(f"{block!r} is not an IP address or CIDR block") from None
     return normalized
-
-
-def create_tenant(name: str, timezone: str = "UTC") -> Tenant:
-    from models.credits import Wallet
-
-    name = name.strip()
-    if not name or len(name) > 255:
-        raise Invalid("a tenant name is 1 to 255 characters")
-    with atomic():
-        tenant = Tenant.create(public_id=new_id("ten_"), name=name, timezone=timezone)
-        Wallet.create(tenant=tenant)
-    return tenant
-
-
-def get_tenant(public_id: str) -> Tenant:
-    tenant = Tenant.get_or_none(Tenant.public_id == public_id)
-    if tenant is None:
-        raise NotFound(f"no tenant {public_id}", code="tenant_not_found")
-    return tenant
 
 
 def create_key(tenant: Tenant, scopes: list[str], allowed_ips: list[str] | None = None,

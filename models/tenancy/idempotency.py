@@ -24,35 +24,16 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, IntegrityError
+from peewee import IntegrityError
 
 from models.clock import utcnow
 from models.errors import Conflict
-from models.store.base import BaseModel, JSONField
 from models.store.db import atomic, before_commit
-from models.store.secrets import EncryptedText
-from models.tenants import Tenant
+from models.tenancy.tables import IdempotencyRecord
 
 TTL = dt.timedelta(hours=48)
 # A claim older than this belongs to a process that died mid-request; a retry may take it over.
 ABANDONED_AFTER = dt.timedelta(minutes=5)
-
-
-class IdempotencyRecord(BaseModel):
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
-    key = CharField(max_length=255)
-    method = CharField(max_length=8)
-    path = CharField(max_length=1000)
-    body_hash = CharField(max_length=64)
-    state = CharField(max_length=16, default="in_progress")
-    status = IntegerField(null=True)
-    # Encrypted for operations whose response shows a secret, plain JSON for the rest.
-    body = EncryptedText(null=True)
-    headers = JSONField(null=True)
-    created_at = DateTimeField(default=utcnow, index=True)
-
-    class Meta:
-        indexes = ((("tenant", "key"), True),)
 
 
 # Until the response is stored, `headers` holds the claimer (there are no response headers yet).

@@ -14,81 +14,15 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from peewee import SQL, CharField, DateTimeField, ForeignKeyField, IntegerField
-
 from models.clock import utcnow
 from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
-from models.store.base import BaseModel
 from models.store.db import after_commit, atomic, db, execute, fetch_one
-from models.tenants import Tenant
-from models.wallet_copies import Changed, wallet_copies
+from models.tenancy.tables import LedgerEntry, Wallet, wallet_dict
+from models.tenancy.wallet_copies import Changed, wallet_copies
 
 BALANCE_TYPES = ("purchase", "manual_grant", "manual_adjust", "consume", "refund")
 RESERVATION_TYPES = ("reserve", "release")
 LEDGER_TYPES = BALANCE_TYPES + RESERVATION_TYPES
-
-
-class Wallet(BaseModel):
-    tenant = ForeignKeyField(Tenant, unique=True, backref="wallet", on_delete="CASCADE")
-    balance = IntegerField(default=0)
-    reserved = IntegerField(default=0)
-    status = CharField(max_length=16, default="active")
-    low_balance_threshold = IntegerField(default=0)
-    updated_at = DateTimeField(default=utcnow)
-    # Entries in the company's ledger: counted under the wallet's row lock as each is written,
-    # so the ledger's total is read here rather than counted.
-    ledger_entries = IntegerField(default=0)
-
-    class Meta:
-        constraints = [SQL("CHECK (reserved >= 0)"), SQL("CHECK (balance >= reserved)")]
-
-    @property
-    def available(self) -> int:
-        return self.balance - self.reserved
-
-    def as_dict(self) -> dict:
-        return _shown(self.balance, self.reserved, self.status, self.low_balance_threshold)
-
-
-def _shown(balance: int, reserved: int, status: str, low_balance_threshold: int) -> dict:
-    """A wallet as the API and svcctl show it."""
-    return {
-        "balance": balance,
-        "reserved_balance": reserved,
-        "available_balance": balance - reserved,
-        "status": status,
-        "low_balance_threshold": low_balance_threshold,
-    }
-
-
-class LedgerEntry(BaseModel):
-    tenant = ForeignKeyField(Tenant, backref="ledger", on_delete="CASCADE")
-    type = CharField(max_length=16)
-    amount = IntegerField()
-    balance_after = IntegerField()
-    reserved_after = IntegerField()
-    reference = CharField(max_length=255, null=True)
-    description = CharField(max_length=1000, null=True)
-    campaign_id = IntegerField(null=True)
-    messaging_account_id = IntegerField(null=True)
-    created_at = DateTimeField(default=utcnow, index=True)
-    position = IntegerField(null=True)  # 1, 2, ... within the tenant's ledger: its pages are index seeks
-
-    def as_dict(self) -> dict:
-        from models.clock import isoformat
-
-        return {
-            "id": self.id,
-            "type": self.type,
-            "amount": self.amount,
-            "balance_after": self.balance_after,
-            "reserved_after": self.reserved_after,
-            "reference": self.reference,
-            "description": self.description,
-            "campaign_id": self.campaign_id,
-            "messaging_account_id": self.messaging_account_id,
-            "created_at": isoformat(self.created_at),
-        }
 
 
 def wallet_of(tenant_id: int) -> Wallet:
@@ -102,7 +36,7 @@ def balance_of(tenant_id: int) -> dict:
     without the model in between, and from this process's copy of the row while no change to the
     wallet has committed since it was read (models/wallet_copies.py)."""
     _wallet_id, balance, reserved, status, threshold = wallet_copies().row(tenant_id, _wallet_row)
-    return _shown(balance, reserved, status, threshold)
+    return wallet_dict(balance, reserved, status, threshold)
 
 
 def _wallet_row(tenant_id: int) -> tuple:

@@ -20,23 +20,24 @@ import secrets as random_secrets
 
 import argon2
 import pyotp
-from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField
 
 from config import get_settings
 from models.clock import utcnow
 from models.errors import Conflict, Invalid, NotFound
 from models.ids import new_id
 from models.store import secrets
-from models.store.base import BaseModel, JSONField
 from models.store.counters import counters
 from models.store.db import atomic
-from models.tenants import Tenant
+from models.tenancy.tables import (
+    MAX_EMAIL,
+    ROLES,
+    AuditEntry,
+    PortalInvitation,
+    PortalPolicy,
+    PortalSession,
+    PortalUser,
+)
 
-ROLES = ("owner", "developer", "viewer")
-# What each role may do beyond reading; `owner` may do everything.
-WRITES = {"owner": {"keys", "webhooks", "numbers", "campaigns", "receivables", "users", "security"},
-          "developer": {"keys", "webhooks", "numbers", "campaigns"},
-          "viewer": set()}
 INVITATION_TTL = dt.timedelta(hours=72)
 SESSION_TTL = dt.timedelta(hours=12)
 SESSION_IDLE = dt.timedelta(hours=2)
@@ -45,7 +46,6 @@ SEEN_EVERY = dt.timedelta(minutes=1)
 PENDING_TTL = dt.timedelta(minutes=5)
 MIN_PASSWORD = 12
 MAX_PASSWORD = 256
-MAX_EMAIL = 254
 TOTP_ISSUER = "Messaging service"
 # Sign-in throttling, in the counters the API's rate limits use: attempts per 15-minute window.
 LOGIN_WINDOW = 900
@@ -60,75 +60,6 @@ def _dummy_hash() -> str:
     """Verified against when the email is unknown, so a miss costs what a wrong password costs.
     Made on first use, not at import: every process that imports this module would pay for it."""
     return _hasher.hash(random_secrets.token_urlsafe(16))
-
-
-class PortalUser(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    tenant = ForeignKeyField(Tenant, backref="portal_users", on_delete="CASCADE")
-    email = CharField(unique=True, max_length=MAX_EMAIL)
-    role = CharField(max_length=16)
-    password_hash = CharField(max_length=255)
-    totp_ciphertext = secrets.EncryptedText(null=True)  # encrypted base32 secret, once confirmed
-    totp_pending_ciphertext = secrets.EncryptedText(null=True)  # being set up, not yet confirmed
-    totp_last_step = IntegerField(null=True)  # the last time step accepted: a code works once
-    created_at = DateTimeField(default=utcnow)
-    last_sign_in_at = DateTimeField(null=True)
-
-    @property
-    def has_totp(self) -> bool:
-        return self.totp_ciphertext is not None
-
-    def may(self, area: str) -> bool:
-        return area in WRITES.get(self.role, set())
-
-
-class PortalInvitation(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
-    email = CharField(max_length=MAX_EMAIL)
-    role = CharField(max_length=16)
-    token_hash = CharField(unique=True, max_length=64)
-    invited_by = ForeignKeyField(PortalUser, null=True, on_delete="SET NULL")
-    created_at = DateTimeField(default=utcnow)
-    expires_at = DateTimeField()
-    accepted_at = DateTimeField(null=True)
-
-
-class PortalSession(BaseModel):
-    token_hash = CharField(unique=True, max_length=64)
-    user = ForeignKeyField(PortalUser, backref="sessions", on_delete="CASCADE")
-    csrf_token = CharField(max_length=64)
-    pending_totp = BooleanField(default=False)
-    ip = CharField(max_length=64, null=True)
-    user_agent = CharField(max_length=255, null=True)
-    created_at = DateTimeField(default=utcnow)
-    last_seen_at = DateTimeField(default=utcnow)
-    expires_at = DateTimeField()
-
-
-class PortalPolicy(BaseModel):
-    """A company's portal settings."""
-
-    tenant = ForeignKeyField(Tenant, unique=True, on_delete="CASCADE")
-    require_totp = BooleanField(default=False)
-
-
-class AuditEntry(BaseModel):
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
-    user = ForeignKeyField(PortalUser, null=True, on_delete="SET NULL")
-    actor = CharField(max_length=MAX_EMAIL)  # kept when the user is removed
-    action = CharField(max_length=64)
-    target = CharField(max_length=200, null=True)
-    details = JSONField(null=True)
-    ip = CharField(max_length=64, null=True)
-    created_at = DateTimeField(default=utcnow)
-
-    class Meta:
-        table_name = "portal_audit_entry"
-        indexes = ((("tenant", "id"), False),)
-
-
-TABLES = [PortalUser, PortalInvitation, PortalSession, PortalPolicy, AuditEntry]
 
 
 def _digest(token: str) -> str:
