@@ -9,7 +9,7 @@ from pydantic import Field
 from api.operation import Reply, ok, operation
 from api.pagination import paginate
 from api.schemas import PAGE_QUERY, HttpsUrl, Input, Output, Page, Success
-from models import webhooks
+from models.events import webhooks
 
 # The core events (the contract's nine and `account.paused`, an extension); debt.payment_received
 # is configured per tenant by an administrator.

@@ -378,10 +378,9 @@ class MemoryWatch(threading.Thread):
 def outstanding(world: World, receiver) -> dict[str, int]:
     """What is still in motion: open campaigns, unsettled messages, undelivered events."""
     from models.campaigns import ACTIVE_STATUSES, Campaign
-    from models.events import Event
+    from models.events.tables import Event, WebhookDelivery
     from models.messages import Message
     from models.store.db import connection
-    from models.webhooks import WebhookDelivery
 
     ids = [tenant.id for tenant in world.tenants]
     with connection():
@@ -418,13 +417,12 @@ def checks(world: World, receiver) -> dict[str, object]:
     from peewee import fn
 
     from models.campaigns import Campaign, CampaignRecipient
-    from models.events import Event
+    from models.events.tables import Event, WebhookDelivery
     from models.messages import Message
     from models.platform import PlatformWebhookBatch
     from models.store.db import connection
     from models.tenancy import credits
     from models.tenancy.tables import LedgerEntry
-    from models.webhooks import WebhookDelivery
 
     sent = requests.get(f"{world.stack.sim_url}/_sim/sent", timeout=60).json()["data"]
     callbacks = collections.Counter(item["biz_opaque_callback_data"] for item in sent)

@@ -140,7 +140,7 @@ def install_settings(workdir: Path, ca_path: str):
 def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrency: int) -> float:
     """The same signed POSTs through the same client at the same concurrency; returns seconds."""
     from jobs import webhooks as jobs
-    from models import ssrf
+    from models.events import ssrf
 
     client = jobs.delivery_client()
     target = ssrf.parse_target(url)
@@ -185,8 +185,8 @@ def write_events(tenant_id: int, count: int) -> None:
 def pipeline(endpoint_id: int) -> tuple[float, float]:
     """Fan out what the outbox holds and drain the endpoint; returns (total seconds, fan-out seconds)."""
     from jobs import webhooks as jobs
-    from models import webhooks
-    from models.webhooks import WebhookDelivery
+    from models.events import webhooks
+    from models.events.tables import WebhookDelivery
 
     started = time.perf_counter()
     while webhooks.fan_out(jobs.FAN_OUT_BATCH).events:
@@ -223,7 +223,7 @@ def main() -> None:
     try:
         install_settings(workdir, ca_path)
         from jobs import webhooks as jobs
-        from models import webhooks
+        from models.events import webhooks
         from models.ids import new_id
         from models.store.db import connection
         from models.tenancy.tenants import create_tenant

@@ -40,12 +40,14 @@ from urllib3.util.ssl_ import create_urllib3_context
 from config import get_settings
 from jobs import operations
 from jobs.queue import crontab, periodic_task, task
-from models import events, ssrf, webhooks
 from models.clock import utcnow
+from models.events import outbox as events
+from models.events import ssrf, webhooks
+from models.events.tables import WebhookEndpoint
+from models.events.webhooks import Outcome, Work
 from models.ids import new_id
 from models.store.counters import counters, window_start
 from models.store.db import connection, outlast_outage, storage_unavailable
-from models.webhooks import Outcome, WebhookEndpoint, Work
 
 log = logging.getLogger("webhooks")
 

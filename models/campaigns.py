@@ -42,7 +42,8 @@ from models import platform_users
 from models.accounts import MessagingAccount, Template, get_account
 from models.clock import isoformat, utcnow
 from models.errors import Conflict, Invalid, NotFound
-from models.events import Event, announce
+from models.events.outbox import announce
+from models.events.tables import Event
 from models.ids import new_id
 from models.inputs import Input, text
 from models.store.base import BaseModel, JSONField

@@ -58,7 +58,7 @@ from models.cartera_input import (
 from models.cartera_money import MoneyError, amount_json, to_minor
 from models.clock import isoformat, to_utc_naive, utcnow
 from models.errors import Conflict, DomainError, NotFound
-from models.events import emit
+from models.events.outbox import emit
 from models.ids import new_id
 from models.store.base import BaseModel
 from models.store.db import atomic, execute, is_postgres

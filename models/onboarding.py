@@ -25,7 +25,7 @@ from models import accounts
 from models.accounts import COEXISTENCE_MPS, MessagingAccount
 from models.clock import utcnow
 from models.errors import NotFound
-from models.events import emit
+from models.events.outbox import emit
 from models.ids import new_id
 from models.sending.messenger import account_token, graph_client
 from models.store.base import BaseModel

@@ -221,8 +221,7 @@ def credits_reserved_by_tenant() -> dict[str, int]:
 
 def outbox() -> dict[str, float]:
     """Events not fanned out yet, and deliveries not delivered yet, with the age of the oldest."""
-    from models.events import Event
-    from models.webhooks import OPEN_STATUSES, WebhookDelivery
+    from models.events.tables import OPEN_STATUSES, Event, WebhookDelivery
 
     now = utcnow()
     events, oldest_event = (Event.select(fn.COUNT(Event.id), fn.MIN(Event.created_at))
@@ -237,8 +236,8 @@ def outbox() -> dict[str, float]:
 
 def webhook_backlog_by_endpoint() -> list[dict]:
     """Each endpoint with open deliveries: how many, how many failed at least once, the oldest."""
+    from models.events.tables import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
     from models.tenancy.tables import Tenant
-    from models.webhooks import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
 
     now = utcnow()
     failing = fn.SUM(Case(None, [(WebhookDelivery.status == "failed", 1)], 0))

@@ -38,7 +38,7 @@ from messaging.webhooks import (
 from models import accounts, cartera, platform_users
 from models.accounts import MessagingAccount
 from models.clock import isoformat, to_utc_naive, utcnow
-from models.events import emit
+from models.events.outbox import emit
 from models.statuses import apply_status_updates
 from models.store.base import BaseModel
 from models.store.db import atomic, lock_rows, outlast_outage

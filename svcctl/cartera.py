@@ -240,7 +240,7 @@ def remind(dry_run: bool = typer.Option(False, "--dry-run", help="List what is d
 def set_endpoint(tenant: str = typer.Option(..., "--tenant"), url: str = typer.Option(..., "--url"),
                  as_json: bool = JSON_OPTION):
     """Set the URL that receives debt.payment_received; prints its signing secret once."""
-    from models import webhooks
+    from models.events import webhooks
 
     endpoint, secret = webhooks.set_payment_endpoint(get_tenant(tenant).id, url)
     data = {**endpoint.as_dict(), "signing_secret": secret}

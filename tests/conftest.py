@@ -149,7 +149,7 @@ def immediate_queue():
     are fanned out at once rather than through the queue's per-second coalescing."""
     from jobs import sending, webhooks
     from jobs.queue import huey
-    from models import events
+    from models.events import outbox as events
     from models.sending.engine import Settings
 
     huey.immediate = True

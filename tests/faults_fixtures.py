@@ -361,7 +361,7 @@ def api(cluster: LiveService, persona, method: str, path: str, node: str | None 
 def company(cluster: LiveService, ca, name: str, mps: int, credits: int = 100_000) -> Company:
     """A company with a number on the simulator and a webhook endpoint (an HTTPS receiver on
     loopback) for every core event. Close `company.receiver` when done."""
-    from models import webhooks
+    from models.events import webhooks
     from tests.conftest import Persona
 
     persona = Persona(name, credits=credits, rate_limit=100_000)
@@ -481,8 +481,7 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
 
 def assert_every_event_delivered(cluster: LiveService, company: Company, timeout: float = 90) -> None:
     """Every core event of the company reached its receiver, signed (retries included)."""
-    from models.events import Event
-    from models.webhooks import WebhookDelivery
+    from models.events.tables import Event, WebhookDelivery
     from tests.webhooks_fixtures import verify
 
     def missing() -> set[str]:

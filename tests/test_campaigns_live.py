@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from models.campaigns import Campaign, CampaignRecipient
-from models.events import Event
+from models.events.tables import Event
 from models.tenancy import credits
 from tests.campaigns_fixtures import TEMPLATES, campaign_body, make_number, sim_signup, template_row
 from tests.conftest import Persona

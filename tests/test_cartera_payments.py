@@ -11,7 +11,7 @@ import pytest
 from models import cartera
 from models.cartera import Debt, Payment, Reminder
 from models.errors import Conflict, Invalid, NotFound
-from models.events import Event
+from models.events.tables import Event
 from models.store.db import connection
 from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, payment_body, post, sqlite_only_mark
 

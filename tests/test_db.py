@@ -5,7 +5,8 @@ from __future__ import annotations
 import peewee
 import pytest
 
-from models.events import Event, emit, listening
+from models.events.outbox import emit, listening
+from models.events.tables import Event
 from models.store.db import after_commit, atomic, db, execute, fetch_one, is_postgres
 from models.tenancy.tenants import create_tenant
 

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from models.accounts import MessagingAccount
-from models.events import Event
+from models.events.tables import Event
 from models.sending.messenger import account_token
 from tests.conftest import Persona
 from tests.faults_fixtures import CORE_EVENTS, Cluster

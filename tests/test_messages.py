@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models import accounts
-from models.events import Event
+from models.events.tables import Event
 from models.messages import Message
 from models.tenancy import credits
 from models.tenancy.tables import LedgerEntry

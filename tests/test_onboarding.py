@@ -10,7 +10,7 @@ from jobs.accounts import after_connect
 from models import onboarding
 from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
-from models.events import Event
+from models.events.tables import Event
 from models.onboarding import OnboardingAttempt
 from models.sending.messenger import account_token
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import requests
 
 from models.accounts import MessagingAccount
-from models.events import Event
+from models.events.tables import Event
 from tests.accounts_fixtures import REDIRECT_URL, sqlite_only
 from tests.browser_fixtures import *  # noqa: F403
 from tests.live import wait_until

@@ -21,11 +21,11 @@ from config import ConfigError, load_settings, logs
 from config.access_log import loggable_path
 from models import payments
 from models.accounts import MessagingAccount
+from models.events.tables import WebhookEndpoint
 from models.store import secrets
 from models.store.db import db
 from models.tenancy import portal
 from models.tenancy.tables import IdempotencyRecord, PortalUser
-from models.webhooks import WebhookEndpoint
 from tests.campaigns_fixtures import campaign_body, make_number
 from tests.live import env_for
 from tests.operations_fixtures import parse, total

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from jobs.payments import reconcile_payments
 from models import cartera, payments
 from models.cartera import Debt, Payment
-from models.events import Event
+from models.events.tables import Event
 from models.payments import GatewayNotification, PaymentLink, PaymentReversal
 from models.store.db import connection
 from svcctl.main import app as svcctl

@@ -20,10 +20,11 @@ import requests
 
 from config import get_settings
 from messaging.client import GraphClient
-from models import cartera, payments, webhooks
+from models import cartera, payments
 from models.cartera import Debt, Payment
 from models.cartera_input import parse_debt
-from models.events import Event
+from models.events import webhooks
+from models.events.tables import Event
 from models.payments import GatewayNotification
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.cartera_fixtures import debt_body

@@ -14,7 +14,7 @@ from models import accounts, platform_users
 from models.accounts import MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient
 from models.clock import utcnow
-from models.events import Event
+from models.events.tables import Event
 from models.messages import Message
 from models.platform_users import PlatformUser, marketing_opted_out
 from tests.accounts_fixtures import messages_value, notification, signed_post

@@ -14,7 +14,7 @@ from messaging.webhooks import SIGNATURE_HEADER, sign
 from models import accounts, platform
 from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
-from models.events import Event
+from models.events.tables import Event
 from models.platform import PlatformWebhookBatch, ProcessedMessage
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import connect_number, messages_value, notification, signed_post, sqlite_only

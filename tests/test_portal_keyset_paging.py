@@ -11,14 +11,13 @@ import uuid
 
 import pytest
 
-from models import webhooks
 from models.cartera import Debt, Debtor
-from models.events import Event
+from models.events import webhooks
+from models.events.tables import KIND_API, Event, WebhookDelivery, WebhookEndpoint
 from models.ids import new_id
 from models.store import db as database
 from models.store.db import atomic
 from models.tenancy import portal
-from models.webhooks import KIND_API, WebhookDelivery, WebhookEndpoint
 from portal.web import PER_PAGE
 from tests.cartera_fixtures import make_account
 from tests.portal_fixtures import *  # noqa: F403

@@ -11,16 +11,16 @@ import pytest
 
 from config import get_settings
 from jobs.webhooks import kick
-from models import webhooks
 from models.campaigns import Campaign
 from models.cartera import Debt, Payment
-from models.events import Event, emit
+from models.events import webhooks
+from models.events.outbox import emit
+from models.events.tables import Event, WebhookDelivery, WebhookEndpoint
 from models.onboarding import OnboardingAttempt
 from models.store.db import atomic
 from models.tenancy import credits, portal
 from models.tenancy.keys import authenticate
 from models.tenancy.tables import ApiKey, PortalUser
-from models.webhooks import WebhookDelivery, WebhookEndpoint
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)
 from tests.campaigns_fixtures import campaign_body, make_number
 from tests.portal_fixtures import *  # noqa: F403

@@ -140,6 +140,7 @@ def test_an_installation_on_the_old_defaults_gets_a_new_key_and_keeps_every_secr
 
     from config import get_settings, use_settings
     from models.accounts import MessagingAccount
+    from models.events.tables import WebhookEndpoint
     from models.ids import new_id
     from models.sending.messenger import account_token
     from models.setup import init_db
@@ -147,7 +148,6 @@ def test_an_installation_on_the_old_defaults_gets_a_new_key_and_keeps_every_secr
     from models.store.db import connection, db, upgrade
     from models.tenancy.tables import IdempotencyRecord
     from models.tenancy.tenants import create_tenant
-    from models.webhooks import WebhookEndpoint
 
     env = {"SVC_DATA_DIR": str(tmp_path / "data")}
     settings = use_settings(load_settings(env))

@@ -18,7 +18,7 @@ from models import accounts, platform
 from models.accounts import BusinessInitiated, MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.clock import utcnow
-from models.events import Event
+from models.events.tables import Event
 from models.platform import PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
 from models.sending.engine import Engine

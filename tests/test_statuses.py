@@ -9,7 +9,7 @@ import pytest
 
 from models import campaigns as campaigns_module
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits, create_campaign
-from models.events import Event
+from models.events.tables import Event
 from models.messages import Message
 from models.statuses import apply_status_updates
 from models.store.db import connection

@@ -8,9 +8,10 @@ import orjson
 from typer.testing import CliRunner
 
 from jobs import webhooks as jobs
-from models import events, webhooks
+from models.events import outbox as events
+from models.events import webhooks
+from models.events.tables import WebhookDelivery
 from models.store.db import atomic
-from models.webhooks import WebhookDelivery
 from svcctl.main import app
 from svcctl.webhooks import parse_since
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)

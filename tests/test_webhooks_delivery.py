@@ -17,12 +17,20 @@ import pytest
 
 from jobs import webhooks as jobs
 from jobs.queue import huey
-from models import events, webhooks
 from models.clock import utcnow
 from models.errors import Invalid
-from models.events import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, Event
+from models.events import outbox as events
+from models.events import webhooks
+from models.events.tables import (
+    ALL_EVENTS,
+    CORE_EVENTS,
+    PAYMENT_EVENT,
+    Event,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from models.store.db import atomic, connection
-from models.webhooks import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Received, Reply, configure, set_allow_private, verify
 

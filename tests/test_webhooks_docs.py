@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 from jobs import webhooks as jobs
-from models import events, webhooks
+from models.events import outbox as events
+from models.events import webhooks
+from models.events.tables import WebhookDelivery
 from models.store.db import atomic
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 
@@ -50,7 +52,7 @@ def test_the_documented_receiver_verifies_and_deduplicates_real_deliveries(alice
 
         stored = inbox.execute("SELECT event_id, name FROM inbox").fetchall()
         assert sorted(stored) == sorted([(sent.public_id, "message.sent"), (read.public_id, "message.read")])
-        deliveries = list(webhooks.WebhookDelivery.select())
+        deliveries = list(WebhookDelivery.select())
         assert len(deliveries) == 3
         assert {(d.status, d.last_status_code) for d in deliveries} == {("delivered", 204)}
 

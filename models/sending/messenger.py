@@ -21,7 +21,7 @@ from messaging.client import GraphClient
 from messaging.errors import PlatformError, PlatformUnavailableError, ThrottledError
 from models import accounts
 from models.accounts import MessagingAccount
-from models.events import emit
+from models.events.outbox import emit
 from models.store.secrets import decrypt
 
 if TYPE_CHECKING:

@@ -14,39 +14,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from peewee import CharField, DateTimeField, ForeignKeyField
-
 from models.clock import isoformat, utcnow
+from models.events.tables import ALL_EVENTS, PAYMENT_EVENT, Event
 from models.ids import new_id
-from models.store.base import BaseModel, JSONField
 from models.store.db import after_commit
-from models.tenancy.tables import Tenant
-
-CORE_EVENTS = (
-    "account.connected",
-    "account.paused",
-    "campaign.created",
-    "campaign.completed",
-    "message.sent",
-    "message.delivered",
-    "message.read",
-    "message.failed",
-    "message.inbound.created",
-    "message.echo.created",
-)
-# Configured per tenant rather than by POST /webhooks/endpoints, and enveloped differently.
-PAYMENT_EVENT = "debt.payment_received"
-ALL_EVENTS = CORE_EVENTS + (PAYMENT_EVENT,)
-
-
-class Event(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    tenant = ForeignKeyField(Tenant, backref="events", on_delete="CASCADE")
-    name = CharField(max_length=64)
-    payload = JSONField()
-    created_at = DateTimeField(default=utcnow)
-    fanned_out_at = DateTimeField(null=True, index=True)
-
 
 _listeners: list[Callable[[], None]] = []
 
