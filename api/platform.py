@@ -16,7 +16,7 @@ from api.errors import ApiError, render_error
 from api.operation import read_body
 from config import get_settings
 from messaging.webhooks import SIGNATURE_HEADER, verify_signature
-from models import platform
+from models.inbox import batches as platform
 from models.store.db import atomic
 
 log = logging.getLogger(__name__)

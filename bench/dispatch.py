@@ -174,9 +174,9 @@ def make_company(index: int, credits_amount: int) -> str:
 
 def make_number(stack: Stack, tenant_id: int, mps: int, mode: str):
     from messaging.client import GraphClient
-    from models.accounts import MessagingAccount, Template
     from models.clock import utcnow
     from models.ids import new_id
+    from models.numbers.tables import MessagingAccount, Template
     from models.store.secrets import encrypt
 
     signup = requests.post(f"{stack.sim_url}/_sim/signup", json={"mps": mps}, timeout=5).json()

@@ -419,7 +419,7 @@ def checks(world: World, receiver) -> dict[str, object]:
     from models.campaigns import Campaign, CampaignRecipient
     from models.events.tables import Event, WebhookDelivery
     from models.messages import Message
-    from models.platform import PlatformWebhookBatch
+    from models.numbers.tables import PlatformWebhookBatch
     from models.store.db import connection
     from models.tenancy import credits
     from models.tenancy.tables import LedgerEntry

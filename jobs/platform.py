@@ -7,8 +7,10 @@ import threading
 
 from jobs.accounts import refresh_number, sync_account_templates
 from jobs.queue import crontab, huey, periodic_task, task
-from models import platform
 from models.clock import utcnow
+from models.inbox import batches as platform
+from models.inbox import updates
+from models.numbers.tables import CLAIM_TIMEOUT, PlatformWebhookBatch, ProcessedMessage
 
 # A batch younger than this is left to the task its POST queued.
 SWEEP_GRACE = dt.timedelta(seconds=15)
@@ -26,7 +28,7 @@ def process_platform_batch(batch_id: int) -> None:
         follow_up(platform.process_batch(stale_id))
 
 
-def follow_up(outcome: platform.BatchOutcome) -> None:
+def follow_up(outcome: updates.BatchOutcome) -> None:
     for account_id in outcome.resync_templates:
         sync_account_templates(account_id)
     for account_id in outcome.refresh_numbers:
@@ -66,13 +68,13 @@ def sweep_after_start() -> None:
         if _start_sweep_queued:
             return
         _start_sweep_queued = True
-    sweep_platform_batches_once.schedule(delay=platform.CLAIM_TIMEOUT.total_seconds() + 1)
+    sweep_platform_batches_once.schedule(delay=CLAIM_TIMEOUT.total_seconds() + 1)
 
 
 @periodic_task(crontab(minute="41", hour="3"))
 def purge_platform_webhooks() -> int:
     cutoff = utcnow() - KEEP
-    removed = (platform.PlatformWebhookBatch.delete()
-               .where(platform.PlatformWebhookBatch.processed_at < cutoff).execute())
-    removed += platform.ProcessedMessage.delete().where(platform.ProcessedMessage.processed_at < cutoff).execute()
+    removed = (PlatformWebhookBatch.delete()
+               .where(PlatformWebhookBatch.processed_at < cutoff).execute())
+    removed += ProcessedMessage.delete().where(ProcessedMessage.processed_at < cutoff).execute()
     return removed

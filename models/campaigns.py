@@ -38,14 +38,15 @@ from peewee import (
 from pydantic import AliasChoices, Field, StringConstraints, field_validator, model_validator
 
 from messaging.payloads import USER_ID
-from models import platform_users
-from models.accounts import MessagingAccount, Template, get_account
 from models.clock import isoformat, utcnow
 from models.errors import Conflict, Invalid, NotFound
 from models.events.outbox import announce
 from models.events.tables import Event
 from models.ids import new_id
 from models.inputs import Input, text
+from models.numbers import platform_users
+from models.numbers.accounts import get_account
+from models.numbers.tables import MessagingAccount, Template
 from models.store.base import BaseModel, JSONField
 from models.store.db import after_commit, atomic, db, is_postgres
 from models.tenancy import credits

@@ -43,7 +43,6 @@ from peewee import (
     fn,
 )
 
-from models.accounts import MessagingAccount
 from models.cartera_columns import DebtColumns
 from models.cartera_input import (
     INSTALLMENT_STATES,
@@ -60,6 +59,7 @@ from models.clock import isoformat, to_utc_naive, utcnow
 from models.errors import Conflict, DomainError, NotFound
 from models.events.outbox import emit
 from models.ids import new_id
+from models.numbers.tables import MessagingAccount
 from models.store.base import BaseModel
 from models.store.db import atomic, execute, is_postgres
 from models.tenancy.tables import Tenant

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from peewee import fn
 
 from config import get_settings
-from models.accounts import MessagingAccount
 from models.cartera import OPEN_DEBT, OPEN_INSTALLMENT, Debt, Debtor, Installment, Reminder, zone_of
 from models.cartera_money import format_amount
 from models.clock import utcnow
 from models.errors import DomainError
+from models.numbers.tables import MessagingAccount
 from models.sending import work_arrived
 from models.store.db import atomic
 from models.tenancy.tables import Tenant

@@ -26,14 +26,14 @@ from typing import Annotated, Any, Literal
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from models import accounts, platform_users
-from models.accounts import MessagingAccount
 from models.campaigns import digits, sendable_account
 from models.clock import isoformat, utcnow
 from models.errors import Invalid, NotFound
 from models.ids import new_id
 from models.inputs import Input
 from models.inputs import text as limited  # a field below is called `text`
+from models.numbers import accounts, platform_users
+from models.numbers.tables import ContactWindow, MessagingAccount
 from models.store.base import BaseModel, JSONField
 from models.store.db import atomic
 from models.tenancy import credits
@@ -266,13 +266,13 @@ def mark_conversation_read(message_id: int) -> bool:
     indicator (the platform drops it when the reply arrives, or after 25 s). Best effort: the
     reply is sent either way. True when marked."""
     from messaging.errors import PlatformError
-    from models.sending.messenger import account_token, graph_client
+    from models.numbers.graph import account_token, graph_client
 
     message = Message.get_or_none(Message.id == message_id)
     if message is None or message.status != "queued":
         return False
-    window = accounts.ContactWindow.get_or_none((accounts.ContactWindow.account == message.account_id)
-                                                & (accounts.ContactWindow.wa_id == message.to))
+    window = ContactWindow.get_or_none((ContactWindow.account == message.account_id)
+                                                & (ContactWindow.wa_id == message.to))
     if window is None or not window.last_inbound_wamid:
         return False
     account = MessagingAccount.get_by_id(message.account_id)

@@ -258,7 +258,7 @@ def webhook_backlog_by_endpoint() -> list[dict]:
 
 def number_caps() -> dict[str, int]:
     """Each connected number's send cap (messages per second), by its platform phone number id."""
-    from models.accounts import MessagingAccount
+    from models.numbers.tables import MessagingAccount
 
     return dict(MessagingAccount.select(MessagingAccount.phone_id, MessagingAccount.mps)
                 .where(MessagingAccount.phone_id.is_null(False) & (MessagingAccount.status == "active")).tuples())
@@ -267,8 +267,8 @@ def number_caps() -> dict[str, int]:
 def number_pace(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
     """Each number sending a running campaign: messages per second over the last window against
     its cap. (Running campaigns only, so the read stays on the recipients' campaign index.)"""
-    from models.accounts import MessagingAccount
     from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
+    from models.numbers.tables import MessagingAccount
 
     since = utcnow() - dt.timedelta(seconds=window_seconds)
     active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
@@ -303,7 +303,7 @@ def running_campaigns(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
 
 
 def platform_webhooks() -> dict[str, float]:
-    from models.platform import PlatformWebhookBatch
+    from models.numbers.tables import PlatformWebhookBatch
 
     now = utcnow()
     pending, oldest = (PlatformWebhookBatch.select(fn.COUNT(PlatformWebhookBatch.id),

@@ -29,7 +29,6 @@ from typing import Any
 from peewee import Case
 
 from messaging.webhooks import StatusUpdate
-from models.accounts import MessagingAccount, record_business_sends_many
 from models.campaigns import (
     Campaign,
     CampaignRecipient,
@@ -42,6 +41,8 @@ from models.campaigns import (
 )
 from models.clock import to_utc_naive, utcnow
 from models.messages import Message, event_fields
+from models.numbers.accounts import record_business_sends_many
+from models.numbers.tables import MessagingAccount
 from models.sending import UNCONFIRMED
 from models.store.db import atomic, lock_rows
 from models.tenancy import credits

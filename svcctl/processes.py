@@ -148,10 +148,10 @@ def _connect_demo_number(tenant_public_id: str) -> str | None:
 
     from jobs.accounts import connected
     from messaging.errors import PlatformError
-    from models import onboarding
-    from models.accounts import MessagingAccount
+    from models.numbers import onboarding
+    from models.numbers.tables import MessagingAccount
+    from models.numbers.templates import sync_templates
     from models.payments import link_template_definition
-    from models.templates_sync import sync_templates
     from models.tenancy.tenants import get_tenant
 
     settings = get_settings()

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from models.accounts import MessagingAccount
 from models.clock import utcnow
 from models.ids import new_id
+from models.numbers.tables import MessagingAccount
 
 API = "/api/v1/cartera"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from models.campaigns import MAX_PAYLOAD_BYTES, Campaign, CampaignRecipient
-from models.templates_sync import sync_templates
+from models.numbers.templates import sync_templates
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import make_number, wallet
 

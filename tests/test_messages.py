@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from models import accounts
 from models.events.tables import Event
 from models.messages import Message
+from models.numbers import accounts
 from models.tenancy import credits
 from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
@@ -320,8 +320,8 @@ def test_a_message_whose_window_closed_while_it_waited_fails_unsent(client, alic
 
     from jobs.sending import dispatch
     from models import messages
-    from models.accounts import ContactWindow
     from models.clock import utcnow
+    from models.numbers.tables import ContactWindow
 
     to = wa()
     let_write(number, to)

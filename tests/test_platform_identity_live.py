@@ -12,10 +12,10 @@ import pytest
 import requests
 
 from messaging.simulator import business_app_contacts, user_id_for
-from models.accounts import MessagingAccount
 from models.cartera import upsert_debt
 from models.cartera_input import DebtInput, debt_spec
 from models.events.tables import Event
+from models.numbers.tables import MessagingAccount
 from tests.cartera_fixtures import debt_body
 from tests.conftest import Persona
 from tests.live import LiveService, wait_until

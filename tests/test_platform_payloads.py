@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from messaging.webhooks import EchoMessage, InboundMessage, Media, StatusUpdate, parse_notification
-from models import accounts
-from models.accounts import MessagingAccount
 from models.events.tables import Event
-from models.platform import WINDOW_OPENING_TYPES
+from models.inbox.updates import WINDOW_OPENING_TYPES
+from models.numbers import accounts
+from models.numbers.tables import MessagingAccount
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import connect_number, notification, signed_post, sqlite_only
 

@@ -11,11 +11,11 @@ import pytest
 
 from jobs.platform import sweep_platform_batches
 from messaging.webhooks import SIGNATURE_HEADER, sign
-from models import accounts, platform
-from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
 from models.events.tables import Event
-from models.platform import PlatformWebhookBatch, ProcessedMessage
+from models.inbox import batches as platform
+from models.numbers import accounts
+from models.numbers.tables import CLAIM_TIMEOUT, MessagingAccount, PlatformWebhookBatch, ProcessedMessage, Template
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import connect_number, messages_value, notification, signed_post, sqlite_only
 
@@ -226,7 +226,7 @@ def test_a_new_batch_also_takes_on_ones_a_dead_worker_left(client, alice):
         lost = platform.store_batch(orjson.dumps(inbound(account, "wamid.LOST")))
         claimed = platform.store_batch(orjson.dumps(inbound(account, "wamid.DEADCLAIM")))
     PlatformWebhookBatch.update(received_at=utcnow() - dt.timedelta(minutes=1)).execute()
-    PlatformWebhookBatch.update(claimed_at=utcnow() - platform.CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+    PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
         PlatformWebhookBatch.id == claimed.id).execute()
     signed_post(client, inbound(account, "wamid.NEW"))
     assert {event.payload["wam_id"] for event in events("message.inbound.created")} == {
@@ -243,7 +243,7 @@ def test_a_batch_claimed_by_a_live_worker_is_left_alone(client, alice):
     assert platform.process_batch(batch.id).claimed is False
     assert events("message.inbound.created") == []
     # A claim older than the timeout belongs to a dead worker.
-    PlatformWebhookBatch.update(claimed_at=utcnow() - platform.CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+    PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
         PlatformWebhookBatch.id == batch.id).execute()
     assert platform.process_batch(batch.id).claimed is True
     assert len(events("message.inbound.created")) == 1

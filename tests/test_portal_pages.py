@@ -16,7 +16,7 @@ from models.cartera import Debt, Payment
 from models.events import webhooks
 from models.events.outbox import emit
 from models.events.tables import Event, WebhookDelivery, WebhookEndpoint
-from models.onboarding import OnboardingAttempt
+from models.numbers.tables import OnboardingAttempt
 from models.store.db import atomic
 from models.tenancy import credits, portal
 from models.tenancy.keys import authenticate

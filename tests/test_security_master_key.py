@@ -139,10 +139,10 @@ def test_an_installation_on_the_old_defaults_gets_a_new_key_and_keeps_every_secr
     from cryptography.fernet import InvalidToken
 
     from config import get_settings, use_settings
-    from models.accounts import MessagingAccount
     from models.events.tables import WebhookEndpoint
     from models.ids import new_id
-    from models.sending.messenger import account_token
+    from models.numbers.graph import account_token
+    from models.numbers.tables import MessagingAccount
     from models.setup import init_db
     from models.store import secrets
     from models.store.db import connection, db, upgrade

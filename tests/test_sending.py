@@ -14,12 +14,12 @@ import pytest
 from jobs.campaigns import enqueue_dispatch
 from messaging.client import GraphClient
 from messaging.errors import error_from_response
-from models import accounts, platform
-from models.accounts import BusinessInitiated, MessagingAccount
 from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.clock import utcnow
 from models.events.tables import Event
-from models.platform import PlatformWebhookBatch
+from models.inbox import batches as platform
+from models.numbers import accounts
+from models.numbers.tables import CLAIM_TIMEOUT, BusinessInitiated, MessagingAccount, PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
 from models.sending.engine import Engine
 from models.sending.fairness import fair_shares
@@ -405,7 +405,7 @@ def test_recovery_waits_for_the_statuses_a_dead_worker_was_processing(alice, num
     assert recover_stuck() == 0
     assert {row.status for row in recipients(campaign).values()} == {"queued"}
     # The claim times out, the intake takes the batch over, and only the send without evidence fails.
-    PlatformWebhookBatch.update(claimed_at=utcnow() - platform.CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+    PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
         PlatformWebhookBatch.id == batch.id).execute()
     assert platform.process_batch(batch.id).statuses == 1
     assert recover_stuck() == 1

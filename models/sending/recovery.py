@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 
 from models.clock import utcnow
-from models.platform import MAX_ATTEMPTS, PlatformWebhookBatch
+from models.numbers.tables import MAX_ATTEMPTS, PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
 from models.sending.message_store import MessageStore
 from models.sending.work import Store

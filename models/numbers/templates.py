@@ -13,9 +13,9 @@ from typing import Any
 
 from messaging.client import template_from_graph
 from messaging.webhooks import TemplateStatusUpdate
-from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
-from models.sending.messenger import account_token, graph_client
+from models.numbers.graph import account_token, graph_client
+from models.numbers.tables import MessagingAccount, Template
 from models.store.db import atomic
 
 # Template events that name the template's new status outright.

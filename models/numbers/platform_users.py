@@ -14,30 +14,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField
-
 from messaging.payloads import USER_ID
 from messaging.webhooks import PlatformUser as WebhookUser
-from models import accounts
-from models.accounts import CUSTOMER_WINDOW, ContactWindow, MessagingAccount
 from models.clock import utcnow
-from models.store.base import BaseModel
-
-
-class PlatformUser(BaseModel):
-    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE", index=False)
-    user_id = CharField(max_length=160, null=True)
-    wa_id = CharField(max_length=32, null=True)
-    parent_user_id = CharField(max_length=160, null=True)
-    username = CharField(max_length=160, null=True)
-    profile_name = CharField(max_length=255, null=True)
-    contact_name = CharField(max_length=255, null=True)  # from the business app's contacts
-    marketing_opt_out = BooleanField(default=False)
-    updated_at = DateTimeField(default=utcnow)
-
-    class Meta:
-        table_name = "platform_user"
-        indexes = ((("account", "user_id"), True), (("account", "wa_id"), True))
+from models.numbers import accounts
+from models.numbers.tables import CUSTOMER_WINDOW, ContactWindow, PlatformUser
 
 
 def is_user_id(value: str) -> bool:

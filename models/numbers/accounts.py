@@ -4,133 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 
-from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField, fn
+from peewee import fn
 
 from messaging.payloads import USER_ID
-from models.clock import isoformat, utcnow
+from models.clock import utcnow
 from models.errors import Invalid, NotFound
-from models.store.base import BaseModel, JSONField
+from models.numbers.tables import (
+    COEXISTENCE_MPS,
+    CUSTOMER_WINDOW,
+    BusinessInitiated,
+    ContactWindow,
+    MessagingAccount,
+    Template,
+)
 from models.store.db import execute, lock_in_order
-from models.store.secrets import EncryptedText
-from models.tenancy.tables import Tenant
 
-COEXISTENCE_MPS = 20
 DEFAULT_MPS = 80
 MAX_MPS = 1000
-CUSTOMER_WINDOW = dt.timedelta(hours=24)
-
-
-class MessagingAccount(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    tenant = ForeignKeyField(Tenant, backref="accounts", on_delete="CASCADE")
-    label = CharField(max_length=120, null=True)
-    external_reference = CharField(max_length=160, null=True)
-    phone_number = CharField(max_length=32, null=True)
-    name = CharField(max_length=255, null=True)
-    status = CharField(max_length=16, default="active")
-    paused_reason = CharField(max_length=255, null=True)
-    connection_mode = CharField(max_length=16, default="coexistence")
-    business_account_id = CharField(max_length=64, null=True, index=True)
-    phone_id = CharField(max_length=64, null=True, index=True)
-    access_token = EncryptedText(null=True)
-    subscribed_to_webhooks = BooleanField(default=False)
-    quality_rating = CharField(max_length=16, null=True)
-    daily_limit = IntegerField(null=True)
-    mps = IntegerField(default=COEXISTENCE_MPS)
-    contacts_synced_at = DateTimeField(null=True)
-    history_synced_at = DateTimeField(null=True)
-    # Coexistence sync progress: contacts imported, chats imported, the platform's percentage.
-    contacts_imported = IntegerField(default=0)
-    history_threads = IntegerField(default=0)
-    history_progress = IntegerField(null=True)
-    templates_synced_at = DateTimeField(null=True)
-    created_at = DateTimeField(default=utcnow)
-    connected_at = DateTimeField(null=True)
-
-    @property
-    def ready(self) -> bool:
-        """Onboarding finished: the number can send."""
-        return self.connected_at is not None and bool(self.phone_id) and bool(self.access_token)
-
-    def as_dict(self, messages_sent_today: int | None = None) -> dict:
-        return {
-            "id": self.public_id,
-            "label": self.label,
-            "external_reference": self.external_reference,
-            "phone_number": self.phone_number,
-            "name": self.name,
-            "status": self.status,
-            "connection_mode": self.connection_mode,
-            "business_account_id": self.business_account_id,
-            "phone_id": self.phone_id,
-            "subscribed_to_webhooks": self.subscribed_to_webhooks,
-            "quality_rating": self.quality_rating,
-            "daily_limit": self.daily_limit,
-            "messages_sent_today": messages_sent_today,
-            "created_at": isoformat(self.created_at),
-            "connected_at": isoformat(self.connected_at),
-        }
-
-
-class Template(BaseModel):
-    account = ForeignKeyField(MessagingAccount, backref="templates", on_delete="CASCADE")
-    platform_id = CharField(max_length=64, null=True)
-    name = CharField(max_length=512)
-    language = CharField(max_length=20)
-    status = CharField(max_length=32)
-    category = CharField(max_length=32, null=True)
-    quality_score = CharField(max_length=32, null=True)
-    body_text = TextField(null=True)
-    header_type = CharField(max_length=16, null=True)
-    variable_count = IntegerField(default=0)
-    variables = JSONField(default=list)
-    components = JSONField(default=list)
-    active = BooleanField(default=True)
-    updated_at = DateTimeField(default=utcnow)
-
-    class Meta:
-        indexes = ((("account", "name", "language"), True),)
-
-    def as_dict(self) -> dict:
-        return {
-            "id": self.platform_id,
-            "name": self.name,
-            "display_name": self.name.replace("_", " ").capitalize(),
-            "language": self.language,
-            "status": self.status,
-            "category": self.category,
-            "quality_score": self.quality_score,
-            "body_text": self.body_text,
-            "header_type": self.header_type,
-            "variable_count": self.variable_count,
-            "variables": self.variables or [],
-            "components": self.components or [],
-            "updated_at": isoformat(self.updated_at),
-        }
-
-
-class ContactWindow(BaseModel):
-    """When a customer last wrote to a number: single messages are allowed for 24 hours after."""
-
-    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    wa_id = CharField(max_length=160)  # the phone number, or the business-scoped id of a user who hides it
-    last_inbound_at = DateTimeField()
-    # The message that opened it: marked read, with a typing indicator, when the business answers.
-    last_inbound_wamid = CharField(max_length=255, null=True)
-
-    class Meta:
-        indexes = ((("account", "wa_id"), True),)
-
-
-class BusinessInitiated(BaseModel):
-    """A user the number started a conversation with: the messaging tier counts these per moving 24 h."""
-
-    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    wa_id = CharField(max_length=160)
-    last_sent_at = DateTimeField(index=True)
-
-    class Meta:
-        indexes = ((("account", "wa_id"), True),)
 
 
 def record_business_sends(account_id: int, wa_ids: list[str], at: dt.datetime | None = None) -> None:
@@ -161,7 +51,7 @@ def _with_linked_phones(pairs: set[tuple[int, str]]) -> set[tuple[int, str]]:
     """The pairs with each business-scoped id whose user's phone the platform has linked replaced
     by that phone: a message stored under the id before the link and sent after counts the user
     the link made one (`move_user`). Phone numbers, nearly every key, cost no query. The links are
-    `platform_user` rows (models/platform_users.py, which imports this module: hence SQL here)."""
+    `platform_user` rows, read with hand-written SQL: this runs in every batch of sends."""
     ids: dict[int, list[str]] = {}
     for account_id, key in pairs:
         if USER_ID.match(key):

@@ -1,25 +1,22 @@
-"""The messaging platform's webhooks from our side.
+"""What each update in a platform webhook batch does, other than a message status.
 
-A webhook POST is stored as one batch row and acknowledged at once; the worker processes it
-later (`process_batch`). Processing is safe to repeat, because the platform redelivers batches
-and a lost enqueue is made up for by a sweep:
+- an inbound message opens the user's 24-hour window and is reported (`message.inbound.created`)
+  with the campaign message it answers and the open debts of its sender's phone;
+- a business-app echo is reported (`message.echo.created`);
+- every user a batch names is remembered first, in one order (`remember_users_in_order`);
+- history and business-app contacts, marketing preferences, template status, quality and
+  account updates change the numbers' state.
 
-- inbound messages and business-app echoes are deduplicated by wamid (`ProcessedMessage`, a
-  unique key inserted in the same transaction as the event it guards);
-- template, quality and account updates set state, so applying one twice changes nothing;
-- status updates go to `models.statuses.apply_status_updates`, which keeps statuses moving
-  forward only.
+Statuses are applied by models/statuses.py; the batch they come in, by models/inbox/batches.py.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from peewee import Case, CharField, DateTimeField, IntegerField, TextField
+from peewee import Case
 from prometheus_client import Counter
 
 from messaging.webhooks import (
@@ -33,26 +30,20 @@ from messaging.webhooks import (
     SyncedContact,
     TemplateStatusUpdate,
     UserPreference,
-    parse_notification,
 )
-from models import accounts, cartera, platform_users
-from models.accounts import MessagingAccount
-from models.clock import isoformat, to_utc_naive, utcnow
+from models import cartera
+from models.campaigns import Campaign, CampaignRecipient
+from models.clock import isoformat, to_utc_naive
 from models.events.outbox import emit
-from models.statuses import apply_status_updates
-from models.store.base import BaseModel
-from models.store.db import atomic, lock_rows, outlast_outage
+from models.numbers import accounts, platform_users
+from models.numbers.tables import MessagingAccount, ProcessedMessage
+from models.numbers.templates import apply_template_status
+from models.store.db import lock_rows
 
 log = logging.getLogger(__name__)
 REDELIVERIES = Counter("svc_platform_redeliveries_total",
                        "Inbound messages and echoes the platform delivered again, recognised and skipped", ["kind"])
 
-# A claim older than this belongs to a worker that died while processing; another takes it over.
-# Short on purpose: processing is idempotent, so a slow run overtaken by a second one only costs
-# the repeated work, while a long timeout would hold a dead worker's statuses back that long.
-CLAIM_TIMEOUT = dt.timedelta(seconds=15)
-# After this many failed runs a batch is left alone (and logged) instead of failing forever.
-MAX_ATTEMPTS = 20
 
 # What a user sends that opens the 24-hour customer service window; reactions, edits (of any
 # kind), revokes, system and unsupported messages do not.
@@ -62,49 +53,6 @@ WINDOW_OPENING_TYPES = frozenset({"text", "image", "video", "audio", "document",
 QUALITY_FLAGGED = "quality_flagged"
 ACCOUNT_RESTRICTED = "account_restricted"
 ACCOUNT_DISABLED = "account_disabled"
-
-
-class PlatformWebhookBatch(BaseModel):
-    """One signed POST from the platform, exactly as received."""
-
-    body = TextField()
-    received_at = DateTimeField(default=utcnow)
-    claimed_at = DateTimeField(null=True)
-    # Inbound, echo, template, quality and account updates are applied, with their events.
-    applied_at = DateTimeField(null=True)
-    # Everything is done, statuses included.
-    processed_at = DateTimeField(null=True)
-    attempts = IntegerField(default=0)
-    last_error = TextField(null=True)
-
-    class Meta:
-        indexes = ((("processed_at", "id"), False),)
-
-
-class ProcessedMessage(BaseModel):
-    """An inbound message or echo whose event exists: the platform may deliver it again."""
-
-    wamid = CharField(max_length=255, unique=True)
-    kind = CharField(max_length=16)
-    processed_at = DateTimeField(default=utcnow)
-
-
-def store_batch(raw: bytes) -> PlatformWebhookBatch:
-    """Keep a verified POST for the worker; call inside a transaction."""
-    return PlatformWebhookBatch.create(body=raw.decode())
-
-
-def pending_batches(older_than: dt.timedelta, limit: int = 200) -> list[int]:
-    """Batches a sweep should (re)process: unfinished, not freshly received, not given up on."""
-    now = utcnow()
-    query = (PlatformWebhookBatch.select(PlatformWebhookBatch.id)
-             .where(PlatformWebhookBatch.processed_at.is_null()
-                    & (PlatformWebhookBatch.received_at < now - older_than)
-                    & (PlatformWebhookBatch.attempts < MAX_ATTEMPTS)
-                    & (PlatformWebhookBatch.claimed_at.is_null()
-                       | (PlatformWebhookBatch.claimed_at < now - CLAIM_TIMEOUT)))
-             .order_by(PlatformWebhookBatch.id).limit(limit))
-    return [row.id for row in query]
 
 
 @dataclass
@@ -120,81 +68,7 @@ class BatchOutcome:
     refresh_numbers: set[int] = field(default_factory=set)
 
 
-def process_batch(batch_id: int) -> BatchOutcome:
-    """Apply one stored batch.
-
-    1. Claim it with a conditional UPDATE: no other worker holds a fresh claim on it.
-    2. Unless done before, apply every update but the statuses, with their events, and stamp
-       `applied_at`, all in one transaction (so the events exist exactly once).
-    3. Hand the statuses to `models.statuses.apply_status_updates` and stamp `processed_at` in
-       one transaction (applied again if the database rolls it back to break a lock conflict).
-    4. Release the claim whatever happened.
-    """
-    outcome = BatchOutcome()
-    now = utcnow()
-    claimed = (PlatformWebhookBatch.update(claimed_at=now)
-               .where((PlatformWebhookBatch.id == batch_id) & PlatformWebhookBatch.processed_at.is_null()
-                      & (PlatformWebhookBatch.claimed_at.is_null()
-                         | (PlatformWebhookBatch.claimed_at < now - CLAIM_TIMEOUT)))
-               .execute())
-    if claimed != 1:
-        return outcome
-    outcome.claimed = True
-    batch = PlatformWebhookBatch.get_by_id(batch_id)
-    error: str | None = None
-    try:
-        updates = parse_notification(_without_nul(orjson.loads(batch.body)))
-        statuses = [update for update in updates if isinstance(update, StatusUpdate)]
-        if batch.applied_at is None:
-            with atomic():
-                _remember_users_in_order(updates)
-                for update in updates:
-                    if not isinstance(update, StatusUpdate):
-                        _apply(update, outcome)
-                PlatformWebhookBatch.update(applied_at=utcnow()).where(
-                    PlatformWebhookBatch.id == batch_id).execute()
-        outcome.statuses_applied = _apply_statuses(batch_id, statuses)
-        if outcome.statuses_applied:
-            outcome.statuses = len(statuses)
-    except Exception as exc:  # recorded on the batch; the sweep retries it
-        log.exception("platform webhook batch %s failed", batch_id)
-        error = f"{type(exc).__name__}: {exc}"[:2000]
-    finally:
-        changes: dict[Any, Any] = {PlatformWebhookBatch.claimed_at: None}
-        if error is not None:
-            # Only failures count: waiting for status handling to exist is not one.
-            changes[PlatformWebhookBatch.last_error] = error
-            changes[PlatformWebhookBatch.attempts] = PlatformWebhookBatch.attempts + 1
-        PlatformWebhookBatch.update(changes).where(PlatformWebhookBatch.id == batch_id).execute()
-    return outcome
-
-
-def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:
-    def apply() -> None:
-        with atomic():
-            if statuses:
-                apply_status_updates(statuses)
-            PlatformWebhookBatch.update(processed_at=utcnow()).where(
-                PlatformWebhookBatch.id == batch_id).execute()
-
-    # The status transaction keeps the lock order; should the database still roll it back to
-    # break a conflict, it is applied again at once rather than left for the sweep.
-    outlast_outage(apply, what=f"applying the statuses of platform batch {batch_id}")
-    return True
-
-
-def _without_nul(value: Any) -> Any:
-    # PostgreSQL text cannot hold NUL; a JSON "\u0000" would make every retry of the batch fail.
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, list):
-        return [_without_nul(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _without_nul(item) for key, item in value.items()}
-    return value
-
-
-def _apply(update: Any, outcome: BatchOutcome) -> None:
+def apply_update(update: Any, outcome: BatchOutcome) -> None:
     if isinstance(update, InboundMessage):
         _apply_inbound(update, outcome)
     elif isinstance(update, EchoMessage):
@@ -289,8 +163,6 @@ def _apply_echo(message: EchoMessage, outcome: BatchOutcome) -> None:
 
 def _campaign_message(account: MessagingAccount, wamid: str) -> dict[str, str | None]:
     """The campaign and recipient of one of this number's campaign messages, by its wamid."""
-    from models.campaigns import Campaign, CampaignRecipient
-
     found = (CampaignRecipient
              .select(CampaignRecipient.public_id, CampaignRecipient.external_contact_id, Campaign.public_id)
              .join(Campaign, on=(CampaignRecipient.campaign == Campaign.id))
@@ -308,7 +180,7 @@ def _identity(user: PlatformUser) -> dict[str, str]:
     return {name: value for name, value in fields.items() if value}
 
 
-def _remember_users_in_order(updates: list[Any]) -> None:
+def remember_users_in_order(updates: list[Any]) -> None:
     """Record every user the batch names before acting on any of them.
 
     Concurrent batches name the same users in any order: they are taken in one order (number,
@@ -391,8 +263,6 @@ def _apply_user_preference(preference: UserPreference) -> None:
 
 
 def _apply_template_status(update: TemplateStatusUpdate, outcome: BatchOutcome) -> None:
-    from models.templates_sync import apply_template_status
-
     outcome.resync_templates |= apply_template_status(update)
 
 

@@ -14,24 +14,35 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import requests
-from peewee import CharField, DateTimeField, ForeignKeyField, TextField
 
 from config import get_settings
 from messaging.errors import PermanentPlatformError, PlatformError, without_url_secrets
-from models import accounts
-from models.accounts import COEXISTENCE_MPS, MessagingAccount
 from models.clock import utcnow
 from models.errors import NotFound
 from models.events.outbox import emit
 from models.ids import new_id
-from models.sending.messenger import account_token, graph_client
-from models.store.base import BaseModel
+from models.numbers import accounts
+from models.numbers.graph import account_token, graph_client
+from models.numbers.tables import (
+    ATTEMPT_EXPIRED,
+    ATTEMPT_IN_PROGRESS,
+    CODE_EXCHANGE_FAILED,
+    COEXISTENCE_MPS,
+    MAX_PLATFORM_ID,
+    NUMBER_CONNECTED_ELSEWHERE,
+    NUMBER_UNAVAILABLE,
+    PLATFORM_UNAVAILABLE,
+    SIGNUP_CANCELLED,
+    SIGNUP_FAILED,
+    TERMINAL,
+    MessagingAccount,
+    OnboardingAttempt,
+    Tenant,
+)
 from models.store.db import atomic
 from models.store.secrets import encrypt
-from models.tenancy.tables import Tenant
 
 log = logging.getLogger(__name__)
 
@@ -40,56 +51,6 @@ ATTEMPT_TTL = dt.timedelta(hours=1)
 ABANDONED_AFTER = dt.timedelta(minutes=2)
 # How long a second completion waits for the first one to finish before giving up.
 CONCURRENT_WAIT = 15.0
-MAX_PLATFORM_ID = 64
-
-TERMINAL = ("completed", "failed", "cancelled", "expired")
-
-# Error codes sent back as `redirect_url?success=false&error=<code>` (docs/connecting-a-number.md).
-ATTEMPT_EXPIRED = "attempt_expired"
-SIGNUP_CANCELLED = "signup_cancelled"
-SIGNUP_FAILED = "signup_failed"
-CODE_EXCHANGE_FAILED = "code_exchange_failed"
-NUMBER_UNAVAILABLE = "number_unavailable"
-NUMBER_CONNECTED_ELSEWHERE = "number_connected_elsewhere"
-PLATFORM_UNAVAILABLE = "platform_unavailable"
-ATTEMPT_IN_PROGRESS = "attempt_in_progress"
-
-
-class OnboardingAttempt(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    tenant = ForeignKeyField(Tenant, backref="onboarding_attempts", on_delete="CASCADE")
-    redirect_url = CharField(max_length=1000)
-    label = CharField(max_length=120, null=True)
-    external_reference = CharField(max_length=120, null=True)
-    status = CharField(max_length=16, default="pending")
-    error = CharField(max_length=64, null=True)
-    error_detail = TextField(null=True)
-    account = ForeignKeyField(MessagingAccount, null=True, on_delete="SET NULL")
-    waba_id = CharField(max_length=MAX_PLATFORM_ID, null=True)
-    phone_number_id = CharField(max_length=MAX_PLATFORM_ID, null=True)
-    created_at = DateTimeField(default=utcnow)
-    expires_at = DateTimeField()
-    claimed_at = DateTimeField(null=True)
-    finished_at = DateTimeField(null=True)
-
-    @property
-    def expired(self) -> bool:
-        return self.status == "pending" and utcnow() >= self.expires_at
-
-    def redirect(self) -> str:
-        """Where the user goes once the attempt has ended (see `docs/connecting-a-number.md`)."""
-        if self.status == "completed":
-            params = {"success": "true", "account_id": self.account.public_id, "attempt_id": self.public_id}
-        else:
-            params = {"success": "false", "error": self.error or SIGNUP_FAILED, "attempt_id": self.public_id}
-        return with_query(self.redirect_url, params)
-
-
-def with_query(url: str, params: dict[str, str]) -> str:
-    """`url` with `params` added to its query; its own parameters and fragment are kept."""
-    parts = urlsplit(url)
-    own = [(name, value) for name, value in parse_qsl(parts.query, keep_blank_values=True) if name not in params]
-    return urlunsplit(parts._replace(query=urlencode(own + list(params.items()))))
 
 
 def create_attempt(tenant_id: int, redirect_url: str, label: str | None = None,
