@@ -208,7 +208,7 @@ def post_campaign(stack: Stack, key: str, account_id: str, items: list[dict]) ->
 
 
 def wait_finished(campaign_ids: list[str], timeout: float) -> None:
-    from models.campaigns import Campaign
+    from models.sending.tables import Campaign
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -223,7 +223,7 @@ def wait_finished(campaign_ids: list[str], timeout: float) -> None:
 def resent(campaign_ids: list[str]) -> int:
     """Recipients sent more than once: throttled by the platform, or held back by the engine
     when it fell behind its pacing slots (a stalled process), then sent again."""
-    from models.campaigns import Campaign, CampaignRecipient
+    from models.sending.tables import Campaign, CampaignRecipient
 
     return (CampaignRecipient.select().join(Campaign)
             .where(Campaign.public_id.in_(campaign_ids) & (CampaignRecipient.attempts > 1)).count())

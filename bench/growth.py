@@ -39,9 +39,9 @@ UNLIMITED = "100000000"
 
 def build(env: dict[str, str], ledger_rows: int, recipients: int):
     from config import load_settings, use_settings
-    from models.campaigns import Campaign, CampaignCredits
     from models.ids import new_id
     from models.numbers.tables import MessagingAccount
+    from models.sending.tables import Campaign, CampaignCredits
     from models.setup import init_db
     from models.store.db import atomic, connection, execute, upgrade
     from models.tenancy import credits

@@ -377,9 +377,8 @@ class MemoryWatch(threading.Thread):
 
 def outstanding(world: World, receiver) -> dict[str, int]:
     """What is still in motion: open campaigns, unsettled messages, undelivered events."""
-    from models.campaigns import ACTIVE_STATUSES, Campaign
     from models.events.tables import Event, WebhookDelivery
-    from models.messages import Message
+    from models.sending.tables import ACTIVE_STATUSES, Campaign, Message
     from models.store.db import connection
 
     ids = [tenant.id for tenant in world.tenants]
@@ -416,10 +415,9 @@ def checks(world: World, receiver) -> dict[str, object]:
     """Everything that must hold once the system is idle; the values, with `ok` for each."""
     from peewee import fn
 
-    from models.campaigns import Campaign, CampaignRecipient
     from models.events.tables import Event, WebhookDelivery
-    from models.messages import Message
     from models.numbers.tables import PlatformWebhookBatch
+    from models.sending.tables import Campaign, CampaignRecipient, Message
     from models.store.db import connection
     from models.tenancy import credits
     from models.tenancy.tables import LedgerEntry

@@ -14,11 +14,10 @@ import threading
 
 from jobs.queue import crontab, huey, periodic_task, task
 from models import sending
-from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.clock import utcnow
-from models.messages import Message
 from models.sending.engine import Engine, Settings
 from models.sending.recovery import recover_stuck
+from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient, Message
 from models.store.counters import counters
 from models.store.db import db, outlast_outage, storage_unavailable
 

@@ -155,7 +155,7 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     reminders are tried again on the next run. Creating a campaign wakes the sending engine
     once its transaction commits (`models.sending.work_arrived`).
     """
-    from models.campaigns import MAX_RECIPIENTS, create_campaign
+    from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
 
     due = due_reminders(now)
     groups: dict[tuple[int, str], dict[int, list[DueReminder]]] = {}
@@ -228,7 +228,8 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
                   .where(Reminder.debt.in_(debt_ids) & (Reminder.status == "queued")).distinct().tuples())
     if not queued:
         return 0
-    from models.campaigns import Campaign, CampaignRecipient, finish_after_commit, move_credits
+    from models.sending.campaigns import finish_after_commit, move_credits
+    from models.sending.tables import Campaign, CampaignRecipient
 
     by_campaign: dict[str, list[str]] = {}
     for campaign_public_id, debt_external_id in queued:

@@ -183,7 +183,7 @@ def _age_seconds(oldest: dt.datetime | str | None, now: dt.datetime) -> float:
 
 
 def campaigns_by_status() -> dict[str, int]:
-    from models.campaigns import Campaign
+    from models.sending.tables import Campaign
 
     rows = Campaign.select(Campaign.status, fn.COUNT(Campaign.id)).group_by(Campaign.status).tuples()
     return dict(rows)
@@ -191,7 +191,7 @@ def campaigns_by_status() -> dict[str, int]:
 
 def active_recipients_by_status() -> dict[str, int]:
     """Recipients of campaigns still running, by status (finished campaigns no longer move)."""
-    from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
+    from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient
 
     active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
     rows = (CampaignRecipient.select(CampaignRecipient.status, fn.COUNT(CampaignRecipient.id))
@@ -201,7 +201,7 @@ def active_recipients_by_status() -> dict[str, int]:
 
 def messages_in_flight() -> dict[str, int]:
     """Single messages not handed to the platform yet: waiting, or claimed by a sender."""
-    from models.messages import Message
+    from models.sending.tables import Message
 
     rows = (Message.select(Message.claim_token.is_null(), fn.COUNT(Message.id)).where(Message.status == "queued")
             .group_by(Message.claim_token.is_null()).tuples())
@@ -267,8 +267,8 @@ def number_caps() -> dict[str, int]:
 def number_pace(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
     """Each number sending a running campaign: messages per second over the last window against
     its cap. (Running campaigns only, so the read stays on the recipients' campaign index.)"""
-    from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
     from models.numbers.tables import MessagingAccount
+    from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient
 
     since = utcnow() - dt.timedelta(seconds=window_seconds)
     active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
@@ -285,7 +285,7 @@ def number_pace(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
 
 
 def running_campaigns(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
-    from models.campaigns import Campaign, CampaignRecipient
+    from models.sending.tables import Campaign, CampaignRecipient
     from models.tenancy.tables import Tenant
 
     since = utcnow() - dt.timedelta(seconds=window_seconds)

@@ -314,8 +314,8 @@ def _link_button_index(tenant_id: int, account_public_id: str) -> int | None:
     payment_reminder's variables, and that button is all it needs. None otherwise (an older
     template with the link in its body, or a button pointing elsewhere), and the reminder goes
     out without a link rather than with one that would not open."""
-    from models.campaigns import ButtonInput, approved_template, button_mismatch, template_buttons
     from models.numbers.tables import MessagingAccount
+    from models.sending.campaigns import ButtonInput, approved_template, button_mismatch, template_buttons
 
     account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant_id)
                                            & (MessagingAccount.public_id == account_public_id))

@@ -6,12 +6,11 @@ import datetime as dt
 
 from peewee import fn
 
-from models import campaigns
-from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.clock import utcnow
 from models.events import webhooks
 from models.events.tables import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
-from models.messages import Message
+from models.sending import campaigns
+from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient, Message
 from models.tenancy import credits
 from portal.web import ctx, page, render
 

@@ -11,8 +11,8 @@ from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from models import campaigns
-from models.campaigns import CAMPAIGN_STATUSES, Campaign
+from models.sending import campaigns
+from models.sending.tables import CAMPAIGN_STATUSES, Campaign
 from models.tenancy.tables import Tenant
 from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, print_json, record, show, table, with_database

@@ -18,11 +18,12 @@ from config import get_settings, use_settings
 from messaging.client import GraphClient, template_from_graph
 from messaging.simulator import Simulator
 from messaging.webhooks import StatusUpdate
-from models.campaigns import Campaign, create_campaign
 from models.clock import utcnow
 from models.ids import new_id
 from models.numbers.accounts import open_window
 from models.numbers.tables import MessagingAccount, Template
+from models.sending.campaigns import create_campaign
+from models.sending.tables import Campaign
 from models.setup import init_db
 from models.store.db import connection, db
 from models.store.secrets import encrypt

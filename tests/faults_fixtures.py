@@ -383,7 +383,7 @@ def start_campaign(cluster: LiveService, company: Company, wa_ids: list[str], no
 
 
 def accepted_count(campaign_id: str) -> int:
-    from models.campaigns import Campaign, CampaignRecipient
+    from models.sending.tables import Campaign, CampaignRecipient
 
     campaign = Campaign.get(Campaign.public_id == campaign_id)
     return (CampaignRecipient.select().where((CampaignRecipient.campaign == campaign.id)
@@ -401,8 +401,7 @@ def sim_sent(cluster: LiveService) -> list[dict]:
 
 def wait_until_completed(cluster: LiveService, company: Company, timeout: float = 120) -> None:
     """Every campaign of the company completed and every single message settled (sent or failed)."""
-    from models.campaigns import Campaign
-    from models.messages import Message
+    from models.sending.tables import Campaign, Message
 
     def done():
         try:
@@ -438,8 +437,8 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
     the wallet; nothing is left reserved or in flight."""
     from peewee import fn
 
-    from models.campaigns import Campaign, CampaignRecipient, campaign_credits
-    from models.messages import Message
+    from models.sending.campaigns import campaign_credits
+    from models.sending.tables import Campaign, CampaignRecipient, Message
     from models.tenancy import credits
     from models.tenancy.tables import LedgerEntry
 

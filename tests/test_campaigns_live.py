@@ -12,8 +12,8 @@ import time
 import pytest
 import requests
 
-from models.campaigns import Campaign, CampaignRecipient
 from models.events.tables import Event
+from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy import credits
 from tests.campaigns_fixtures import TEMPLATES, campaign_body, make_number, sim_signup, template_row
 from tests.conftest import Persona

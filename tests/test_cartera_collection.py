@@ -9,11 +9,12 @@ import zlib
 import pytest
 
 from models import cartera
-from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.cartera import Reminder
 from models.cartera_collection import due_reminders, in_sending_window, send_due_reminders, stage_for
 from models.cartera_input import parse_debt
 from models.cartera_money import format_amount
+from models.sending.campaigns import campaign_credits
+from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy import credits
 from models.tenancy.tables import Tenant
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client: the app pointed at the simulator)

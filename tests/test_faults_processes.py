@@ -22,9 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.cartera import Debt
+from models.sending.campaigns import campaign_credits
 from models.sending.engine import Settings as EngineSettings
+from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy import credits
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (

@@ -12,9 +12,9 @@ import requests
 
 from config import get_settings
 from models import payments
-from models.campaigns import Campaign, CampaignRecipient
 from models.cartera_collection import send_due_reminders
 from models.payments import PaymentLink
+from models.sending.tables import Campaign, CampaignRecipient
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)

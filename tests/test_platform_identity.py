@@ -10,13 +10,12 @@ import time
 import pytest
 
 from messaging.simulator import user_id_for
-from models.campaigns import Campaign, CampaignRecipient
 from models.clock import utcnow
 from models.events.tables import Event
-from models.messages import Message
 from models.numbers import accounts, platform_users
 from models.numbers.platform_users import marketing_opted_out
 from models.numbers.tables import BusinessInitiated, ContactWindow, MessagingAccount, PlatformUser
+from models.sending.tables import Campaign, CampaignRecipient, Message
 from tests.accounts_fixtures import messages_value, notification, signed_post
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, wa

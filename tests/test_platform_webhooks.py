@@ -180,7 +180,7 @@ def test_nul_characters_do_not_poison_a_batch(client, alice):
 # Statuses: applied by the campaigns area; kept until that works
 
 def test_statuses_are_handed_on_or_kept_for_later(client, alice):
-    from models.statuses import apply_status_updates
+    from models.sending.statuses import apply_status_updates
 
     account = account_of(client, alice)
     payload = notification(account.business_account_id, "messages", messages_value(

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from models.campaigns import CampaignRecipient
+from models.sending.tables import CampaignRecipient
 from models.store import db as database
 from models.store.db import atomic
 from models.tenancy import credits

@@ -14,18 +14,19 @@ import pytest
 from jobs.campaigns import enqueue_dispatch
 from messaging.client import GraphClient
 from messaging.errors import error_from_response
-from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.clock import utcnow
 from models.events.tables import Event
 from models.inbox import batches as platform
 from models.numbers import accounts
 from models.numbers.tables import CLAIM_TIMEOUT, BusinessInitiated, MessagingAccount, PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
+from models.sending.campaigns import campaign_credits
 from models.sending.engine import Engine
 from models.sending.fairness import fair_shares
 from models.sending.messenger import GraphMessenger
 from models.sending.recovery import HELD_BATCH_LIMIT, engine_key, recover_stuck
-from models.statuses import apply_status_updates
+from models.sending.statuses import apply_status_updates
+from models.sending.tables import Campaign, CampaignRecipient
 from models.store.counters import SLOT_LEAD, counters, slot_interval, slot_phase
 from models.store.db import connection
 from models.tenancy import credits

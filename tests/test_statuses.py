@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from models import campaigns as campaigns_module
-from models.campaigns import Campaign, CampaignRecipient, campaign_credits, create_campaign
 from models.events.tables import Event
-from models.messages import Message
-from models.statuses import apply_status_updates
+from models.sending import campaigns as campaigns_module
+from models.sending.campaigns import campaign_credits, create_campaign
+from models.sending.statuses import apply_status_updates
+from models.sending.tables import Campaign, CampaignRecipient, Message
 from models.store.db import connection
 from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403

@@ -24,7 +24,7 @@ from messaging.webhooks import StatusUpdate, parse_notification
 from models.clock import utcnow
 from models.inbox.updates import BatchOutcome, apply_update, remember_users_in_order
 from models.numbers.tables import CLAIM_TIMEOUT, MAX_ATTEMPTS, PlatformWebhookBatch
-from models.statuses import apply_status_updates
+from models.sending.statuses import apply_status_updates
 from models.store.db import atomic, outlast_outage
 
 log = logging.getLogger(__name__)

@@ -32,12 +32,12 @@ from messaging.webhooks import (
     UserPreference,
 )
 from models import cartera
-from models.campaigns import Campaign, CampaignRecipient
 from models.clock import isoformat, to_utc_naive
 from models.events.outbox import emit
 from models.numbers import accounts, platform_users
 from models.numbers.tables import MessagingAccount, ProcessedMessage
 from models.numbers.templates import apply_template_status
+from models.sending.tables import Campaign, CampaignRecipient
 from models.store.db import lock_rows
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import requests
 
 from config import get_settings
-from messaging.errors import PermanentPlatformError, PlatformError, without_url_secrets
+from messaging.errors import (
+    PermanentPlatformError,
+    PlatformError,
+    PlatformUnavailableError,
+    ThrottledError,
+    without_url_secrets,
+)
 from models.clock import utcnow
 from models.errors import NotFound
 from models.events.outbox import emit
@@ -290,7 +296,6 @@ def coexistence_sync(account: MessagingAccount) -> list[str]:
     never reached the platform (refused connection, throttled); then a retry may send it.
     Returns the syncs requested by this call.
     """
-    from messaging.errors import PlatformUnavailableError, ThrottledError
     if account.connection_mode != "coexistence" or account.connected_at is None:
         return []
     if utcnow() - account.connected_at > COEXISTENCE_SYNC_WINDOW:

@@ -23,26 +23,24 @@ import datetime as dt
 import logging
 from typing import Annotated, Any, Literal
 
-from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from models.campaigns import digits, sendable_account
+from messaging.errors import PlatformError
 from models.clock import isoformat, utcnow
 from models.errors import Invalid, NotFound
 from models.ids import new_id
 from models.inputs import Input
 from models.inputs import text as limited  # a field below is called `text`
 from models.numbers import accounts, platform_users
+from models.numbers.graph import account_token, graph_client
 from models.numbers.tables import ContactWindow, MessagingAccount
-from models.store.base import BaseModel, JSONField
+from models.sending.campaigns import digits, sendable_account
+from models.sending.tables import MESSAGE_TYPES, Message
 from models.store.db import atomic
 from models.tenancy import credits
-from models.tenancy.tables import Tenant
 
-MESSAGE_TYPES = ("text", "image", "document", "audio", "video", "interactive")
 log = logging.getLogger(__name__)
 MIN_DIGITS, MAX_DIGITS = 8, 15
-PUBLIC_STATUS = {"queued": "queued", "sent": "sent", "delivered": "sent", "read": "sent", "failed": "failed"}
 
 Url = Annotated[str, StringConstraints(max_length=2000, pattern=r"^https?://[^\s/?#]+[^\s]*$")]
 
@@ -150,54 +148,6 @@ class MessageInput(Input):
         return getattr(self, self.type).model_dump(exclude_none=True)
 
 
-# Table.
-
-
-class Message(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
-    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    to = CharField(max_length=160)  # a phone number or a business-scoped user id
-    type = CharField(max_length=16)
-    content = JSONField()
-    external_reference = CharField(max_length=160, null=True)
-    status = CharField(max_length=16, default="queued")
-    wam_id = CharField(max_length=255, null=True, index=True)
-    claim_token = CharField(max_length=64, null=True)
-    claimed_at = DateTimeField(null=True)
-    # Claims that reached the platform; waiting for the number's pace or a throttle gives one back.
-    attempts = IntegerField(default=0)
-    throttled = IntegerField(default=0)  # pair-rate throttles (131056): the X of the 4^X s wait
-    not_before = DateTimeField(null=True)  # a retry waits until then
-    error_code = CharField(max_length=32, null=True)
-    last_error = CharField(max_length=1000, null=True)
-    created_at = DateTimeField(default=utcnow)
-    sent_at = DateTimeField(null=True)
-    delivered_at = DateTimeField(null=True)
-    read_at = DateTimeField(null=True)
-    failed_at = DateTimeField(null=True)
-
-    class Meta:
-        indexes = ((("status", "claimed_at"), False),)
-
-    def as_dict(self, account_public_id: str | None = None) -> dict:
-        if account_public_id is None:
-            account_public_id = MessagingAccount.get_by_id(self.account_id).public_id
-        return {
-            "id": self.public_id,
-            "wam_id": self.wam_id,
-            "account_id": account_public_id,
-            "to": self.to,
-            "type": self.type,
-            "status": PUBLIC_STATUS[self.status],
-            "external_reference": self.external_reference,
-            "credits_reserved": 1,
-            "created_at": isoformat(self.created_at),
-            "sent_at": isoformat(self.sent_at),
-            "error": {"code": self.error_code, "message": self.last_error} if self.status == "failed" else None,
-        }
-
-
 def event_fields(message: Message, account_public_id: str, status: str, at: dt.datetime | None,
                  error: dict | None = None) -> dict[str, Any]:
     """The fields of `message.*` events for a single message (contract section 6)."""
@@ -265,14 +215,11 @@ def mark_conversation_read(message_id: int) -> bool:
     """Before a single message goes out, mark the customer's last message read and show the typing
     indicator (the platform drops it when the reply arrives, or after 25 s). Best effort: the
     reply is sent either way. True when marked."""
-    from messaging.errors import PlatformError
-    from models.numbers.graph import account_token, graph_client
-
     message = Message.get_or_none(Message.id == message_id)
     if message is None or message.status != "queued":
         return False
     window = ContactWindow.get_or_none((ContactWindow.account == message.account_id)
-                                                & (ContactWindow.wa_id == message.to))
+                                       & (ContactWindow.wa_id == message.to))
     if window is None or not window.last_inbound_wamid:
         return False
     account = MessagingAccount.get_by_id(message.account_id)

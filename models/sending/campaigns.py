@@ -2,8 +2,8 @@
 
 A campaign is created in one transaction (credits reserved one per recipient, the campaign and
 its recipients inserted in bulk, `campaign.created` written) and then sent by the sending core
-(models/sending/). This module holds the tables, the creation and cancel rules, and what a
-client reads. The invariants every writer keeps:
+(models/sending/). This module holds the creation and cancel rules, and what a client reads
+(the tables are in tables.py). The invariants every writer keeps:
 
 - A recipient's credit is reserved at creation and then either consumed (the platform accepted
   it) or released (it never reached the platform); a failure reported after acceptance refunds.
@@ -29,10 +29,6 @@ from typing import Annotated, Any, Literal
 import orjson
 import pydantic
 from peewee import (
-    CharField,
-    DateTimeField,
-    ForeignKeyField,
-    IntegerField,
     fn,
 )
 from pydantic import AliasChoices, Field, StringConstraints, field_validator, model_validator
@@ -47,21 +43,13 @@ from models.inputs import Input, text
 from models.numbers import platform_users
 from models.numbers.accounts import get_account
 from models.numbers.tables import MessagingAccount, Template
-from models.store.base import BaseModel, JSONField
+from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCredits, CampaignRecipient
 from models.store.db import after_commit, atomic, db, is_postgres
 from models.tenancy import credits
-from models.tenancy.tables import Tenant
 
 MAX_RECIPIENTS = 5000
 INSERT_CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
 
-CAMPAIGN_STATUSES = ("queued", "pending", "processing", "completed", "failed", "cancelled")
-ACTIVE_STATUSES = ("queued", "pending", "processing")
-# `skipped`: never sent, for a reason in its `error_code` (`marketing_opt_out`: the user asked the
-# number for no marketing messages); no credit is reserved for it.
-RECIPIENT_STATUSES = ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled", "skipped")
-# What a campaign reports; `cancelled` and `skipped` are extra, so the counters always add up to the total.
-COUNTERS = ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled", "skipped")
 MARKETING_OPT_OUT = "marketing_opt_out"
 MEDIA_HEADERS = ("image", "video", "document")
 
@@ -168,107 +156,6 @@ class CampaignInput(Input):
         = None
     body_placeholders: Variables | None = None
     dedupe: bool = False
-
-
-# Tables.
-
-
-class Campaign(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE", index=False)
-    account = ForeignKeyField(MessagingAccount, on_delete="CASCADE")
-    # "api" for POST /campaigns; other areas (collection reminders) name themselves.
-    source = CharField(max_length=16, default="api")
-    external_reference = CharField(max_length=160, null=True)
-    template_name = CharField(max_length=255)
-    template_language = CharField(max_length=20)
-    header_type = CharField(max_length=16, null=True)
-    header_url = CharField(max_length=1000, null=True)
-    body_placeholders = JSONField(null=True)
-    status = CharField(max_length=16, default="queued")
-    hold_reason = CharField(max_length=64, null=True)  # why a campaign is `pending`
-    total_recipients = IntegerField()
-    created_at = DateTimeField(default=utcnow)
-    started_at = DateTimeField(null=True)
-    finished_at = DateTimeField(null=True)
-
-    class Meta:
-        indexes = (
-            (("tenant", "source", "id"), False),
-            (("status",), False),
-        )
-
-
-class CampaignCredits(BaseModel):
-    """A campaign's credit counters. Every change is an addition (`n = n + k`) in the transaction
-    of its ledger entry; the campaign row itself is locked only when the campaign changes state."""
-
-    campaign = ForeignKeyField(Campaign, primary_key=True, on_delete="CASCADE")
-    reserved = IntegerField(default=0)
-    consumed = IntegerField(default=0)
-    released = IntegerField(default=0)
-    refunded = IntegerField(default=0)
-
-    @property
-    def leftover(self) -> int:
-        """Reserved and neither consumed nor released: in flight, or waiting to be sent."""
-        return self.reserved - self.consumed - self.released
-
-
-class CampaignRecipient(BaseModel):
-    public_id = CharField(unique=True, max_length=40)
-    # The (campaign, status, id) index serves claims, counters and the recipients list.
-    campaign = ForeignKeyField(Campaign, on_delete="CASCADE", index=False)
-    wa_id = CharField(max_length=160)  # a phone number or a business-scoped user id
-    external_contact_id = CharField(max_length=160, null=True)
-    vars = JSONField(null=True)
-    payload = JSONField(null=True)
-    buttons = JSONField(null=True)  # [{index, type: url, text} | {index, type: quick_reply, payload}]
-    status = CharField(max_length=16, default="pending")
-    attempts = IntegerField(default=0)  # times it was handed to the platform
-    throttled = IntegerField(default=0)  # pair-rate throttles (131056): the X of the 4^X s wait
-    retries = IntegerField(default=0)  # transient platform errors, bounded
-    error_code = CharField(max_length=32, null=True)
-    last_error = CharField(max_length=1000, null=True)
-    not_before = DateTimeField(null=True)
-    claim_token = CharField(max_length=64, null=True)
-    claimed_at = DateTimeField(null=True)
-    message_id = CharField(max_length=40, null=True)
-    wam_id = CharField(max_length=255, null=True, index=True)
-    sent_at = DateTimeField(null=True)
-    delivered_at = DateTimeField(null=True)
-    read_at = DateTimeField(null=True)
-    failed_at = DateTimeField(null=True)
-    created_at = DateTimeField(default=utcnow)
-    # 1, 2, ... within the campaign, in the order the request listed the recipients: a page of
-    # the recipients list is an index seek on (campaign, position), whatever the page number.
-    position = IntegerField(null=True)
-
-    class Meta:
-        indexes = (
-            (("campaign", "status", "id"), False),
-            (("campaign", "position"), True),
-            (("status", "claimed_at"), False),
-        )
-
-    def as_dict(self) -> dict:
-        return {
-            "id": self.public_id,
-            "wa_id": self.wa_id,
-            "external_contact_id": self.external_contact_id,
-            "status": self.status,
-            "attempts": self.attempts,
-            "last_error": self.last_error,
-            "message_id": self.message_id,
-            "sent_at": isoformat(self.sent_at),
-            "created_at": isoformat(self.created_at),
-            "wam_id": self.wam_id,
-            "error_code": self.error_code,
-            "delivered_at": isoformat(self.delivered_at),
-            "read_at": isoformat(self.read_at),
-            "payload": self.payload,
-            "buttons": self.buttons,
-        }
 
 
 # Public ids in bulk: `models.ids.new_id` draws one character at a time, which costs ~0.1 s for a

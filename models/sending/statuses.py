@@ -29,9 +29,11 @@ from typing import Any
 from peewee import Case
 
 from messaging.webhooks import StatusUpdate
-from models.campaigns import (
-    Campaign,
-    CampaignRecipient,
+from models.clock import to_utc_naive, utcnow
+from models.numbers.accounts import record_business_sends_many
+from models.numbers.tables import MessagingAccount
+from models.sending import UNCONFIRMED
+from models.sending.campaigns import (
     add_to_counters,
     emit_rows,
     finish_after_commit,
@@ -39,11 +41,8 @@ from models.campaigns import (
     message_event,
     public_ids,
 )
-from models.clock import to_utc_naive, utcnow
-from models.messages import Message, event_fields
-from models.numbers.accounts import record_business_sends_many
-from models.numbers.tables import MessagingAccount
-from models.sending import UNCONFIRMED
+from models.sending.messages import event_fields
+from models.sending.tables import Campaign, CampaignRecipient, Message
 from models.store.db import atomic, lock_rows
 from models.tenancy import credits
 
