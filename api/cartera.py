@@ -12,8 +12,10 @@ from typing import Any
 from api.operation import Reply, ok, operation
 from api.payments import EXPORT_QUERY, ExportPage, PaymentLinkItem, export_page
 from api.schemas import Output, Success
-from models import cartera, payments
-from models.cartera_input import (
+from models.errors import DomainError
+from models.receivables import debts as cartera
+from models.receivables import payments, snapshots
+from models.receivables.inputs import (
     DebtBatchInput,
     DebtInput,
     PaymentInput,
@@ -22,7 +24,6 @@ from models.cartera_input import (
     parse_debt,
     payment_spec,
 )
-from models.errors import DomainError
 
 TAGS = ("cartera",)
 WRITE_ERRORS = (401, 403, 404, 409, 422, 429)
@@ -147,7 +148,7 @@ class DebtsResource:
                            "(lower external_version, else older external_updated_at) is not applied: 200 with "
                            "action `ignored_stale` and the stored state.")
     def on_post(self, req, resp) -> Reply:
-        result = cartera.upsert_debt(req.context.tenant_id, debt_spec(req.context.body))
+        result = snapshots.upsert_debt(req.context.tenant_id, debt_spec(req.context.body))
         return ok({"action": result.action, "deuda": result.debt.summary()},
                   status=201 if result.action == "created" else 200)
 
@@ -170,7 +171,7 @@ class DebtBatchResource:
                 external_id = element.get("external_id") if isinstance(element, dict) else None
                 results[index] = {"external_id": external_id if isinstance(external_id, str) else None,
                                   "success": False, "error": _error_body(error)}
-        for index, outcome in zip(positions, cartera.upsert_debts(req.context.tenant_id, specs), strict=True):
+        for index, outcome in zip(positions, snapshots.upsert_debts(req.context.tenant_id, specs), strict=True):
             if outcome.error is not None:
                 results[index] = {"external_id": outcome.external_id, "success": False,
                                   "error": _error_body(outcome.error)}

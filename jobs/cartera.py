@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from jobs.queue import crontab, periodic_task
-from models import cartera
-from models.cartera_collection import send_due_reminders
+from models.receivables import debts as cartera
+from models.receivables.collection import send_due_reminders
 
 
 # Hourly rather than daily: each tenant's day starts at its own midnight, which this then

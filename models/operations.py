@@ -313,6 +313,6 @@ def platform_webhooks() -> dict[str, float]:
 
 
 def debts_by_status() -> dict[str, int]:
-    from models.cartera import Debt
+    from models.receivables.tables import Debt
 
     return dict(Debt.select(Debt.status, fn.COUNT(Debt.id)).group_by(Debt.status).tuples())

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from models import cartera
-from models.cartera import Debt, Debtor, Reminder
-from models.cartera_input import PAYMENT_METHODS
 from models.errors import NotFound
+from models.receivables import debts as cartera
+from models.receivables.inputs import PAYMENT_METHODS
+from models.receivables.tables import Debt, Debtor, Reminder
 from models.store.db import atomic
 from portal.web import BASE, audit, ctx, form, page, paginate_by_keyset, redirect, render
 

@@ -14,10 +14,11 @@ from rich.console import Group
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 from rich.text import Text
 
-from models import cartera
-from models.cartera_collection import due_reminders, send_due_reminders
-from models.cartera_import import CountingReader, ImportFormatError, RowError, import_debts, reader_for
-from models.cartera_money import amount_json
+from models.receivables import debts as cartera
+from models.receivables.collection import due_reminders, send_due_reminders
+from models.receivables.importer import CountingReader, ImportFormatError, RowError, import_debts, reader_for
+from models.receivables.money import amount_json
+from models.receivables.tables import DEBT_STATUSES
 from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, plain, record, show, table, with_database
 from svcctl.payments import export_app as payments_export_app
@@ -165,11 +166,11 @@ def show_debt(external_id: str, tenant: str = typer.Option(..., "--tenant"), as_
 @app.command("list")
 @with_database
 def list_command(tenant: str = typer.Option(..., "--tenant"),
-                 status: str = typer.Option(None, "--status", help=", ".join(cartera.DEBT_STATUSES)),
+                 status: str = typer.Option(None, "--status", help=", ".join(DEBT_STATUSES)),
                  limit: int = typer.Option(50, "--limit", min=1, max=10000), as_json: bool = JSON_OPTION):
     """List a tenant's debts, newest first."""
-    if status is not None and status not in cartera.DEBT_STATUSES:
-        fail(f"unknown status {status!r}; one of {', '.join(cartera.DEBT_STATUSES)}")
+    if status is not None and status not in DEBT_STATUSES:
+        fail(f"unknown status {status!r}; one of {', '.join(DEBT_STATUSES)}")
     data = [{"external_id": debt.external_id, "deudor": debt.debtor.nombre, "moneda": debt.moneda,
              "monto_original": amount_json(debt.monto_original, debt.moneda),
              "saldo_pendiente": amount_json(debt.saldo_pendiente, debt.moneda), "status": debt.status,

@@ -43,7 +43,8 @@ def connect(tenant: str = typer.Option(..., "--tenant"),
     """Store the company's gateway credentials (encrypted). Reads the access token and the webhook
     secret from standard input, one a line, or asks for them; secrets never go on a command line."""
     from config import get_settings
-    from models import payments
+    from models.receivables import payments
+    from models.receivables.tables import PROVIDER
     from models.tenancy.tenants import get_tenant
 
     tenant_row = get_tenant(tenant)
@@ -63,7 +64,7 @@ def connect(tenant: str = typer.Option(..., "--tenant"),
             fail("expected the access token and the webhook secret on standard input, one a line")
         token, secret = lines[0], lines[1]
     payments.connect_gateway(tenant_row.id, token, secret)
-    data = {"tenant": tenant_row.public_id, "provider": payments.PROVIDER,
+    data = {"tenant": tenant_row.public_id, "provider": PROVIDER,
             "notification_url": payments.notification_url(tenant_row.public_id)}
     show(data, as_json, lambda: record(data, "payment gateway connected"))
 
@@ -75,7 +76,7 @@ def reconcile(tenant: str = typer.Option(..., "--tenant"),
                                                               "ago)."),
               as_json: bool = JSON_OPTION):
     """Compare the gateway's transactions with recorded payments; record what is missing."""
-    from models import payments
+    from models.receivables import payments
     from models.tenancy.tenants import get_tenant
 
     report = payments.reconcile(get_tenant(tenant).id, _moment("--since", since))
@@ -121,7 +122,7 @@ def export(tenant: str = typer.Option(..., "--tenant"),
                                                  "once everything is out: a nightly job gets exactly what is new."),
            fmt: str = typer.Option("csv", "--format", help="csv or jsonl")):
     """Stream every payment and reversal made in the service (gateway and manual) to stdout."""
-    from models import payments
+    from models.receivables import export as payments
     from models.tenancy.tenants import get_tenant
 
     if fmt not in ("csv", "jsonl"):

@@ -127,7 +127,7 @@ def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
     as the process), so its reminders carry payment links."""
     import requests
 
-    from models import payments
+    from models.receivables import payments
     from models.tenancy.tenants import get_tenant
 
     if not _wait_for(f"{gateway_url}/_sim/health", "payment simulator (the demo company has no gateway)"):
@@ -151,7 +151,7 @@ def _connect_demo_number(tenant_public_id: str) -> str | None:
     from models.numbers import onboarding
     from models.numbers.tables import MessagingAccount
     from models.numbers.templates import sync_templates
-    from models.payments import link_template_definition
+    from models.receivables.payments import link_template_definition
     from models.tenancy.tenants import get_tenant
 
     settings = get_settings()

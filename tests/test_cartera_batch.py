@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from models.cartera import Debt
+from models.receivables.tables import Debt
 from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
 
 
@@ -102,8 +102,8 @@ def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, acco
     # batch's INSERT waits on the unique key, fails once the first commits, and the batch is
     # redone element by element (D-0 as an update). SQLite admits one writer: the batch waits
     # at BEGIN and finds D-0 already there. Either way each debt exists once.
-    from models import cartera
-    from models.cartera_input import parse_debt
+    from models.receivables import snapshots as cartera
+    from models.receivables.inputs import parse_debt
     from models.store.db import atomic, connection, db
 
     caplog.set_level(logging.INFO, logger="cartera")
@@ -148,9 +148,9 @@ def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, acco
 def test_new_debts_planned_straight_to_rows_match_those_planned_as_state(alice, account, storage):
     # A batch of debts named once each writes new debts straight as rows; a batch that names a
     # debt twice plans every element as state. The rows, statuses and answers must be the same.
-    from models import cartera
-    from models.cartera import Installment
-    from models.cartera_input import parse_debt
+    from models.receivables import snapshots as cartera
+    from models.receivables.inputs import parse_debt
+    from models.receivables.tables import Installment
     from models.store.db import connection
 
     def cuota(external_id, numero, vence, estado=None, monto=100):

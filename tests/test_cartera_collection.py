@@ -8,11 +8,12 @@ import zlib
 
 import pytest
 
-from models import cartera
-from models.cartera import Reminder
-from models.cartera_collection import due_reminders, in_sending_window, send_due_reminders, stage_for
-from models.cartera_input import parse_debt
-from models.cartera_money import format_amount
+from models.receivables import debts as cartera
+from models.receivables import snapshots
+from models.receivables.collection import due_reminders, in_sending_window, send_due_reminders, stage_for
+from models.receivables.inputs import parse_debt
+from models.receivables.money import format_amount
+from models.receivables.tables import Reminder
 from models.sending.campaigns import campaign_credits
 from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy import credits
@@ -62,7 +63,7 @@ def sync(persona, account, external_id: str, vence: list[dt.date], **changes):
               "cuotas": cuotas, "deudor": {"nombre": f"Cliente {external_id}", "documento": f"doc-{external_id}",
                                            "telefono": telefono}}
     body = debt_body(account.public_id, external_id, **{**fields, **changes})
-    return cartera.upsert_debt(persona.id, parse_debt(body), today=(NOON - 10 * DAY).date())
+    return snapshots.upsert_debt(persona.id, parse_debt(body), today=(NOON - 10 * DAY).date())
 
 
 def due(now=NOON):
@@ -84,7 +85,7 @@ class TestWhatIsDue:
         sync(alice, number, "paid", [today], saldo_pendiente=0)
         body = debt_body(number.public_id, "nophone", auto_send=True, deudor={"nombre": "X", "documento": "x-1"},
                          cuotas=[{"external_id": "n1", "numero": 1, "monto": 100, "vence": today.isoformat()}])
-        cartera.upsert_debt(alice.id, parse_debt(body))
+        snapshots.upsert_debt(alice.id, parse_debt(body))
         sync(alice, number, "resolved", [today])
         cartera.resolve_debt(alice.id, "resolved", "cancelled")
         sync(alice, number, "settled-installment", [today, today + DAY])

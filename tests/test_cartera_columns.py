@@ -17,10 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models import cartera
-from models.cartera import Debt, Debtor, Installment
-from models.cartera_columns import DebtColumns
-from models.cartera_import import (
+from models.receivables import snapshots as cartera
+from models.receivables.columns import DebtColumns
+from models.receivables.importer import (
     CSV_COLUMNS,
     _column_records,
     _csv_records,
@@ -29,6 +28,7 @@ from models.cartera_import import (
     import_debts,
     read_csv,
 )
+from models.receivables.tables import Debt, Debtor, Installment
 from models.store.db import connection
 from tests.cartera_fixtures import make_account
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.cartera import Debt, Debtor, Installment
+from models.receivables.tables import Debt, Debtor, Installment
 from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
 
 
@@ -202,8 +202,9 @@ class TestOverdueJob:
         import datetime as dt
 
         from jobs.cartera import refresh_overdue_debts
-        from models import cartera
-        from models.cartera_input import parse_debt
+        from models.receivables import debts as cartera
+        from models.receivables import snapshots
+        from models.receivables.inputs import parse_debt
         from models.tenancy.tables import Tenant
 
         Tenant.update(timezone="Pacific/Kiritimati").where(Tenant.id == alice.id).execute()  # UTC+14
@@ -211,8 +212,8 @@ class TestOverdueJob:
         theirs = make_account(charlie, phone="56933334444")
         written_on = dt.date(2031, 1, 5)
         for persona, number in ((alice, account), (charlie, theirs)):
-            cartera.upsert_debt(persona.id, parse_debt(debt_body(number.public_id)), today=written_on)
-        cartera.upsert_debt(alice.id, parse_debt(debt_body(account.public_id, "PAID", saldo_pendiente=0,
+            snapshots.upsert_debt(persona.id, parse_debt(debt_body(number.public_id)), today=written_on)
+        snapshots.upsert_debt(alice.id, parse_debt(debt_body(account.public_id, "PAID", saldo_pendiente=0,
                                                            deudor={"nombre": "Paz", "documento": "5-5"})),
                             today=written_on)
         assert {d.status for d in Debt.select()} == {"pending", "paid"}

@@ -15,7 +15,8 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.cartera_import import (
+from models.errors import Invalid
+from models.receivables.importer import (
     CSV_COLUMNS,
     _checked_csv_debt,
     _csv_body,
@@ -24,8 +25,7 @@ from models.cartera_import import (
     _plain_csv_debt,
     read_csv,
 )
-from models.cartera_input import DebtSpec, loads_exact, parse_debt, plain_debt_spec, plain_fields_spec
-from models.errors import Invalid
+from models.receivables.inputs import DebtSpec, loads_exact, parse_debt, plain_debt_spec, plain_fields_spec
 
 MISSING = object()
 

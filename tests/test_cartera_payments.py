@@ -8,10 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from models import cartera
-from models.cartera import Debt, Payment, Reminder
 from models.errors import Conflict, Invalid, NotFound
 from models.events.tables import Event
+from models.receivables import debts as cartera
+from models.receivables.tables import Debt, Payment, Reminder
 from models.store.db import connection
 from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, payment_body, post, sqlite_only_mark
 

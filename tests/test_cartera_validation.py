@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.cartera import Debt
+from models.receivables.tables import Debt
 from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
 from tests.cartera_fixtures import sqlite_only as storage  # noqa: F401  (SQLite only, see its doc)
 
@@ -218,7 +218,7 @@ CSV_HEADER = ("external_id,external_version,account_id,deudor_nombre,deudor_docu
 def test_any_csv_rows_are_saved_or_reported_by_line(alice, account, cells):
     import io
 
-    from models.cartera_import import import_debts, read_csv
+    from models.receivables.importer import import_debts, read_csv
 
     lines = [",".join(account.public_id if index == 2 else cell for index, cell in enumerate(row)) for row in cells]
     errors = []

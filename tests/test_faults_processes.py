@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from models.cartera import Debt
+from models.receivables.tables import Debt
 from models.sending.campaigns import campaign_credits
 from models.sending.engine import Settings as EngineSettings
 from models.sending.tables import Campaign, CampaignRecipient

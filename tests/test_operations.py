@@ -19,9 +19,9 @@ from cryptography.fernet import Fernet
 
 from config import ConfigError, load_settings, logs
 from config.access_log import loggable_path
-from models import payments
 from models.events.tables import WebhookEndpoint
 from models.numbers.tables import MessagingAccount
+from models.receivables import payments
 from models.store import secrets
 from models.store.db import db
 from models.tenancy import portal

@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from jobs.payments import reconcile_payments
-from models import cartera, payments
-from models.cartera import Debt, Payment
 from models.events.tables import Event
-from models.payments import GatewayNotification, PaymentLink, PaymentReversal
+from models.receivables import debts as cartera
+from models.receivables import export, payments
+from models.receivables.tables import Debt, GatewayNotification, Payment, PaymentGateway, PaymentLink, PaymentReversal
 from models.store.db import connection
 from svcctl.main import app as svcctl
 from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
@@ -214,7 +214,7 @@ class TestReversals:
         assert deuda(client, alice)["saldo_pendiente"] == 300
         assert [(r.kind, r.monto) for r in PaymentReversal.select().order_by(PaymentReversal.id)] == [
             ("refund", 5000), ("chargeback", 25000)]
-        rows = list(payments.export_rows(alice.id))
+        rows = list(export.export_rows(alice.id))
         assert [(row["tipo"], row["monto"], row["motivo"]) for row in rows] == [
             ("pago", Decimal("300.00"), None), ("reverso", Decimal("-50.00"), "refund"),
             ("reverso", Decimal("-250.00"), "chargeback")]
@@ -306,7 +306,7 @@ def test_notifications_of_one_payment_processed_at_once_record_it_once(client, a
     assert errors == []
     assert sorted(outcomes) == ["recorded"] + ["unchanged"] * 5
     assert Payment.select().count() == 1 and len(events(alice.id)) == 1
-    assert Debt.get().saldo_pendiente == 20000 and [r["cursor"] for r in payments.export_rows(alice.id)] == [1]
+    assert Debt.get().saldo_pendiente == 20000 and [r["cursor"] for r in export.export_rows(alice.id)] == [1]
 
 
 class TestCredentials:
@@ -316,7 +316,7 @@ class TestCredentials:
         assert result.exit_code == 0, result.output
         assert f"/payments/webhook/{alice.tenant.public_id}" in result.stdout
         assert "APP_USR-token-1" not in result.output and "webhook-secret-1" not in result.output
-        stored = payments.PaymentGateway.get()
+        stored = PaymentGateway.get()
         assert "APP_USR-token-1" not in stored.access_token_ciphertext
         assert payments.webhook_secret_of(alice.id) == "webhook-secret-1"
         assert payments.client_for(alice.id)._token == "APP_USR-token-1"
@@ -355,4 +355,4 @@ def test_payments_on_several_debts_at_once_get_export_numbers_without_gaps(clien
     for thread in threads:
         thread.join()
     assert errors == []
-    assert [row["cursor"] for row in payments.export_rows(alice.id)] == list(range(1, 9))
+    assert [row["cursor"] for row in export.export_rows(alice.id)] == list(range(1, 9))

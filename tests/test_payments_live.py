@@ -20,12 +20,12 @@ import requests
 
 from config import get_settings
 from messaging.client import GraphClient
-from models import cartera, payments
-from models.cartera import Debt, Payment
-from models.cartera_input import parse_debt
 from models.events import webhooks
 from models.events.tables import Event
-from models.payments import GatewayNotification
+from models.receivables import payments
+from models.receivables import snapshots as cartera
+from models.receivables.inputs import parse_debt
+from models.receivables.tables import Debt, GatewayNotification, Payment
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.cartera_fixtures import debt_body
 from tests.live import ROOT, LiveService, env_for, free_port, wait_until

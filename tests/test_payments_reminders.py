@@ -11,9 +11,9 @@ import pytest
 import requests
 
 from config import get_settings
-from models import payments
-from models.cartera_collection import send_due_reminders
-from models.payments import PaymentLink
+from models.receivables import payments
+from models.receivables.collection import send_due_reminders
+from models.receivables.tables import PaymentLink
 from models.sending.tables import Campaign, CampaignRecipient
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import TEMPLATES, make_number

@@ -12,10 +12,10 @@ import pytest
 import requests
 
 from messaging.simulator import business_app_contacts, user_id_for
-from models.cartera import upsert_debt
-from models.cartera_input import DebtInput, debt_spec
 from models.events.tables import Event
 from models.numbers.tables import MessagingAccount
+from models.receivables.inputs import DebtInput, debt_spec
+from models.receivables.snapshots import upsert_debt
 from tests.cartera_fixtures import debt_body
 from tests.conftest import Persona
 from tests.live import LiveService, wait_until

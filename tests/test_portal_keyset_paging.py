@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
-from models.cartera import Debt, Debtor
 from models.events import webhooks
 from models.events.tables import KIND_API, Event, WebhookDelivery, WebhookEndpoint
 from models.ids import new_id
+from models.receivables.tables import Debt, Debtor
 from models.store import db as database
 from models.store.db import atomic
 from models.tenancy import portal

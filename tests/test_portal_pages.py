@@ -11,11 +11,11 @@ import pytest
 
 from config import get_settings
 from jobs.webhooks import kick
-from models.cartera import Debt, Payment
 from models.events import webhooks
 from models.events.outbox import emit
 from models.events.tables import Event, WebhookDelivery, WebhookEndpoint
 from models.numbers.tables import OnboardingAttempt
+from models.receivables.tables import Debt, Payment
 from models.sending.tables import Campaign
 from models.store.db import atomic
 from models.tenancy import credits, portal

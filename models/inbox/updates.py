@@ -31,12 +31,12 @@ from messaging.webhooks import (
     TemplateStatusUpdate,
     UserPreference,
 )
-from models import cartera
 from models.clock import isoformat, to_utc_naive
 from models.events.outbox import emit
 from models.numbers import accounts, platform_users
 from models.numbers.tables import MessagingAccount, ProcessedMessage
 from models.numbers.templates import apply_template_status
+from models.receivables.debts import open_debts_of_phone
 from models.sending.tables import Campaign, CampaignRecipient
 from models.store.db import lock_rows
 
@@ -138,7 +138,7 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
         data.update(_campaign_message(account, message.context_wamid))
     # The receivables replica: a debtor is known by phone, and a user who hides theirs is still
     # that phone's user once the platform linked the two.
-    if key and key.isdigit() and (debts := cartera.open_debts_of_phone(account.tenant_id, key)):
+    if key and key.isdigit() and (debts := open_debts_of_phone(account.tenant_id, key)):
         data["debt_external_ids"] = debts
     emit(account.tenant_id, "message.inbound.created", data)
     outcome.events += 1

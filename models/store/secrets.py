@@ -54,10 +54,10 @@ def decrypt(ciphertext: str) -> str:
 
 
 def encrypted_columns() -> list[tuple[type[Model], EncryptedText]]:
-    """Every `EncryptedText` column of every table (the models package is imported whole)."""
-    for module in pkgutil.iter_modules(models.__path__):
-        if not module.ispkg:
-            importlib.import_module(f"models.{module.name}")
+    """Every `EncryptedText` column of every table. Every module of every package under models/
+    is imported first: a table is found wherever it lives, and only if its module is imported."""
+    for module in pkgutil.walk_packages(models.__path__, "models."):
+        importlib.import_module(module.name)
 
     def tables(base: type[Model]) -> Iterator[type[Model]]:
         for sub in base.__subclasses__():

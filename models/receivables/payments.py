@@ -1,4 +1,4 @@
-"""Payments through the gateway: links, notifications, reversals, reconciliation, the ERP export.
+"""Payments through the gateway: credentials, links, notifications, reversals, reconciliation.
 
 The flow (docs/payments.md):
 1. a payment link (`plk_`) is made for an amount on a debt, from the API or with a collection
@@ -8,44 +8,55 @@ The flow (docs/payments.md):
    suffix is the link's id;
 2. the gateway's signed notification names a transaction; it is stored once per request id and
    the transaction's state is fetched from the gateway, never taken from the notification;
-3. `apply_transaction` records it once: the payment through `cartera.record_service_payment`
+3. `apply_transaction` records it once: the payment through `debts.record_service_payment`
    (keyed by the gateway's transaction id, emitting `debt.payment_received`), and any amount the
    gateway has since given back (refund) or lost (chargeback) as a reversal that restores the
    balance. Reconciliation feeds the gateway's own list through the same function;
 4. every payment and reversal originated in the service gets the next number of its tenant's
-   export sequence in the transaction that records it. The sequence row is locked until commit,
-   so numbers become visible in order and a reader's cursor never skips one.
+   export sequence in the transaction that records it (export.py).
 
-Lock order: the debt's row (cartera's `_lock_debt`) first, then the tenant's export sequence.
-Gateway credentials are stored encrypted with models.secrets, like platform tokens.
+Lock order: the debt's row (debts' `_lock_debt`) first, then the tenant's export sequence.
+Gateway credentials are stored encrypted (models/store/secrets.py), like platform tokens.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
 from decimal import Decimal
 
-from peewee import JOIN, BigIntegerField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField, fn
+from peewee import JOIN, fn
 
 from config import get_settings
 from gateway import CHARGED_BACK, FAILED, PENDING, GatewayError, Notification, Transaction
 from gateway.mercadopago import MercadoPago
-from models import cartera
-from models.cartera import OPEN_INSTALLMENT, RESOLVED_DEBT, Allocation, Debt, Installment, Payment
-from models.cartera_money import MoneyError, amount_json, from_minor, to_minor
 from models.clock import isoformat, to_utc_naive, utcnow
 from models.errors import Conflict, DomainError, Invalid, NotFound
 from models.ids import new_id
+from models.numbers.tables import MessagingAccount
+from models.receivables.debts import get_debt, installments_of, record_service_payment, restate, tenant_today
+from models.receivables.export import export_reversal
+from models.receivables.money import MoneyError, amount_json, from_minor, to_minor
+from models.receivables.tables import (
+    OPEN_INSTALLMENT,
+    PROVIDER,
+    RESOLVED_DEBT,
+    Allocation,
+    Debt,
+    GatewayNotification,
+    Installment,
+    Payment,
+    PaymentGateway,
+    PaymentLink,
+    PaymentReversal,
+)
+from models.sending.campaigns import ButtonInput, approved_template, button_mismatch, template_buttons
 from models.store import secrets
-from models.store.base import BaseModel
-from models.store.db import atomic, execute
+from models.store.db import atomic
 from models.tenancy.tables import Tenant
 
 log = logging.getLogger("payments")
 
-PROVIDER = "mercadopago"
 # payment_reminder's words, and a URL button to `{public URL}/pay/{{1}}`: the link's id is the suffix.
 LINK_TEMPLATE = "payment_reminder_link"
 LINK_TEMPLATE_LANGUAGE = "es"
@@ -54,105 +65,6 @@ LINK_TEMPLATE_VARIABLES = 2
 LINK_BUTTON_TEXT = "Pay now"
 WEBHOOK_PATH = "/payments/webhook"
 PAY_PATH = "/pay"
-
-
-class PaymentGateway(BaseModel):
-    """A company's gateway account: its credentials, encrypted at rest."""
-
-    tenant = ForeignKeyField(Tenant, unique=True, on_delete="CASCADE")
-    provider = CharField(max_length=32, default=PROVIDER)
-    access_token_ciphertext = secrets.EncryptedText()
-    webhook_secret_ciphertext = secrets.EncryptedText()
-    created_at = DateTimeField(default=utcnow)
-    updated_at = DateTimeField(default=utcnow)
-
-    class Meta:
-        table_name = "payment_gateway"
-
-
-class PaymentLink(BaseModel):
-    public_id = CharField(max_length=40, unique=True)  # plk_: also the gateway's external_reference
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
-    debt = ForeignKeyField(Debt, on_delete="CASCADE")
-    installment = ForeignKeyField(Installment, null=True, on_delete="CASCADE")
-    monto = BigIntegerField()
-    moneda = CharField(max_length=3)
-    origin = CharField(max_length=16)  # api or reminder
-    checkout_id = CharField(max_length=255, null=True)  # the gateway's preference, once created
-    checkout_url = TextField(null=True)
-    status = CharField(max_length=16, default="active")  # active, paid
-    expires_at = DateTimeField()
-    paid_at = DateTimeField(null=True)
-    created_at = DateTimeField(default=utcnow)
-
-    class Meta:
-        table_name = "payment_link"
-        indexes = ((("tenant", "debt"), False),)
-
-
-class GatewayNotification(BaseModel):
-    """A verified notification, kept once per (tenant, request id): redeliveries are dropped."""
-
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
-    request_id = CharField(max_length=255)
-    topic = CharField(max_length=64)
-    action = CharField(max_length=64, null=True)
-    resource_id = CharField(max_length=255, null=True)
-    claimed_amount = CharField(max_length=64, null=True)  # what the body said, if anything
-    claimed_currency = CharField(max_length=3, null=True)
-    # received, then recorded (something written), unchanged, ignored, refused or failed
-    status = CharField(max_length=16, default="received")
-    outcome = CharField(max_length=500, null=True)
-    attempts = IntegerField(default=0)
-    received_at = DateTimeField(default=utcnow)
-    processed_at = DateTimeField(null=True)
-
-    class Meta:
-        table_name = "gateway_notification"
-        indexes = ((("tenant", "request_id"), True), (("status", "received_at"), False))
-
-
-class PaymentReversal(BaseModel):
-    """Money the gateway took back from a recorded payment: a refund or a chargeback."""
-
-    public_id = CharField(max_length=40, unique=True)  # brev_
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
-    payment = ForeignKeyField(Payment, on_delete="CASCADE")
-    kind = CharField(max_length=16)  # refund or chargeback
-    monto = BigIntegerField()
-    moneda = CharField(max_length=3)
-    unassigned = BigIntegerField(default=0)  # the part taken from the payment's monto_sin_asignar
-    saldo_after = BigIntegerField()
-    reversed_at = DateTimeField()
-    created_at = DateTimeField(default=utcnow)
-
-    class Meta:
-        table_name = "payment_reversal"
-
-
-class PaymentExport(BaseModel):
-    """The ERP's feed: one row per payment or reversal made in the service, numbered per tenant."""
-
-    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
-    seq = BigIntegerField()
-    payment = ForeignKeyField(Payment, on_delete="CASCADE")
-    reversal = ForeignKeyField(PaymentReversal, null=True, on_delete="CASCADE")
-    created_at = DateTimeField(default=utcnow)
-
-    class Meta:
-        table_name = "payment_export"
-        indexes = ((("tenant", "seq"), True), (("payment", "reversal"), True))
-
-
-class PaymentExportSequence(BaseModel):
-    tenant = ForeignKeyField(Tenant, primary_key=True, on_delete="CASCADE")
-    last = BigIntegerField(default=0)
-
-    class Meta:
-        table_name = "payment_export_sequence"
-
-
-TABLES = [PaymentGateway, PaymentLink, GatewayNotification, PaymentReversal, PaymentExport, PaymentExportSequence]
 
 
 # -- credentials ------------------------------------------------------------------------------
@@ -246,7 +158,7 @@ def _link_amount(debt: Debt, installment: Installment | None, monto: Decimal | N
             raise Invalid(f"monto {message}", details={"errors": {"monto": [message]}})
         return amount
     if installment is None:
-        schedule = [item for item in cartera.installments_of(debt) if item.estado in OPEN_INSTALLMENT]
+        schedule = [item for item in installments_of(debt) if item.estado in OPEN_INSTALLMENT]
         installment = min(schedule, key=lambda item: (item.vence, item.numero), default=None)
     if installment is not None:
         return min(installment.monto - installment.pagado, debt.saldo_pendiente)
@@ -256,7 +168,7 @@ def _link_amount(debt: Debt, installment: Installment | None, monto: Decimal | N
 def create_link(tenant_id: int, debt_external_id: str, *, monto: Decimal | None = None,
                 cuota_external_id: str | None = None) -> dict:
     """A payment link for a debt (POST .../payment-link): the gateway's checkout is created now."""
-    debt = cartera.get_debt(tenant_id, debt_external_id)
+    debt = get_debt(tenant_id, debt_external_id)
     _check_payable(debt)
     installment = None
     if cuota_external_id is not None:
@@ -314,9 +226,6 @@ def _link_button_index(tenant_id: int, account_public_id: str) -> int | None:
     payment_reminder's variables, and that button is all it needs. None otherwise (an older
     template with the link in its body, or a button pointing elsewhere), and the reminder goes
     out without a link rather than with one that would not open."""
-    from models.numbers.tables import MessagingAccount
-    from models.sending.campaigns import ButtonInput, approved_template, button_mismatch, template_buttons
-
     account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant_id)
                                            & (MessagingAccount.public_id == account_public_id))
     try:
@@ -508,14 +417,14 @@ def apply_transaction(tenant_id: int, transaction: Transaction) -> tuple[str, st
     paid_at = transaction.paid_at or transaction.updated_at
     try:
         with atomic():
-            # The debt's lock first (cartera's rule for its writers), so `known` cannot change
+            # The debt's lock first (debts.py's rule for its writers), so `known` cannot change
             # before this transaction commits.
             Debt.update(row_version=Debt.row_version + 1).where(Debt.id == debt.id).execute()
             known = Payment.select().where((Payment.tenant == tenant_id)
                                            & (Payment.transaction_id == transaction.id)).exists()
-            payment = cartera.record_service_payment(tenant_id, debt.external_id, transaction.amount, "gateway",
-                                                     transaction_id=transaction.id,
-                                                     paid_at=to_utc_naive(paid_at) if paid_at else None)
+            payment = record_service_payment(tenant_id, debt.external_id, transaction.amount, "gateway",
+                                             transaction_id=transaction.id,
+                                             paid_at=to_utc_naive(paid_at) if paid_at else None)
             if payment.debt_id != link.debt_id:
                 raise Conflict("the transaction was recorded on another debt", code="payment_transaction_conflict")
             if link.status != "paid":
@@ -548,7 +457,7 @@ def _reverse_up_to(payment: Payment, target: int, kind: str, when: dt.datetime |
     from_unassigned = min(amount, payment.monto_sin_asignar - sum(item.unassigned for item in previous))
     restore = amount - from_unassigned
     debt = Debt.get_by_id(payment.debt_id)
-    schedule = {item.id: item for item in cartera.installments_of(debt)}
+    schedule = {item.id: item for item in installments_of(debt)}
     already_undone = sum(item.monto - item.unassigned for item in previous)
     left = restore
     for allocation in Allocation.select().where(Allocation.payment == payment.id).order_by(Allocation.id.desc()):
@@ -563,7 +472,7 @@ def _reverse_up_to(payment: Payment, target: int, kind: str, when: dt.datetime |
             left -= take
     debt.saldo_pendiente += restore
     debt.updated_at = utcnow()
-    cartera._restate(debt, list(schedule.values()), cartera.tenant_today(debt.tenant_id))
+    restate(debt, list(schedule.values()), tenant_today(debt.tenant_id))
     debt.save(only=[Debt.saldo_pendiente, Debt.status, Debt.updated_at])
     for installment in schedule.values():
         installment.save(only=[Installment.pagado, Installment.estado, Installment.declared_estado])
@@ -571,7 +480,7 @@ def _reverse_up_to(payment: Payment, target: int, kind: str, when: dt.datetime |
         public_id=new_id("brev_"), tenant=payment.tenant_id, payment=payment.id, kind=kind, monto=amount,
         moneda=payment.moneda, unassigned=from_unassigned, saldo_after=debt.saldo_pendiente,
         reversed_at=to_utc_naive(when) if when else utcnow())
-    _export(payment.tenant_id, payment.id, reversal.id)
+    export_reversal(reversal)
     log.info("%s of %s on payment %s: debt %s balance back to %s", kind, amount, payment.public_id,
              debt.external_id, debt.saldo_pendiente)
     return reversal
@@ -616,82 +525,3 @@ def _fully_recorded(tenant_id: int, transaction: Transaction) -> bool:
 
 def tenants_with_gateway() -> list[int]:
     return [row for (row,) in PaymentGateway.select(PaymentGateway.tenant).tuples()]
-
-
-# -- the ERP's export -------------------------------------------------------------------------
-
-def _export(tenant_id: int, payment_id: int, reversal_id: int | None = None) -> int:
-    PaymentExportSequence.insert(tenant=tenant_id, last=0).on_conflict_ignore().execute()
-    # The UPDATE holds the sequence row until commit: the next writer gets the next number only
-    # once this one is visible, so readers see numbers appear in order.
-    seq = execute('UPDATE "payment_export_sequence" SET "last" = "last" + 1 WHERE "tenant_id" = ? RETURNING "last"',
-                  [tenant_id]).fetchone()[0]
-    PaymentExport.create(tenant=tenant_id, seq=seq, payment=payment_id, reversal=reversal_id)
-    return seq
-
-
-def export_payment(payment: Payment) -> int:
-    """Number a payment made in the service for the export; call in the transaction recording it."""
-    return _export(payment.tenant_id, payment.id)
-
-
-def export_rows(tenant_id: int, *, since: dt.datetime | None = None, after: int = 0,
-                limit: int | None = None) -> Iterator[dict]:
-    """Payments and reversals made in the service, by cursor (`seq` > after) and recording time.
-
-    Amounts are exact Decimals; a reversal's `monto` is negative. Read in pages, so an export of
-    any size streams in constant memory.
-    """
-    page = 500 if limit is None else min(limit, 500)
-    remaining = limit
-    while remaining is None or remaining > 0:
-        query = (PaymentExport
-                 .select(PaymentExport.seq, PaymentExport.created_at, Payment, PaymentReversal, Debt.external_id)
-                 .join(Payment, on=(PaymentExport.payment == Payment.id))
-                 .join(Debt, on=(Payment.debt == Debt.id))
-                 .switch(PaymentExport)
-                 .join(PaymentReversal, join_type=JOIN.LEFT_OUTER, on=(PaymentExport.reversal == PaymentReversal.id))
-                 .where((PaymentExport.tenant == tenant_id) & (PaymentExport.seq > after))
-                 .order_by(PaymentExport.seq)
-                 .limit(page if remaining is None else min(page, remaining)))
-        if since is not None:
-            query = query.where(PaymentExport.created_at >= to_utc_naive(since))
-        rows = list(query)
-        for row in rows:
-            yield _export_row(row)
-        if len(rows) < page:
-            return
-        after = rows[-1].seq
-        if remaining is not None:
-            remaining -= len(rows)
-
-
-def _export_row(row) -> dict:
-    payment = row.payment
-    reversal = row.reversal if row.reversal_id is not None else None
-    currency = payment.moneda
-    if reversal is None:
-        kind, amount, when, saldo, unassigned = "pago", payment.monto, payment.pagado_en, payment.saldo_after, \
-            payment.monto_sin_asignar
-    else:
-        kind, amount, when, saldo, unassigned = "reverso", -reversal.monto, reversal.reversed_at, \
-            reversal.saldo_after, -reversal.unassigned
-    return {
-        "cursor": row.seq, "tipo": kind, "boty_payment_id": payment.public_id,
-        "reverso_id": reversal.public_id if reversal else None, "motivo": reversal.kind if reversal else None,
-        "deuda_external_id": payment.debt.external_id, "transaction_id": payment.transaction_id,
-        "monto": from_minor(amount, currency), "moneda": currency, "metodo": payment.metodo,
-        "ocurrido_en": isoformat(when), "saldo_pendiente": from_minor(saldo, currency),
-        "monto_sin_asignar": from_minor(unassigned, currency), "registrado_en": isoformat(row.created_at),
-    }
-
-
-def export_json(row: dict) -> dict:
-    """An export row for the API: amounts as JSON numbers like every other amount there."""
-    currency = row["moneda"]
-    return {**row, **{name: amount_json(to_minor(row[name], currency), currency)
-                      for name in ("monto", "saldo_pendiente", "monto_sin_asignar")}}
-
-
-def latest_cursor(tenant_id: int) -> int:
-    return PaymentExport.select(fn.MAX(PaymentExport.seq)).where(PaymentExport.tenant == tenant_id).scalar() or 0

@@ -16,7 +16,7 @@ message. Reminders go out as campaigns of the `payment_reminder` template (vars:
 name and the outstanding balance with its currency), one campaign per number and run, so they
 reserve and consume credits like any message. A company with a payment gateway whose number has
 `payment_reminder_link` sends that one instead: the same words, and a "Pay now" URL button that
-opens a payment link (models/payments.py).
+opens a payment link (payments.py). A debt that settles takes its reminders back (reminders.py).
 """
 
 from __future__ import annotations
@@ -29,19 +29,20 @@ from dataclasses import dataclass
 from peewee import fn
 
 from config import get_settings
-from models.cartera import OPEN_DEBT, OPEN_INSTALLMENT, Debt, Debtor, Installment, Reminder, zone_of
-from models.cartera_money import format_amount
 from models.clock import utcnow
 from models.errors import DomainError
 from models.numbers.tables import MessagingAccount
+from models.receivables.debts import zone_of
+from models.receivables.money import format_amount
+from models.receivables.payments import LINK_TEMPLATE, reminder_link_buttons
+from models.receivables.tables import OPEN_DEBT, OPEN_INSTALLMENT, STAGES, Debt, Debtor, Installment, Reminder
 from models.sending import work_arrived
+from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
 from models.store.db import atomic
 from models.tenancy.tables import Tenant
 
 log = logging.getLogger("cartera.collection")
 
-# (stage, days from the due date when it starts), in order.
-STAGES = (("before", -3), ("due", 0), ("after", 3))
 TEMPLATE_NAME = "payment_reminder"
 TEMPLATE_LANGUAGE = "es"
 LOOKAHEAD = dt.timedelta(days=-STAGES[0][1])
@@ -155,8 +156,6 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     reminders are tried again on the next run. Creating a campaign wakes the sending engine
     once its transaction commits (`models.sending.work_arrived`).
     """
-    from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
-
     due = due_reminders(now)
     groups: dict[tuple[int, str], dict[int, list[DueReminder]]] = {}
     for item in due:
@@ -169,7 +168,7 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
             chunk = dict(debts[start:start + MAX_RECIPIENTS])
             try:
                 with atomic():
-                    campaign = _claim_and_create(tenant_id, account_public_id, chunk, create_campaign)
+                    campaign = _claim_and_create(tenant_id, account_public_id, chunk)
             except DomainError as error:
                 log.warning("collection reminders for %s not sent now (%s): %s", account_public_id, error.code,
                             error.message)
@@ -180,8 +179,7 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     return created
 
 
-def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int, list[DueReminder]],
-                      create_campaign):
+def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int, list[DueReminder]]):
     token = "claim_" + uuid.uuid4().hex[:24]
     now = utcnow()
     rows = [{"debt": item.debt_id, "installment": item.installment_id, "stage": item.stage, "status": "queued",
@@ -197,9 +195,7 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
             balances[debt_id] = (claimed[0].saldo_pendiente, claimed[0].moneda)
     if not recipients:
         return None
-    # With a payment gateway, the reminder carries a link to pay in its URL button (models.payments).
-    from models.payments import LINK_TEMPLATE, reminder_link_buttons
-
+    # With a payment gateway, the reminder carries a link to pay in its URL button (payments.py).
     links = reminder_link_buttons(tenant_id, account_public_id, balances)
     if links:
         for recipient, debt_id in zip(recipients, balances, strict=True):
@@ -213,45 +209,3 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
     return campaign
 
 
-def withdraw_reminders(debt_ids: list[int]) -> int:
-    """Take back the reminders of these debts that their campaign has not sent yet (the debt was
-    paid or resolved); returns how many messages were withdrawn. Call inside the transaction.
-
-    The recipient moves `pending → cancelled` with a conditional UPDATE: the dispatcher claims
-    with `pending → queued` the same way, so a message is either withdrawn or sent, never both.
-    The withdrawn messages' reserved credits are released, and a campaign left with nothing to
-    send completes once the transaction commits (campaign rows come first in the lock order).
-    """
-    if not debt_ids:
-        return 0
-    queued = list(Reminder.select(Reminder.campaign_id, Debt.external_id).join(Debt)
-                  .where(Reminder.debt.in_(debt_ids) & (Reminder.status == "queued")).distinct().tuples())
-    if not queued:
-        return 0
-    from models.sending.campaigns import finish_after_commit, move_credits
-    from models.sending.tables import Campaign, CampaignRecipient
-
-    by_campaign: dict[str, list[str]] = {}
-    for campaign_public_id, debt_external_id in queued:
-        by_campaign.setdefault(campaign_public_id, []).append(debt_external_id)
-    withdrawn = 0
-    for campaign_public_id, external_ids in by_campaign.items():
-        campaign = Campaign.get_or_none(Campaign.public_id == campaign_public_id)
-        if campaign is None:
-            continue
-        cancelled = list(CampaignRecipient.update(status="cancelled")
-                         .where((CampaignRecipient.campaign == campaign.id)
-                                & CampaignRecipient.external_contact_id.in_(external_ids)
-                                & (CampaignRecipient.status == "pending"))
-                         .returning(CampaignRecipient.external_contact_id).tuples().execute())
-        if not cancelled:
-            continue
-        withdrawn += len(cancelled)
-        move_credits(campaign, release=len(cancelled), description="payment reminder withdrawn: debt settled")
-        (Reminder.update(status="cancelled")
-         .where((Reminder.campaign_id == campaign_public_id) & (Reminder.status == "queued")
-                & Reminder.debt.in_(Debt.select(Debt.id).where(
-                    Debt.id.in_(debt_ids) & Debt.external_id.in_([row[0] for row in cancelled]))))
-         .execute())
-        finish_after_commit([campaign.id])
-    return withdrawn

@@ -1,10 +1,10 @@
 """Streaming import of debts from the ERP: CSV (one row per installment) or JSON Lines.
 
 Memory stays flat whatever the file size: the input is read in blocks of about one batch of
-debts, and each batch is written in its own transaction through `models.cartera.upsert_debts`,
+debts, and each batch is written in its own transaction through `snapshots.upsert_debts`,
 the same operation the API uses. A CSV block of plainly valid debts is checked a column at a
 time (models/cartera_columns.py) and, when none of its debts or debtors is stored yet, written
-the same way (`models.cartera.insert_new_debts`); the rest takes the road above.
+the same way (`snapshots.insert_new_debts`); the rest takes the road above.
 
 A bad row is reported with its line number and skipped; when a row of a CSV debt is bad the
 whole debt is skipped, since saving its other rows as a snapshot would cancel the installment
@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from itertools import chain, islice, repeat
 from typing import Any, BinaryIO
 
-from models import cartera
-from models.cartera_columns import DebtColumns, csv_columns
-from models.cartera_input import (
+from models.errors import DomainError
+from models.receivables.columns import DebtColumns, csv_columns
+from models.receivables.inputs import (
     CSV_BOOLEANS,
     DebtSpec,
     loads_exact,
@@ -35,7 +35,7 @@ from models.cartera_input import (
     plain_debt_spec,
     plain_fields_spec,
 )
-from models.errors import DomainError
+from models.receivables.snapshots import insert_new_debts, upsert_debts
 
 BATCH_SIZE = 500
 
@@ -481,7 +481,7 @@ def import_debts(tenant_id: int, records: Iterable[DebtRecord | DebtColumns], *,
             on_error(error)
 
     def flush() -> None:
-        results = cartera.upsert_debts(tenant_id, [record.spec for record in pending])  # type: ignore[misc]
+        results = upsert_debts(tenant_id, [record.spec for record in pending])  # type: ignore[misc]
         actions = {"created": 0, "updated": 0, "ignored_stale": 0}
         for record, result in zip(pending, results, strict=True):
             if result.error is not None:
@@ -500,7 +500,7 @@ def import_debts(tenant_id: int, records: Iterable[DebtRecord | DebtColumns], *,
         if type(item) is DebtColumns:
             if pending:
                 flush()
-            if cartera.insert_new_debts(tenant_id, item):
+            if insert_new_debts(tenant_id, item):
                 summary.debts += len(item.counts)
                 summary.rows += item.row_count
                 summary.created += len(item.counts)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from itertools import chain, compress, count, repeat
 from operator import add, eq, itemgetter, lt, mul, ne, sub
 
-from models.cartera_input import (
+from models.receivables.inputs import (
     CSV_BOOLEANS,
     DEBT_TYPES,
     INSTALLMENT_STATES,
@@ -38,7 +38,7 @@ from models.cartera_input import (
     plain_phone,
     plain_timestamp,
 )
-from models.cartera_money import MAX_MINOR
+from models.receivables.money import MAX_MINOR
 
 _TIPOS = frozenset(("", *DEBT_TYPES))
 _ESTADOS = frozenset(("", *INSTALLMENT_STATES))

@@ -37,7 +37,9 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from models.cartera_money import (
+from models.clock import to_utc_naive
+from models.errors import Invalid
+from models.receivables.money import (
     ACTIVE_CODES,
     MAX_MINOR,
     MINOR_UNITS_EXCEPTIONS,
@@ -45,8 +47,6 @@ from models.cartera_money import (
     normalize_currency,
     to_minor,
 )
-from models.clock import to_utc_naive
-from models.errors import Invalid
 
 DEBT_TYPES = ("single", "installments")
 INSTALLMENT_STATES = ("pending", "partial", "paid", "overdue", "cancelled")
