@@ -90,7 +90,7 @@ class Healthz:
 def readiness() -> dict[str, str]:
     """Each dependency's state: "ok", or what is wrong (an error class, never a connection string)."""
     from jobs.queue import huey
-    from models import operations
+    from models.operations import state as operations
     from models.store.counters import counters
     from models.store.db import connection, db
 

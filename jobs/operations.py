@@ -15,7 +15,9 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from jobs.queue import huey, task_name
-from models import operations
+from models.operations import heartbeats
+from models.operations import state as operations
+from models.operations.tables import API, WORKER
 from models.store.db import connection, storage_unavailable
 
 log = logging.getLogger("operations")
@@ -109,9 +111,9 @@ class StateCollector:
     def _families():
         yield _gauge("svc_queue_depth", "Tasks waiting in the queue", huey.pending_count())
         yield _gauge("svc_queue_scheduled", "Tasks scheduled for later (retries, delays)", huey.scheduled_count())
-        states = {(kind, state): 0 for kind in (operations.API, operations.WORKER)
+        states = {(kind, state): 0 for kind in (API, WORKER)
                   for state in ("alive", "dead", "stopped")}
-        for process in operations.processes():
+        for process in heartbeats.processes():
             states[(process.kind, process.state)] += 1
         yield _gauge("svc_processes", "API workers and queue consumers (worker) by heartbeat state "
                      "(dead: none for 15 s)", labels=["kind", "state"], samples=states)

@@ -64,7 +64,8 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
     configure_logging(settings.log_format)
     from jobs.operations import serve_metrics
     from jobs.queue import huey, load_tasks
-    from models.operations import WORKER, Heartbeat
+    from models.operations.heartbeats import Heartbeat
+    from models.operations.tables import WORKER
 
     init_db(settings)
     load_tasks()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from models.store import secrets
+from models.operations import rotation as secrets
 from svcctl.output import JSON_OPTION, err, show, table, with_database
 
 app = typer.Typer(help="Secrets at rest (platform tokens, signing secrets, gateway credentials).",

@@ -14,11 +14,12 @@ from svcctl.output import JSON_OPTION, err, out, print_json, table, with_databas
 def snapshot() -> dict:
     """Everything the view shows, read now: processes, queue, campaigns, pace, webhooks, credits."""
     from jobs.queue import huey
-    from models import operations
+    from models.operations import heartbeats
+    from models.operations import state as operations
 
     now = time.time()
     return {
-        "processes": [process.as_dict(now) for process in operations.processes(now)],
+        "processes": [process.as_dict(now) for process in heartbeats.processes(now)],
         "queue": {"pending": huey.pending_count(), "scheduled": huey.scheduled_count()},
         "campaigns": operations.running_campaigns(),
         "numbers": operations.number_pace(),

@@ -21,6 +21,7 @@ from config import ConfigError, load_settings, logs
 from config.access_log import loggable_path
 from models.events.tables import WebhookEndpoint
 from models.numbers.tables import MessagingAccount
+from models.operations import rotation
 from models.receivables import payments
 from models.store import secrets
 from models.store.db import db
@@ -181,7 +182,7 @@ def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alic
 
     configure(storage, secret_keys=(new_key, old_key), secret_key=new_key)
     assert account.access_token and MessagingAccount.get_by_id(account.id).access_token == account.access_token
-    report = secrets.rotate(batch=1)
+    report = rotation.rotate(batch=1)
     columns = {column.column: column for column in report.columns}
     assert columns["messaging_account.access_token"].rotated == 1
     assert columns["webhook_endpoint.secret_ciphertext"].rotated == 1
@@ -189,7 +190,7 @@ def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alic
     assert columns["payment_gateway.webhook_secret_ciphertext"].rotated == 1
     assert columns["portal_user.totp_pending_ciphertext"].rotated == 1
     assert report.unreadable == 0
-    assert secrets.rotate().rotated == 0  # run again: nothing left under the old key
+    assert rotation.rotate().rotated == 0  # run again: nothing left under the old key
 
     configure(storage, secret_keys=(new_key,), secret_key=new_key)  # the old key removed
     assert secrets.decrypt(MessagingAccount.get_by_id(account.id).access_token) == "EAAG-platform-token"
@@ -220,7 +221,7 @@ def encrypted_columns_in_the_source() -> set[tuple[str, str]]:
 
 def test_rotation_finds_every_encrypted_column_wherever_its_table_lives():
     # In a process of its own: here every table is imported already, whatever rotation walks.
-    listing = ("import json; from models.store.secrets import encrypted_columns; "
+    listing = ("import json; from models.operations.rotation import encrypted_columns; "
                "print(json.dumps([[table.__name__, column.name] for table, column in encrypted_columns()]))")
     found = subprocess.run([sys.executable, "-c", listing], cwd=ROOT, capture_output=True, text=True, timeout=60,
                            check=True)
@@ -250,7 +251,7 @@ def test_svcctl_secrets_rotate_re_encrypts_every_encrypted_column(client, alice,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    every_column = {f"{table._meta.table_name}.{column.column_name}" for table, column in secrets.encrypted_columns()}
+    every_column = {f"{table._meta.table_name}.{column.column_name}" for table, column in rotation.encrypted_columns()}
     assert len(every_column) == len(encrypted_columns_in_the_source())
     assert {column["column"] for column in report["columns"]} == every_column
     assert {column["column"] for column in report["columns"] if column["rotated"]} == every_column
@@ -260,7 +261,7 @@ def test_svcctl_secrets_rotate_re_encrypts_every_encrypted_column(client, alice,
 def test_a_secret_no_key_opens_is_reported_not_lost(alice, storage):
     make_number(alice.id, token="EAAG-other")
     configure(storage, secret_keys=(Fernet.generate_key().decode(),))
-    report = secrets.rotate()
+    report = rotation.rotate()
     assert report.unreadable == 1 and report.rotated == 0
 
 
