@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.load [--profile embedded|scaleout] [--rate 100] [--seconds 300]
 
-Profiles (bench/scaleout.py): `embedded` is the default installation (one API node, one
+Profiles (bench/stack.py): `embedded` is the default installation (one API node, one
 consumer, SQLite and the SQLite queue); `scaleout` is two API nodes and two consumers on
 PostgreSQL and Redis (`python -m bench.scaleout` runs the same). Both with the platform
 simulator, and an HTTPS receiver (bench/webhooks.py's) for every company's webhook endpoint.
@@ -47,7 +47,7 @@ from urllib.parse import parse_qs, urlsplit
 import requests
 
 from bench.common import ROOT
-from bench.scaleout import DEFAULT_POSTGRES, DEFAULT_REDIS, PROFILES, Stack
+from bench.stack import DEFAULT_POSTGRES, DEFAULT_REDIS, PROFILES, Stack
 
 OUT_DIR = ROOT / "bench" / "out"
 TENANTS = 4
