@@ -7,10 +7,10 @@ from typing import Annotated
 from pydantic import Field
 
 from api import ratelimit
-from api.auth import client_ip
 from api.errors import ApiError
 from api.operation import Reply, operation
 from api.schemas import Email, HttpsUrl, Input, Output, text
+from config.client_address import client_ip
 from models.tenancy import access_requests
 
 LIMIT_PER_IP_AND_EMAIL = 5  # the contract's

@@ -17,13 +17,13 @@ from models.store.db import request_connections
 BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
 # platform or a browser reaches, outside the versioned API and the OpenAPI document).
-AREAS = ("health", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
-         "cartera", "payments", "platform", "openapi", "operations")
+AREAS = ("operations", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
+         "receivables", "payments", "inbox", "openapi")
 
 
 class DatabaseConnection:
     """A pooled connection for every request, which the thread keeps for its next request when
-    this one went cleanly (models/db.py, `RequestConnections`)."""
+    this one went cleanly (models/store/db.py, `RequestConnections`)."""
 
     def process_request(self, req, resp):
         if req.path in NO_DATABASE_PATHS:

@@ -181,7 +181,7 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
 
     try:
         req.context.body = validate(op.body, raw) if op.body is not None else None
-        # The operation's first commit also marks the key `applied` (models/idempotency.py).
+        # The operation's first commit also marks the key `applied` (models/tenancy/idempotency.py).
         with idempotency.applying(claim.record) if claim is not None and claim.record is not None \
                 else contextlib.nullcontext():
             reply = handler(resource, req, resp, **params)

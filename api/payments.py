@@ -1,10 +1,10 @@
 """Payments through the gateway: payment links on debts, the gateway's notifications, the payer's
 `/pay/{plk_}` page, and the feed of payments back to the ERP (`GET /cartera/pagos`, declared on
-api.cartera's resource for that path).
+api.receivables' resource for that path).
 
 The notification endpoint is outside /api/v1 like the platform's webhook: it is checked on its
 signature, stored once per request id and answered at once; the worker fetches the transaction
-from the gateway and records it (models/payments.py).
+from the gateway and records it (models/receivables/payments.py).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def init_db(settings: Settings) -> Database:
 
 def _postgres_wallet_feed(engine: PooledPostgresqlDatabase) -> dict:
     """How a process tells other hosts that a wallet changed, and hears what they tell
-    (models/wallet_copies.py): NOTIFY after the change's commit, and a connection of its own that
+    (models/tenancy/wallet_copies.py): NOTIFY after the change's commit, and a connection of its own that
     LISTENs, outside the pool."""
 
     def announce(tenant_id: int) -> None:

@@ -27,8 +27,8 @@ from urllib.parse import parse_qs, urlencode
 import falcon
 import jinja2
 
-from api.auth import client_ip
 from config import get_settings
+from config.client_address import client_ip
 from models.errors import DomainError
 from models.store.db import storage_unavailable
 from models.tenancy import portal

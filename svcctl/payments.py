@@ -122,7 +122,7 @@ def export(tenant: str = typer.Option(..., "--tenant"),
                                                  "once everything is out: a nightly job gets exactly what is new."),
            fmt: str = typer.Option("csv", "--format", help="csv or jsonl")):
     """Stream every payment and reversal made in the service (gateway and manual) to stdout."""
-    from models.receivables import export as payments
+    from models.receivables.export import export_rows
     from models.tenancy.tenants import get_tenant
 
     if fmt not in ("csv", "jsonl"):
@@ -138,7 +138,7 @@ def export(tenant: str = typer.Option(..., "--tenant"),
     if writer is not None:
         writer.writerow(EXPORT_COLUMNS)
     count, last = 0, cursor
-    for row in payments.export_rows(get_tenant(tenant).id, since=start, after=cursor):
+    for row in export_rows(get_tenant(tenant).id, since=start, after=cursor):
         if writer is not None:
             writer.writerow(["" if row[name] is None else str(row[name]) for name in EXPORT_COLUMNS])
         else:

@@ -149,14 +149,14 @@ def immediate_queue():
     are fanned out at once rather than through the queue's per-second coalescing."""
     from jobs import sending, webhooks
     from jobs.queue import huey
-    from models.events import outbox as events
+    from models.events import outbox
     from models.sending.engine import Settings
 
     huey.immediate = True
     running = sending.engine_settings
     sending.engine_settings = Settings(session=None, linger=0)
     try:
-        with events.listening([webhooks.fan_out_task]):
+        with outbox.listening([webhooks.fan_out_task]):
             yield huey
     finally:
         sending.engine_settings = running

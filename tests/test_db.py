@@ -1,4 +1,4 @@
-"""Transactions and their hooks (models/db.py), on both engines."""
+"""Transactions and their hooks (models/store/db.py), on both engines."""
 
 from __future__ import annotations
 

@@ -14,13 +14,12 @@ from typer.testing import CliRunner
 
 from jobs.payments import reconcile_payments
 from models.events.tables import Event
-from models.receivables import debts as cartera
-from models.receivables import export, payments
+from models.receivables import debts, export, payments
 from models.receivables.tables import Debt, GatewayNotification, Payment, PaymentGateway, PaymentLink, PaymentReversal
 from models.store.db import connection
 from svcctl.main import app as svcctl
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)
+from tests.receivables_fixtures import debt_body, error_of, get_debt, make_account, post
 
 runner = CliRunner()
 
@@ -88,15 +87,15 @@ class TestLinks:
     @pytest.mark.parametrize("settle", ["paid", "resolved"])
     def test_no_link_on_a_paid_or_resolved_debt(self, client, alice, debt, gateway, settle):
         if settle == "paid":
-            cartera.record_service_payment(alice.id, "D-1", "300", "cash")
+            debts.record_service_payment(alice.id, "D-1", "300", "cash")
         else:
-            cartera.resolve_debt(alice.id, "D-1", "written_off")
+            debts.resolve_debt(alice.id, "D-1", "written_off")
         refused = link_for(client, alice)
         assert refused.status_code == 409 and error_of(refused)["code"] == "debt_not_payable"
 
     def test_a_link_opened_after_the_debt_is_settled_does_not_reach_the_checkout(self, client, alice, debt, gateway):
         link = link_for(client, alice).json["data"]
-        cartera.record_service_payment(alice.id, "D-1", "300", "cash")
+        debts.record_service_payment(alice.id, "D-1", "300", "cash")
         page = client.simulate_get(f"/pay/{link['id']}")
         assert page.status_code == 409 and "location" not in page.headers and "saldo" in page.text
         assert client.simulate_get("/pay/plk_unknown").status_code == 404
@@ -258,7 +257,7 @@ class TestReconciliation:
 class TestExport:
     def test_the_feed_by_cursor_over_the_api_and_the_cli(self, client, alice, charlie, debt, gateway, tmp_path):
         for amount in ("10", "20.5", "30"):
-            cartera.record_service_payment(alice.id, "D-1", amount, "cash")
+            debts.record_service_payment(alice.id, "D-1", amount, "cash")
         page = client.simulate_get("/api/v1/cartera/pagos", params={"limit": 2}, headers=alice.headers)
         assert page.status_code == 200, page.text
         assert [row["monto"] for row in page.json["data"]] == [10, 20.5]
@@ -277,7 +276,7 @@ class TestExport:
         lines = first.stdout.strip().splitlines()
         assert lines[0].startswith("cursor,tipo,boty_payment_id") and len(lines) == 4
         assert ",20.50,USD,cash," in lines[2] and cursor.read_text().strip() == "3"
-        cartera.record_service_payment(alice.id, "D-1", "1", "cash")
+        debts.record_service_payment(alice.id, "D-1", "1", "cash")
         second = runner.invoke(svcctl, [*args, "--format", "jsonl"])
         assert [line for line in second.stdout.strip().splitlines()] and '"monto":"1.00"' in second.stdout
         assert len(second.stdout.strip().splitlines()) == 1 and cursor.read_text().strip() == "4"
@@ -345,7 +344,7 @@ def test_payments_on_several_debts_at_once_get_export_numbers_without_gaps(clien
         try:
             with connection():
                 barrier.wait()
-                cartera.record_service_payment(alice.id, f"D-{index % 4}", "1", "cash")
+                debts.record_service_payment(alice.id, f"D-{index % 4}", "1", "cash")
         except Exception as error:  # noqa: BLE001 (reported below)
             errors.append(error)
 

@@ -19,7 +19,7 @@ from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)
 from tests.payments_fixtures import add_link_template, template_row
-from tests.test_cartera_collection import DAY, NOON, sync
+from tests.test_receivables_collection import DAY, NOON, sync
 
 pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
 

@@ -1,5 +1,5 @@
 """The platform's documented webhook payloads, kind by kind, through the parser
-(messaging/webhooks.py) and through the service (signed POST, models/platform.py): each is the
+(messaging/webhooks.py) and through the service (signed POST, models/inbox/batches.py): each is the
 right kind from the right user, and only what the platform counts as the user writing opens the
 24-hour customer-service window. The shapes are those of the Cloud API's webhook reference
 (messages, statuses, message_echoes, errors, system), users named by phone, business-scoped id,

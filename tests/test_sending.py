@@ -16,7 +16,7 @@ from messaging.client import GraphClient
 from messaging.errors import error_from_response
 from models.clock import utcnow
 from models.events.tables import Event
-from models.inbox import batches as platform
+from models.inbox import batches
 from models.numbers import accounts
 from models.numbers.tables import CLAIM_TIMEOUT, BusinessInitiated, MessagingAccount, PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
@@ -386,8 +386,8 @@ def held_status_batch(account, wamid: str, recipient: CampaignRecipient, receive
     value = messages_value(account, statuses=[{"id": wamid, "status": "sent", "timestamp": sent_at,
                                                "recipient_id": recipient.wa_id,
                                                "biz_opaque_callback_data": recipient.public_id}])
-    with platform.atomic():
-        batch = platform.store_batch(orjson.dumps(notification(account.business_account_id, "messages", value)))
+    with batches.atomic():
+        batch = batches.store_batch(orjson.dumps(notification(account.business_account_id, "messages", value)))
     PlatformWebhookBatch.update(received_at=received_at, claimed_at=utcnow() - dt.timedelta(seconds=5)).where(
         PlatformWebhookBatch.id == batch.id).execute()
     return batch
@@ -408,7 +408,7 @@ def test_recovery_waits_for_the_statuses_a_dead_worker_was_processing(alice, num
     # The claim times out, the intake takes the batch over, and only the send without evidence fails.
     PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
         PlatformWebhookBatch.id == batch.id).execute()
-    assert platform.process_batch(batch.id).statuses == 1
+    assert batches.process_batch(batch.id).statuses == 1
     assert recover_stuck() == 1
     rows = recipients(campaign)
     assert (rows[accepted.wa_id].status, rows[accepted.wa_id].wam_id) == ("sent", "wamid.HELD")

@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 from jobs import webhooks as jobs
-from models.events import outbox as events
-from models.events import webhooks
+from models.events import outbox, webhooks
 from models.events.tables import WebhookDelivery
 from models.store.db import atomic
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
@@ -44,8 +43,8 @@ def test_the_documented_receiver_verifies_and_deduplicates_real_deliveries(alice
         server.RequestHandlerClass = example["make_handler"](inbox, secret)
         serving.start()
         with atomic():
-            sent = events.emit(alice.id, "message.sent", {"recipient": "573001112233"})
-            read = events.emit(alice.id, "message.read", {"recipient": "573001112233"})
+            sent = outbox.emit(alice.id, "message.sent", {"recipient": "573001112233"})
+            read = outbox.emit(alice.id, "message.read", {"recipient": "573001112233"})
         jobs.notify_new_events()
         _created, endpoint_ids = webhooks.replay_event(sent.public_id)  # a duplicate delivery
         jobs.start_drains(endpoint_ids)

@@ -3,7 +3,7 @@
 - An endpoint belongs to a tenant. `api` endpoints are managed through /webhooks/endpoints and
   subscribe to core events; the tenant's one `payment` endpoint receives `debt.payment_received`
   and is set by an administrator (`set_payment_endpoint`).
-- The signing secret is stored encrypted (models.secrets) and shown once, when created.
+- The signing secret is stored encrypted (models.store.secrets) and shown once, when created.
 - `fan_out` turns outbox events into one delivery per subscribed active endpoint; a delivery is
   retried on RETRY_SCHEDULE until delivered or `exhausted`. Every attempt is kept.
 - Nothing here talks to the network except the SSRF check's DNS lookups: `jobs.webhooks` claims

@@ -8,7 +8,7 @@ and a lost enqueue is made up for by a sweep:
   unique key inserted in the same transaction as the event it guards);
 - template, quality and account updates set state, so applying one twice changes nothing
   (what each kind of update does is models/inbox/updates.py);
-- status updates go to `models.statuses.apply_status_updates`, which keeps statuses moving
+- status updates go to `models.sending.statuses.apply_status_updates`, which keeps statuses moving
   forward only.
 """
 
@@ -54,7 +54,7 @@ def process_batch(batch_id: int) -> BatchOutcome:
     1. Claim it with a conditional UPDATE: no other worker holds a fresh claim on it.
     2. Unless done before, apply every update but the statuses, with their events, and stamp
        `applied_at`, all in one transaction (so the events exist exactly once).
-    3. Hand the statuses to `models.statuses.apply_status_updates` and stamp `processed_at` in
+    3. Hand the statuses to `models.sending.statuses.apply_status_updates` and stamp `processed_at` in
        one transaction (applied again if the database rolls it back to break a lock conflict).
     4. Release the claim whatever happened.
     """

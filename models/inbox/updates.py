@@ -7,7 +7,7 @@
 - history and business-app contacts, marketing preferences, template status, quality and
   account updates change the numbers' state.
 
-Statuses are applied by models/statuses.py; the batch they come in, by models/inbox/batches.py.
+Statuses are applied by models/sending/statuses.py; the batch they come in, by models/inbox/batches.py.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ debts this module makes each check one pass of a built-in over a whole column (a
 `str.isdigit` of the joined cells, a set of the distinct values, a `map` of a conversion), so
 the interpreter runs a few statements a column instead of a few a cell (bench/import_debts.py).
 
-Like the other plain roads (models/cartera_input.py) it may give up but never decides: it
+Like the other plain roads (models/receivables/inputs.py) it may give up but never decides: it
 accepts a block only when every debt in it is one `plain_csv_spec` accepts, and
-`DebtColumns.specs()` are the specs `plain_csv_spec` builds (tests/test_cartera_columns.py).
+`DebtColumns.specs()` are the specs `plain_csv_spec` builds (tests/test_receivables_columns.py).
 Anything else, a blank line, a bad cell, a debt without installments, gives None, and the
 block is read debt by debt as before.
 """

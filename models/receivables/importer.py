@@ -3,7 +3,7 @@
 Memory stays flat whatever the file size: the input is read in blocks of about one batch of
 debts, and each batch is written in its own transaction through `snapshots.upsert_debts`,
 the same operation the API uses. A CSV block of plainly valid debts is checked a column at a
-time (models/cartera_columns.py) and, when none of its debts or debtors is stored yet, written
+time (models/receivables/columns.py) and, when none of its debts or debtors is stored yet, written
 the same way (`snapshots.insert_new_debts`); the rest takes the road above.
 
 A bad row is reported with its line number and skipped; when a row of a CSV debt is bad the
@@ -216,7 +216,7 @@ def read_csv(stream: BinaryIO, batch_size: int = BATCH_SIZE) -> Iterator[DebtRec
     Cells are stripped and blank lines skipped; a row is numbered by its first line, counted by
     the reader since a quoted cell may span lines. Rows are read in blocks of about
     `batch_size` debts: a block whose debts are all plainly valid comes as one `DebtColumns`
-    (models/cartera_columns.py), any other block as a `DebtRecord` a debt.
+    (models/receivables/columns.py), any other block as a `DebtRecord` a debt.
     """
     # Undecodable bytes become U+FFFD so that only their row is refused, not the whole file.
     source = _PlainBytesWatch(stream)
@@ -317,7 +317,7 @@ def _row_problem(row: list[str], width: int) -> str | None:
 def _plain_csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtRecord | None:
     """`_csv_debt` for a debt whose rows and cells are plainly well formed; None as soon as
     anything is not (then `_csv_debt` finds the problem and words it). Like `plain_csv_spec`, it
-    may give up on a good debt but never accepts a bad one (tests/test_cartera_input_plain.py)."""
+    may give up on a good debt but never accepts a bad one (tests/test_receivables_input_plain.py)."""
     first_line, first = rows[0]
     width = layout.width
     if len(first) != width:

@@ -361,7 +361,7 @@ def parse_debt(obj: Any) -> DebtSpec:
 # every field is plainly valid takes this short road; at the first field that is not, it gives
 # up (None) and `parse_debt` gives the verdict and the messages, so errors have one source.
 # It may give up on a valid debt (only slower) but must never accept what `parse_debt` refuses
-# nor build another spec: tests/test_cartera_input_plain.py checks both on generated bodies.
+# nor build another spec: tests/test_receivables_input_plain.py checks both on generated bodies.
 
 _DEBT_FIELDS = frozenset(DebtInput.model_fields)
 _DEUDOR_FIELDS = frozenset(DeudorInput.model_fields)

@@ -205,7 +205,7 @@ def case_by_id(column: str, pairs: list[tuple[int, Any]]) -> tuple[str, list]:
 
 def emit_rows(name: str, items: list[tuple[int, dict[str, Any]]], at: dt.datetime | None = None) -> int:
     """Write core events of one name, `(tenant id, fields)` each, in a few INSERTs: the outbox rows
-    `models.events.emit` writes (`{"event": name, ...fields}`)."""
+    `models.events.outbox.emit` writes (`{"event": name, ...fields}`)."""
     if not items:
         return 0
     now = at or utcnow()

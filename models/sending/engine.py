@@ -7,7 +7,7 @@ One engine runs per worker process, inside a queue task (jobs/sending.py), over 
    campaigns whose number or wallet is paused or whose daily limit is reached, and fails those
    whose number is gone).
 2. Every tick (0.2 s) it asks the pacer, in one call, for send slots per number (one every
-   1.05 / `mps` seconds from the number's schedule, models/counters.py; the schedules live in
+   1.05 / `mps` seconds from the number's schedule, models/store/counters.py; the schedules live in
    the shared counter store, so every engine on every host takes from the same one), sharing the
    engine's send capacity first between tenants, then between a tenant's numbers
    (`fairness.fair_shares`).

@@ -76,7 +76,7 @@ def webhooks_caught_up(now: dt.datetime | None = None) -> bool:
     worker takes it over, so claimed batches count too -- but only for `HELD_BATCH_LIMIT` after
     they arrived, so that a batch that kills every worker taking it cannot hold recovery back for
     good. Batches the intake gave up on do not count either. Should such a batch name a row
-    recovery failed, the status update accepts it late (models/statuses.py), so the record still
+    recovery failed, the status update accepts it late (models/sending/statuses.py), so the record still
     ends as the platform says.
     """
     now = now or utcnow()

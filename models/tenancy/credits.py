@@ -34,7 +34,7 @@ def wallet_of(tenant_id: int) -> Wallet:
 def balance_of(tenant_id: int) -> dict:
     """`wallet_of(tenant_id).as_dict()` for the API's most frequent call: made from the row
     without the model in between, and from this process's copy of the row while no change to the
-    wallet has committed since it was read (models/wallet_copies.py)."""
+    wallet has committed since it was read (models/tenancy/wallet_copies.py)."""
     _wallet_id, balance, reserved, status, threshold = wallet_copies().row(tenant_id, _wallet_row)
     return wallet_dict(balance, reserved, status, threshold)
 
@@ -50,7 +50,7 @@ def _wallet_row(tenant_id: int) -> tuple:
 
 def _changed(tenant_id: int) -> None:
     """Every change to a wallet calls this after its write: once the write has committed, no
-    process answers a balance from a copy read before it (models/wallet_copies.py)."""
+    process answers a balance from a copy read before it (models/tenancy/wallet_copies.py)."""
     after_commit(Changed(wallet_copies(), tenant_id))
 
 

@@ -9,7 +9,7 @@ from it while the wallet has not changed since:
    (`wallet-versions` in the data directory), the tenant id modulo SLOTS. Tenants that share a
    slot only cost each other a read.
 2. Every committed change to a wallet writes a new random value into its slot, after the commit
-   (`Changed`, an after-commit hook of every change in models/credits.py).
+   (`Changed`, an after-commit hook of every change in models/tenancy/credits.py).
 3. A process reads the slot *before* it reads the row, and keeps the row under that version.
    A change committed and marked before the slot was read is in the row; one marked after it
    leaves the slot holding another value, so the copy is never used again. A change committed

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.receivables.tables import Debt
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
-from tests.cartera_fixtures import sqlite_only as storage  # noqa: F401  (SQLite only, see its doc)
+from tests.receivables_fixtures import debt_body, error_of, get_debt, make_account, post
+from tests.receivables_fixtures import sqlite_only as storage  # noqa: F401  (SQLite only, see its doc)
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ import threading
 from jobs.accounts import refresh_number, sync_account_templates
 from jobs.queue import crontab, huey, periodic_task, task
 from models.clock import utcnow
-from models.inbox import batches as platform
-from models.inbox import updates
+from models.inbox import batches, updates
 from models.numbers.tables import CLAIM_TIMEOUT, PlatformWebhookBatch, ProcessedMessage
 
 # A batch younger than this is left to the task its POST queued.
@@ -22,10 +21,10 @@ KEEP = dt.timedelta(days=8)
 
 @task()
 def process_platform_batch(batch_id: int) -> None:
-    follow_up(platform.process_batch(batch_id))
+    follow_up(batches.process_batch(batch_id))
     # Batches whose task died with a killed worker would otherwise wait for the minutely sweep.
-    for stale_id in platform.pending_batches(SWEEP_GRACE, limit=STRAGGLERS):
-        follow_up(platform.process_batch(stale_id))
+    for stale_id in batches.pending_batches(SWEEP_GRACE, limit=STRAGGLERS):
+        follow_up(batches.process_batch(stale_id))
 
 
 def follow_up(outcome: updates.BatchOutcome) -> None:
@@ -36,9 +35,9 @@ def follow_up(outcome: updates.BatchOutcome) -> None:
 
 
 def _sweep() -> int:
-    ids = platform.pending_batches(SWEEP_GRACE)
+    ids = batches.pending_batches(SWEEP_GRACE)
     for batch_id in ids:
-        follow_up(platform.process_batch(batch_id))
+        follow_up(batches.process_batch(batch_id))
     return len(ids)
 
 

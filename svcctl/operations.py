@@ -14,20 +14,19 @@ from svcctl.output import JSON_OPTION, err, out, print_json, table, with_databas
 def snapshot() -> dict:
     """Everything the view shows, read now: processes, queue, campaigns, pace, webhooks, credits."""
     from jobs.queue import huey
-    from models.operations import heartbeats
-    from models.operations import state as operations
+    from models.operations import heartbeats, state
 
     now = time.time()
     return {
         "processes": [process.as_dict(now) for process in heartbeats.processes(now)],
         "queue": {"pending": huey.pending_count(), "scheduled": huey.scheduled_count()},
-        "campaigns": operations.running_campaigns(),
-        "numbers": operations.number_pace(),
-        "outbox": operations.outbox(),
-        "webhooks": operations.webhook_backlog_by_endpoint(),
-        "platform": operations.platform_webhooks(),
+        "campaigns": state.running_campaigns(),
+        "numbers": state.number_pace(),
+        "outbox": state.outbox(),
+        "webhooks": state.webhook_backlog_by_endpoint(),
+        "platform": state.platform_webhooks(),
         "credits_reserved": [{"tenant": tenant, "reserved": reserved}
-                             for tenant, reserved in operations.credits_reserved_by_tenant().items()],
+                             for tenant, reserved in state.credits_reserved_by_tenant().items()],
     }
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from models.receivables.tables import Debt
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
+from tests.receivables_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, acco
     # batch's INSERT waits on the unique key, fails once the first commits, and the batch is
     # redone element by element (D-0 as an update). SQLite admits one writer: the batch waits
     # at BEGIN and finds D-0 already there. Either way each debt exists once.
-    from models.receivables import snapshots as cartera
+    from models.receivables import snapshots
     from models.receivables.inputs import parse_debt
     from models.store.db import atomic, connection, db
 
@@ -114,13 +114,13 @@ def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, acco
 
     def first_writer():
         with connection(), atomic():
-            cartera.upsert_debts(alice.id, specs[:1])
+            snapshots.upsert_debts(alice.id, specs[:1])
             holding.set()
             release.wait(10)
 
     def batch_writer():
         with connection():
-            outcomes.extend(cartera.upsert_debts(alice.id, specs))
+            outcomes.extend(snapshots.upsert_debts(alice.id, specs))
 
     first = threading.Thread(target=first_writer)
     first.start()
@@ -148,7 +148,7 @@ def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, acco
 def test_new_debts_planned_straight_to_rows_match_those_planned_as_state(alice, account, storage):
     # A batch of debts named once each writes new debts straight as rows; a batch that names a
     # debt twice plans every element as state. The rows, statuses and answers must be the same.
-    from models.receivables import snapshots as cartera
+    from models.receivables import snapshots
     from models.receivables.inputs import parse_debt
     from models.receivables.tables import Installment
     from models.store.db import connection
@@ -183,8 +183,8 @@ def test_new_debts_planned_straight_to_rows_match_those_planned_as_state(alice, 
     planned = [parse_debt(body) for body in bodies("SS-")]
     planned.append(planned[0])  # named twice: the whole batch is planned as state
     with connection():
-        first = cartera.upsert_debts(alice.id, straight)
-        second = cartera.upsert_debts(alice.id, planned)
+        first = snapshots.upsert_debts(alice.id, straight)
+        second = snapshots.upsert_debts(alice.id, planned)
 
     def answers(results):
         return [(r.action, r.error and r.error.code, r.debt and {**r.debt.summary(), "external_id": None})

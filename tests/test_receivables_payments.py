@@ -10,10 +10,10 @@ import pytest
 
 from models.errors import Conflict, Invalid, NotFound
 from models.events.tables import Event
-from models.receivables import debts as cartera
+from models.receivables import debts
 from models.receivables.tables import Debt, Payment, Reminder
 from models.store.db import connection
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, payment_body, post, sqlite_only_mark
+from tests.receivables_fixtures import debt_body, error_of, get_debt, make_account, payment_body, post, sqlite_only_mark
 
 
 @pytest.fixture
@@ -159,7 +159,7 @@ class TestErpPayments:
 class TestServicePayments:
     def test_it_applies_like_an_erp_payment_and_emits_the_event(self, client, alice, debt):
         paid_at = dt.datetime(2031, 1, 5, 9, 30, tzinfo=dt.timezone(dt.timedelta(hours=-3)))
-        payment = cartera.record_service_payment(alice.id, "D-1", "120.50", "card", transaction_id="tx-1",
+        payment = debts.record_service_payment(alice.id, "D-1", "120.50", "card", transaction_id="tx-1",
                                                  paid_at=paid_at)
         assert payment.public_id.startswith("bpay_") and len(payment.public_id) == 29
         event = Event.get(Event.name == "debt.payment_received")
@@ -180,26 +180,26 @@ class TestServicePayments:
         assert [a["monto"] for a in state["pagos"][0]["asignaciones"]] == [100, 20.5]
 
     def test_a_gateway_calling_back_twice_pays_once(self, alice, debt):
-        first = cartera.record_service_payment(alice.id, "D-1", 50, "gateway", transaction_id="tx-9")
-        second = cartera.record_service_payment(alice.id, "D-1", Decimal("50.00"), "gateway", transaction_id="tx-9")
+        first = debts.record_service_payment(alice.id, "D-1", 50, "gateway", transaction_id="tx-9")
+        second = debts.record_service_payment(alice.id, "D-1", Decimal("50.00"), "gateway", transaction_id="tx-9")
         assert first.id == second.id
         assert Event.select().count() == 1
         with pytest.raises(Conflict):
-            cartera.record_service_payment(alice.id, "D-1", 60, "gateway", transaction_id="tx-9")
+            debts.record_service_payment(alice.id, "D-1", 60, "gateway", transaction_id="tx-9")
 
     @sqlite_only_mark
     def test_it_refuses_what_an_erp_payment_would(self, alice, debt):
         with pytest.raises(Invalid):
-            cartera.record_service_payment(alice.id, "D-1", 12.5, "card")  # a float: not exact
+            debts.record_service_payment(alice.id, "D-1", 12.5, "card")  # a float: not exact
         with pytest.raises(Invalid):
-            cartera.record_service_payment(alice.id, "D-1", "1.001", "card")
+            debts.record_service_payment(alice.id, "D-1", "1.001", "card")
         with pytest.raises(Invalid):
-            cartera.record_service_payment(alice.id, "D-1", 10, "crypto")
+            debts.record_service_payment(alice.id, "D-1", 10, "crypto")
         with pytest.raises(NotFound):
-            cartera.record_service_payment(alice.id, "nope", 10, "card")
-        cartera.resolve_debt(alice.id, "D-1", "written_off")
+            debts.record_service_payment(alice.id, "nope", 10, "card")
+        debts.resolve_debt(alice.id, "D-1", "written_off")
         with pytest.raises(Conflict) as raised:
-            cartera.record_service_payment(alice.id, "D-1", 10, "card")
+            debts.record_service_payment(alice.id, "D-1", 10, "card")
         assert raised.value.code == "debt_not_payable"
         assert Event.select().count() == 0
 
@@ -210,7 +210,7 @@ class TestServicePayments:
             with connection():
                 for _ in range(5):
                     try:
-                        cartera.record_service_payment(alice.id, "D-1", 3, "cash")
+                        debts.record_service_payment(alice.id, "D-1", 3, "cash")
                     except Exception as error:  # noqa: BLE001 - collected for the assertion
                         errors.append(error)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.receivables.tables import Debt, Debtor, Installment
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
+from tests.receivables_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
 
 
 @pytest.fixture
@@ -201,9 +201,8 @@ class TestOverdueJob:
     def test_the_hourly_job_moves_past_due_installments_in_each_tenants_day(self, alice, charlie, account):
         import datetime as dt
 
-        from jobs.cartera import refresh_overdue_debts
-        from models.receivables import debts as cartera
-        from models.receivables import snapshots
+        from jobs.receivables import refresh_overdue_debts
+        from models.receivables import debts, snapshots
         from models.receivables.inputs import parse_debt
         from models.tenancy.tables import Tenant
 
@@ -218,10 +217,10 @@ class TestOverdueJob:
                             today=written_on)
         assert {d.status for d in Debt.select()} == {"pending", "paid"}
         # 11:00 UTC on Jan 10 is 01:00 on Jan 11 in Kiritimati, 00:00 on Jan 10 in Pago Pago.
-        assert cartera.refresh_overdue(dt.datetime(2031, 1, 10, 11, 0)) == 1
+        assert debts.refresh_overdue(dt.datetime(2031, 1, 10, 11, 0)) == 1
         statuses = {(d.tenant_id, d.external_id): d.status for d in Debt.select()}
         assert statuses == {(alice.id, "D-1"): "overdue", (charlie.id, "D-1"): "pending", (alice.id, "PAID"): "paid"}
-        assert cartera.refresh_overdue(dt.datetime(2031, 1, 10, 11, 0)) == 0  # idempotent
+        assert debts.refresh_overdue(dt.datetime(2031, 1, 10, 11, 0)) == 0  # idempotent
         # The periodic task runs the same with the real clock, before 2031: nothing more to move.
         assert refresh_overdue_debts.call_local() == 0
         assert Debt.get(Debt.tenant == charlie.id).status == "pending"

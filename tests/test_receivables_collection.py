@@ -8,8 +8,7 @@ import zlib
 
 import pytest
 
-from models.receivables import debts as cartera
-from models.receivables import snapshots
+from models.receivables import debts, snapshots
 from models.receivables.collection import due_reminders, in_sending_window, send_due_reminders, stage_for
 from models.receivables.inputs import parse_debt
 from models.receivables.money import format_amount
@@ -20,7 +19,7 @@ from models.tenancy import credits
 from models.tenancy.tables import Tenant
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client: the app pointed at the simulator)
 from tests.campaigns_fixtures import make_number
-from tests.cartera_fixtures import debt_body, sqlite_only_mark
+from tests.receivables_fixtures import debt_body, sqlite_only_mark
 
 # 2031-03-10 15:00 UTC is 12:00 in Santiago (UTC-3 in March) and 15:00 in UTC.
 NOON = dt.datetime(2031, 3, 10, 15, 0)
@@ -87,9 +86,9 @@ class TestWhatIsDue:
                          cuotas=[{"external_id": "n1", "numero": 1, "monto": 100, "vence": today.isoformat()}])
         snapshots.upsert_debt(alice.id, parse_debt(body))
         sync(alice, number, "resolved", [today])
-        cartera.resolve_debt(alice.id, "resolved", "cancelled")
+        debts.resolve_debt(alice.id, "resolved", "cancelled")
         sync(alice, number, "settled-installment", [today, today + DAY])
-        cartera.record_service_payment(alice.id, "settled-installment", 100, "cash")
+        debts.record_service_payment(alice.id, "settled-installment", 100, "cash")
         assert due() == [("settled-installment", "settled-installment-2", "before")]
 
     @sqlite_only_mark
@@ -163,8 +162,8 @@ class TestSending:
         finally:
             immediate_queue.immediate = True
         assert credits.wallet_of(alice.id).reserved == 3
-        cartera.resolve_debt(alice.id, "A", "written_off")
-        cartera.record_service_payment(alice.id, "B", 100, "gateway")
+        debts.resolve_debt(alice.id, "A", "written_off")
+        debts.record_service_payment(alice.id, "B", 100, "gateway")
         campaign = Campaign.get(Campaign.public_id == campaign_id)
         statuses = {r.external_contact_id: r.status for r in CampaignRecipient.select().where(
             CampaignRecipient.campaign == campaign.id)}

@@ -14,7 +14,7 @@ from rich.console import Group
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 from rich.text import Text
 
-from models.receivables import debts as cartera
+from models.receivables import debts
 from models.receivables.collection import due_reminders, send_due_reminders
 from models.receivables.importer import CountingReader, ImportFormatError, RowError, import_debts, reader_for
 from models.receivables.money import amount_json
@@ -146,7 +146,7 @@ def import_command(
 @with_database
 def show_debt(external_id: str, tenant: str = typer.Option(..., "--tenant"), as_json: bool = JSON_OPTION):
     """Show a debt with its debtor, installments and payments."""
-    data = cartera.debt_detail(cartera.get_debt(get_tenant(tenant).id, external_id))
+    data = debts.debt_detail(debts.get_debt(get_tenant(tenant).id, external_id))
 
     def render():
         head = {key: value for key, value in data.items() if key not in ("cuotas", "pagos", "deudor")}
@@ -175,7 +175,7 @@ def list_command(tenant: str = typer.Option(..., "--tenant"),
              "monto_original": amount_json(debt.monto_original, debt.moneda),
              "saldo_pendiente": amount_json(debt.saldo_pendiente, debt.moneda), "status": debt.status,
              "auto_send": debt.auto_send, "external_version": debt.external_version}
-            for debt in cartera.list_debts(get_tenant(tenant).id, status).limit(limit)]
+            for debt in debts.list_debts(get_tenant(tenant).id, status).limit(limit)]
     show(data, as_json, lambda: table("debts", ("external_id", "debtor", "currency", "original", "balance", "status",
                                                 "auto_send"),
                                       [(d["external_id"], d["deudor"], d["moneda"], d["monto_original"],
@@ -194,9 +194,9 @@ def pay(tenant: str = typer.Option(..., "--tenant"), debt: str = typer.Option(..
 
     load_tasks()  # the queue's hooks: the event is fanned out once committed
     tenant_id = get_tenant(tenant).id
-    payment = cartera.record_service_payment(tenant_id, debt, amount, method, transaction_id=transaction_id)
-    current = cartera.get_debt(tenant_id, debt)
-    data = cartera.payment_event_data(payment, current)
+    payment = debts.record_service_payment(tenant_id, debt, amount, method, transaction_id=transaction_id)
+    current = debts.get_debt(tenant_id, debt)
+    data = debts.payment_event_data(payment, current)
     flat = {"boty_payment_id": payment.public_id, "deuda_external_id": debt,
             **{key: value for key, value in data["pago"].items() if key != "boty_payment_id"},
             "monto_sin_asignar": amount_json(payment.monto_sin_asignar, payment.moneda),
@@ -210,7 +210,7 @@ def resolve(external_id: str, tenant: str = typer.Option(..., "--tenant"),
             status: str = typer.Option(..., "--status", help="paid, cancelled or written_off"),
             reason: str = typer.Option(None, "--reason"), as_json: bool = JSON_OPTION):
     """Resolve a debt: cancels its open installments and reminders."""
-    debt = cartera.resolve_debt(get_tenant(tenant).id, external_id, status, reason)
+    debt = debts.resolve_debt(get_tenant(tenant).id, external_id, status, reason)
     data = debt.summary()
     show(data, as_json, lambda: record(data, "debt resolved"))
 

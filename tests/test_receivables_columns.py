@@ -1,4 +1,4 @@
-"""The CSV import's column road (models/cartera_columns.py, `cartera.insert_new_debts`) against
+"""The CSV import's column road (models/receivables/columns.py, `snapshots.insert_new_debts`) against
 the debt-by-debt road it stands in for.
 
 Reading: whatever the file, blocks read a column at a time come out as the records the reader
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.receivables import snapshots as cartera
+from models.receivables import snapshots
 from models.receivables.columns import DebtColumns
 from models.receivables.importer import (
     CSV_COLUMNS,
@@ -30,7 +30,7 @@ from models.receivables.importer import (
 )
 from models.receivables.tables import Debt, Debtor, Installment
 from models.store.db import connection
-from tests.cartera_fixtures import make_account
+from tests.receivables_fixtures import make_account
 
 COLUMNS = [*CSV_COLUMNS, "external_updated_at"]
 
@@ -216,8 +216,8 @@ def test_new_debts_written_by_columns_are_those_upsert_debts_writes(alice, charl
     ours, theirs = make_account(alice), make_account(charlie)
     by_columns = columns_of(csv_bytes(varied(ours.public_id)))
     by_specs = columns_of(csv_bytes(varied(theirs.public_id)))
-    assert cartera.insert_new_debts(alice.id, by_columns) is True
-    results = cartera.upsert_debts(charlie.id, by_specs.specs())
+    assert snapshots.insert_new_debts(alice.id, by_columns) is True
+    results = snapshots.upsert_debts(charlie.id, by_specs.specs())
     assert [result.action for result in results] == ["created"] * 8
     assert stored(alice.id) == stored(charlie.id)
     statuses = {external_id: debt[6] for external_id, debt in stored(alice.id).items()}
@@ -233,7 +233,7 @@ def counts() -> tuple[int, int, int]:
 def test_a_block_that_is_not_all_new_writes_nothing_and_the_import_takes_the_general_road(alice, storage, case):
     account = make_account(alice)
     first = [row for n in range(3) for row in debt_rows(n, account.public_id)]
-    assert cartera.insert_new_debts(alice.id, columns_of(csv_bytes(first))) is True
+    assert snapshots.insert_new_debts(alice.id, columns_of(csv_bytes(first))) is True
     second = [row for n in range(3, 6) for row in debt_rows(n, account.public_id)]
     if case == "debt stored":
         second[3:6] = [row | {"external_version": "2"} for row in debt_rows(1, account.public_id)]
@@ -247,7 +247,7 @@ def test_a_block_that_is_not_all_new_writes_nothing_and_the_import_takes_the_gen
         second[3:6] = [row | {"account_id": "wacc_unknown"} for row in second[3:6]]
     before = counts()
     block = columns_of(csv_bytes(second))
-    assert cartera.insert_new_debts(alice.id, block) is False
+    assert snapshots.insert_new_debts(alice.id, block) is False
     assert counts() == before
 
     summary = import_debts(alice.id, [block])

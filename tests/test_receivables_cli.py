@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from models.events.tables import Event
 from models.receivables.tables import Debt, Debtor, Installment, Payment
 from svcctl.main import app
-from tests.cartera_fixtures import debt_body, make_account, sqlite_only_mark
+from tests.receivables_fixtures import debt_body, make_account, sqlite_only_mark
 from tests.webhooks_fixtures import *  # noqa: F403  (receiver: a real HTTPS endpoint on loopback)
 from tests.webhooks_fixtures import verify
 

@@ -16,7 +16,7 @@ from api.errors import ApiError, render_error
 from api.operation import read_body
 from config import get_settings
 from messaging.webhooks import SIGNATURE_HEADER, verify_signature
-from models.inbox import batches as platform
+from models.inbox import batches
 from models.store.db import atomic
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,9 @@ class PlatformWebhookResource:
         if not isinstance(payload, dict):
             raise ApiError(400, "bad_request", "the body must be a JSON object")
         with atomic():
-            batch = platform.store_batch(raw)
+            batch = batches.store_batch(raw)
         try:
-            from jobs.platform import process_platform_batch
+            from jobs.inbox import process_platform_batch
 
             process_platform_batch(batch.id)
         except Exception:

@@ -1,7 +1,7 @@
 """Receivables (section 4, `/cartera`): debt sync from the ERP, payments, resolution.
 
 Every write requires an Idempotency-Key (`cartera=True`). Bodies are parsed with exact
-decimals (models.cartera_input), and the handlers call the same domain operations as
+decimals (models.receivables.inputs), and the handlers call the same domain operations as
 `svcctl cartera import`, so the API and the importer cannot disagree on a rule.
 """
 
@@ -13,8 +13,7 @@ from api.operation import Reply, ok, operation
 from api.payments import EXPORT_QUERY, ExportPage, PaymentLinkItem, export_page
 from api.schemas import Output, Success
 from models.errors import DomainError
-from models.receivables import debts as cartera
-from models.receivables import payments, snapshots
+from models.receivables import debts, payments, snapshots
 from models.receivables.inputs import (
     DebtBatchInput,
     DebtInput,
@@ -187,8 +186,8 @@ class DebtResource:
     @operation("Read a debt with its debtor, installments and payments", scope="cartera:read",
                responses={200: Success[DebtRead]}, errors=(401, 403, 404, 429), tags=TAGS)
     def on_get(self, req, resp, external_id: str) -> Reply:
-        debt = cartera.get_debt(req.context.tenant_id, external_id)
-        return ok({"deuda": {**cartera.debt_detail(debt), "links_de_pago": payments.links_of(debt)}})
+        debt = debts.get_debt(req.context.tenant_id, external_id)
+        return ok({"deuda": {**debts.debt_detail(debt), "links_de_pago": payments.links_of(debt)}})
 
 
 class PaymentsResource:
@@ -199,7 +198,7 @@ class PaymentsResource:
                            "201 with action `applied`; the same payment again: 200 with action "
                            "`already_applied` and the original result. No webhook is sent for it.")
     def on_post(self, req, resp) -> Reply:
-        result = cartera.record_erp_payment(req.context.tenant_id, payment_spec(req.context.body))
+        result = debts.record_erp_payment(req.context.tenant_id, payment_spec(req.context.body))
         return ok(result.as_dict(), status=201 if result.action == "applied" else 200)
 
     @operation("List the payments and reversals made in the service, for the ERP", scope="cartera:read",
@@ -218,7 +217,7 @@ class ResolveResource:
                description="Cancels the open installments and their pending reminders; collection stops.")
     def on_post(self, req, resp, external_id: str) -> Reply:
         body = req.context.body
-        debt = cartera.resolve_debt(req.context.tenant_id, external_id, body.status, body.reason)
+        debt = debts.resolve_debt(req.context.tenant_id, external_id, body.status, body.reason)
         summary = debt.summary()
         return ok({"deuda": {key: summary[key] for key in ("external_id", "saldo_pendiente", "status")}})
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jobs.queue import crontab, periodic_task
-from models.receivables import debts as cartera
+from models.receivables import debts
 from models.receivables.collection import send_due_reminders
 
 
@@ -12,7 +12,7 @@ from models.receivables.collection import send_due_reminders
 # that pass without a write.
 @periodic_task(crontab(minute="5"))
 def refresh_overdue_debts() -> int:
-    return cartera.refresh_overdue()
+    return debts.refresh_overdue()
 
 
 # Every 15 minutes: reminders wait for the tenant's sending window, and a run finds each
