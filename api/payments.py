@@ -125,7 +125,7 @@ def export_page(req) -> Reply:
     if errors:
         raise validation_error(errors)
     rows = list(export.export_rows(req.context.tenant_id, since=since, after=numbers["cursor"],
-                                     limit=numbers["limit"] + 1))
+                                   limit=numbers["limit"] + 1))
     page = rows[:numbers["limit"]]
     next_cursor = page[-1]["cursor"] if page else numbers["cursor"]
     return Reply(200, {"success": True, "data": [export.export_json(row) for row in page],

@@ -41,7 +41,7 @@ class Keys:
         networks = [item for item in re.split(r"[\s,]+", fields.get("allowed_ips")) if item]
         with atomic():
             key, key_string = keys.create_key(ctx(req).user.tenant, fields.getlist("scopes"), networks or None,
-                                                 _rate_limit(fields.get("rate_limit")))
+                                              _rate_limit(fields.get("rate_limit")))
             audit(req, "key.created", key.public_id, {"scopes": key.scopes, "allowed_ips": key.allowed_ips,
                                                       "rate_limit": key.rate_limit})
         # The key is in this answer only (no-store); the page never shows it again.

@@ -47,7 +47,7 @@ class DebtPayment:
         fields = form(req)
         with atomic():
             payment = debts.record_service_payment(ctx(req).tenant_id, debt.external_id, fields.get("amount"),
-                                                     fields.get("method"))
+                                                   fields.get("method"))
             audit(req, "debt.payment_recorded", debt.external_id,
                   {"payment_id": payment.public_id, "amount": fields.get("amount"), "method": payment.metodo})
         redirect(resp, f"{BASE}/receivables/debt?{urlencode({'id': debt.external_id})}", "payment_recorded")

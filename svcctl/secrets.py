@@ -22,7 +22,7 @@ def rotate(as_json: bool = JSON_OPTION,
     nothing rotated and nothing unreadable, the other keys can be removed from SVC_SECRET_KEY.
     """
     report = rotation.rotate(batch=batch, progress=None if as_json else
-                            lambda column: err.print(f"{column.column}: {column.rotated} rotated", highlight=False))
+                             lambda column: err.print(f"{column.column}: {column.rotated} rotated", highlight=False))
     data = {"rotated": report.rotated, "unreadable": report.unreadable,
             "columns": [vars(column) for column in report.columns]}
     show(data, as_json, lambda: table("secrets re-encrypted under the first key",

@@ -213,8 +213,8 @@ class TestOverdueJob:
         for persona, number in ((alice, account), (charlie, theirs)):
             snapshots.upsert_debt(persona.id, parse_debt(debt_body(number.public_id)), today=written_on)
         snapshots.upsert_debt(alice.id, parse_debt(debt_body(account.public_id, "PAID", saldo_pendiente=0,
-                                                           deudor={"nombre": "Paz", "documento": "5-5"})),
-                            today=written_on)
+                                                             deudor={"nombre": "Paz", "documento": "5-5"})),
+                              today=written_on)
         assert {d.status for d in Debt.select()} == {"pending", "paid"}
         # 11:00 UTC on Jan 10 is 01:00 on Jan 11 in Kiritimati, 00:00 on Jan 10 in Pago Pago.
         assert debts.refresh_overdue(dt.datetime(2031, 1, 10, 11, 0)) == 1

@@ -160,7 +160,7 @@ class TestServicePayments:
     def test_it_applies_like_an_erp_payment_and_emits_the_event(self, client, alice, debt):
         paid_at = dt.datetime(2031, 1, 5, 9, 30, tzinfo=dt.timezone(dt.timedelta(hours=-3)))
         payment = debts.record_service_payment(alice.id, "D-1", "120.50", "card", transaction_id="tx-1",
-                                                 paid_at=paid_at)
+                                               paid_at=paid_at)
         assert payment.public_id.startswith("bpay_") and len(payment.public_id) == 29
         event = Event.get(Event.name == "debt.payment_received")
         assert event.tenant_id == alice.id

@@ -175,14 +175,10 @@ class IdempotencyRecord(BaseModel):
 # The company portal's people (portal.py).
 
 ROLES = ("owner", "developer", "viewer")
-
-
 # What each role may do beyond reading; `owner` may do everything.
 WRITES = {"owner": {"keys", "webhooks", "numbers", "campaigns", "receivables", "users", "security"},
           "developer": {"keys", "webhooks", "numbers", "campaigns"},
           "viewer": set()}
-
-
 MAX_EMAIL = 254
 
 
