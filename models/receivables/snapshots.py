@@ -245,7 +245,7 @@ class _Batch:
         names = list(set(map(_ACCOUNT_NAME, specs)))
         self.accounts = dict(execute(f'SELECT "public_id", "id" FROM "{_ACCOUNT_TABLE}" WHERE "tenant_id" = ? '
                                      f'AND "public_id" IN ({_marks(names)})', [tenant, *names]).fetchall())
-        # Lock and find in one statement (the lock is what serializes writers; see module doc).
+        # Lock and find in one statement (the lock is what serializes writers; see debts.py).
         locked = execute(f'UPDATE "debt" SET "row_version" = "row_version" + 1 WHERE "tenant_id" = ? '
                          f'AND "external_id" IN ({_marks(external_ids)}) RETURNING "id"', [tenant, *external_ids])
         existing_ids = [row[0] for row in locked.fetchall()]
