@@ -7,11 +7,11 @@ from typing import Annotated
 from pydantic import Field
 
 from api import ratelimit
-from api.auth import client_ip
 from api.errors import ApiError
 from api.operation import Reply, operation
 from api.schemas import Email, HttpsUrl, Input, Output, text
-from models import access_requests
+from config.client_address import client_ip
+from models.tenancy import access_requests
 
 LIMIT_PER_IP_AND_EMAIL = 5  # the contract's
 # A new email per request must not lift the limit: one address gets this many a minute in all.

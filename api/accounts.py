@@ -22,11 +22,11 @@ from api.operation import Reply, ok, operation
 from api.pagination import paginate
 from api.schemas import PAGE_QUERY, DataOnly, HttpsUrl, Input, Output, Page, Success, text
 from config import get_settings
-from models import accounts, onboarding
-from models.accounts import MessagingAccount
 from models.clock import isoformat
-from models.db import atomic
 from models.errors import DomainError
+from models.numbers import accounts, onboarding
+from models.numbers.tables import PLATFORM_UNAVAILABLE, SIGNUP_CANCELLED, SIGNUP_FAILED, MessagingAccount
+from models.store.db import atomic
 
 log = logging.getLogger(__name__)
 
@@ -290,9 +290,9 @@ class OnboardingComplete:
             error = fields.get("error", "").strip()
             detail = fields.get("detail", "").strip()[:1000] or None
             if error == "cancelled":
-                outcome = onboarding.cancel(attempt_id, onboarding.SIGNUP_CANCELLED, detail)
+                outcome = onboarding.cancel(attempt_id, SIGNUP_CANCELLED, detail)
             elif error:
-                outcome = onboarding.cancel(attempt_id, onboarding.SIGNUP_FAILED, detail or error[:200])
+                outcome = onboarding.cancel(attempt_id, SIGNUP_FAILED, detail or error[:200])
             else:
                 outcome = onboarding.complete(attempt_id, fields.get("code", "").strip(),
                                               fields.get("waba_id", "").strip(),
@@ -319,7 +319,7 @@ class OnboardingSimulate:
                 raise
             except Exception as failure:
                 log.warning("simulated signup failed: %s", failure)
-                outcome = onboarding.cancel(attempt_id, onboarding.PLATFORM_UNAVAILABLE, str(failure)[:1000])
+                outcome = onboarding.cancel(attempt_id, PLATFORM_UNAVAILABLE, str(failure)[:1000])
             else:
                 outcome = onboarding.complete(attempt_id, str(signup.get("code") or ""),
                                               str(signup.get("waba_id") or ""),

@@ -11,18 +11,19 @@ from api.errors import handle_unexpected, serialize_falcon_error
 from api.operations import NO_DATABASE_PATHS, RequestTelemetry
 from config import Settings, get_settings, use_settings
 from jobs.queue import load_tasks
-from models.db import init_db, request_connections
+from models.setup import init_db
+from models.store.db import request_connections
 
 BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
 # platform or a browser reaches, outside the versioned API and the OpenAPI document).
-AREAS = ("health", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
-         "cartera", "payments", "platform", "openapi", "operations")
+AREAS = ("operations", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
+         "receivables", "payments", "inbox", "openapi")
 
 
 class DatabaseConnection:
     """A pooled connection for every request, which the thread keeps for its next request when
-    this one went cleanly (models/db.py, `RequestConnections`)."""
+    this one went cleanly (models/store/db.py, `RequestConnections`)."""
 
     def process_request(self, req, resp):
         if req.path in NO_DATABASE_PATHS:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 import time
 import weakref
@@ -11,9 +10,10 @@ import falcon
 
 from api.errors import ApiError
 from config import get_settings
-from models import tenants
-from models.db import counters
-from models.tenants import ApiKey
+from config.client_address import client_ip
+from models.store.counters import counters
+from models.tenancy import keys
+from models.tenancy.tables import ApiKey
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}
 
@@ -24,25 +24,6 @@ _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="api"'}
 FAILED_AUTH_WINDOW = 60
 _blocked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # store -> {address: when the block ends}
 _blocked_lock = threading.Lock()
-
-
-def client_ip(req: falcon.Request) -> str:
-    """The socket peer, or the X-Forwarded-For hop set by the nearest trusted proxy."""
-    peer = req.remote_addr or ""
-    trusted = get_settings().trusted_proxies
-    if not trusted:
-        return peer
-    hops = [hop.strip() for hop in (req.get_header("X-Forwarded-For") or "").split(",") if hop.strip()]
-    candidate = peer
-    # Walk from the nearest hop outwards while each hop is a proxy we trust to have set the next one.
-    for hop in reversed(hops):
-        try:
-            if not any(ipaddress.ip_address(candidate) in network for network in trusted):
-                break
-        except ValueError:
-            break
-        candidate = hop
-    return candidate
 
 
 def authenticate(req: falcon.Request) -> ApiKey:
@@ -111,7 +92,7 @@ def _authenticate(req: falcon.Request, ip: str) -> ApiKey:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthorized", "the Authorization header must be 'Bearer <API key>'",
                        headers=_CHALLENGE)
-    key = tenants.authenticate(token.strip())
+    key = keys.authenticate(token.strip())
     if key is None:
         raise ApiError(401, "invalid_api_key", "the API key is invalid or revoked", headers=_CHALLENGE)
     if not key.allows_ip(ip):

@@ -11,8 +11,9 @@ from api.operation import Reply, operation
 from api.pagination import page_envelope, page_params, paginate
 from api.schemas import PAGE_QUERY, DataOnly, Output, Page
 from jobs.campaigns import enqueue_dispatch
-from models import campaigns
-from models.campaigns import CAMPAIGN_STATUSES, RECIPIENT_STATUSES, CampaignInput
+from models.sending import campaigns
+from models.sending.campaigns import CampaignInput
+from models.sending.tables import CAMPAIGN_STATUSES, RECIPIENT_STATUSES
 
 
 class Campaign(Output):

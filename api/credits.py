@@ -7,7 +7,7 @@ import math
 from api.operation import Reply, ok, operation
 from api.pagination import page_params
 from api.schemas import PAGE_QUERY, Output, Success
-from models import credits
+from models.tenancy import credits
 
 
 class Wallet(Output):

@@ -12,8 +12,8 @@ from typing import Any
 import falcon
 import orjson
 
-from models.db import storage_unavailable
 from models.errors import DomainError
+from models.store.db import storage_unavailable
 
 log = logging.getLogger("api")
 

@@ -12,9 +12,9 @@ from api.operation import Reply, operation
 from api.schemas import DataOnly, Output
 from config import get_settings
 from jobs.messages import enqueue_send
-from models import messages
-from models.messages import Message as MessageRow
-from models.messages import MessageInput
+from models.sending import messages
+from models.sending.messages import MessageInput
+from models.sending.tables import Message as MessageRow
 
 MAX_WAIT = 10.0  # seconds a client may ask to wait for the outcome (Prefer: wait=N)
 # A waiting request holds one of the worker's request threads: at most this share of them may

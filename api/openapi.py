@@ -1,5 +1,5 @@
 """GET /openapi.json: the OpenAPI 3.1 document, built from the `@operation` declarations and,
-for its `webhooks` section, from the event bodies of models/event_types.py.
+for its `webhooks` section, from the event bodies of models/events/types.py.
 
 The same pydantic models validate requests and describe them here, so the document cannot
 drift from what the service accepts.
@@ -18,7 +18,7 @@ from pydantic.json_schema import models_json_schema
 from api.errors import HTTP_CODES
 from api.operation import Reply, operation
 from api.schemas import ErrorEnvelope, Output
-from models.event_types import EVENT_TYPES, EventBody, WebhookPing, event_name
+from models.events.types import EVENT_TYPES, EventBody, WebhookPing, event_name
 
 METHODS = ("get", "post", "put", "patch", "delete")
 ERROR_DESCRIPTIONS = {

@@ -27,8 +27,9 @@ from api import ratelimit
 from api.auth import authenticate, require_scope
 from api.errors import ApiError, render_error, validation_error
 from config.settings import MAX_BODY_BYTES
-from models import idempotency, secrets
 from models.errors import DomainError
+from models.store import secrets
+from models.tenancy import idempotency
 
 MAX_IDEMPOTENCY_KEY = 255
 REPLAY_HEADER = "X-Service-Idempotent-Replay"
@@ -180,7 +181,7 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
 
     try:
         req.context.body = validate(op.body, raw) if op.body is not None else None
-        # The operation's first commit also marks the key `applied` (models/idempotency.py).
+        # The operation's first commit also marks the key `applied` (models/tenancy/idempotency.py).
         with idempotency.applying(claim.record) if claim is not None and claim.record is not None \
                 else contextlib.nullcontext():
             reply = handler(resource, req, resp, **params)

@@ -1,6 +1,7 @@
-"""What the API tells an operator: a request id on every response and log line, HTTP metrics,
-and the endpoints outside /api/v1 that a load balancer and Prometheus call.
+"""The service's health, and what the API tells an operator: a request id on every response and
+log line, HTTP metrics, and the endpoints outside /api/v1 that a load balancer and Prometheus call.
 
+- `GET /api/v1/health`: the service answers and the caller's key is good (the contract's check).
 - `GET /healthz`: the process answers (no storage touched).
 - `GET /readyz`: the database, the queue and Redis answer and every migration is applied; 503
   with the failing checks otherwise.
@@ -18,6 +19,8 @@ import falcon
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
+from api.operation import Reply, ok, operation
+from api.schemas import Output, Success
 from config import get_settings, logs
 from config.metrics import multiprocess_dir
 
@@ -75,6 +78,19 @@ class RequestTelemetry:
         logs.request_id.reset(request_token)
 
 
+class Health(Output):
+    service: str
+    version: str
+    status: str
+
+
+class HealthResource:
+    @operation("Check the service and the key", scope="", responses={200: Success[Health]}, errors=(401,),
+               tags=("health",))
+    def on_get(self, req, resp) -> Reply:
+        return ok({"service": "botyconnect_api", "version": "v1", "status": "ok"})
+
+
 def _json(resp: falcon.Response, status: int, body: dict) -> None:
     resp.status = status
     resp.content_type = falcon.MEDIA_JSON
@@ -90,14 +106,15 @@ class Healthz:
 def readiness() -> dict[str, str]:
     """Each dependency's state: "ok", or what is wrong (an error class, never a connection string)."""
     from jobs.queue import huey
-    from models import operations
-    from models.db import connection, counters, db
+    from models.operations.state import migrations_pending
+    from models.store.counters import counters
+    from models.store.db import connection, db
 
     checks: dict[str, str] = {}
     try:
         with connection():
             db.execute_sql("SELECT 1")
-            pending = operations.migrations_pending()
+            pending = migrations_pending()
             checks["migrations"] = "ok" if not pending else f"pending: {', '.join(pending)}"
         checks["database"] = "ok"
     except Exception as error:
@@ -154,5 +171,5 @@ class Metrics:
 
 # Answered without a database connection from the pool: a stopped database must not stop them.
 NO_DATABASE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-ROUTES: list = []
+ROUTES = [("/health", HealthResource())]
 ROOT_ROUTES = [("/healthz", Healthz()), ("/readyz", Readyz()), ("/metrics", Metrics())]

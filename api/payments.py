@@ -1,10 +1,10 @@
 """Payments through the gateway: payment links on debts, the gateway's notifications, the payer's
 `/pay/{plk_}` page, and the feed of payments back to the ERP (`GET /cartera/pagos`, declared on
-api.cartera's resource for that path).
+api.receivables' resource for that path).
 
 The notification endpoint is outside /api/v1 like the platform's webhook: it is checked on its
 signature, stored once per request id and answered at once; the worker fetches the transaction
-from the gateway and records it (models/payments.py).
+from the gateway and records it (models/receivables/payments.py).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from api.schemas import Output, Success, text
 from config import get_settings
 from gateway import GatewayError, InvalidNotification
 from gateway.mercadopago import parse_notification
-from models import payments
-from models.cartera_input import ExactInput, PositiveAmount
 from models.errors import DomainError
-from models.tenants import Tenant
+from models.receivables import export, payments
+from models.receivables.inputs import ExactInput, PositiveAmount
+from models.tenancy.tables import Tenant
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +124,11 @@ def export_page(req) -> Reply:
             errors[name] = [f"{name} must be a whole number between {0 if name == 'cursor' else 1} and {high}"]
     if errors:
         raise validation_error(errors)
-    rows = list(payments.export_rows(req.context.tenant_id, since=since, after=numbers["cursor"],
-                                     limit=numbers["limit"] + 1))
+    rows = list(export.export_rows(req.context.tenant_id, since=since, after=numbers["cursor"],
+                                   limit=numbers["limit"] + 1))
     page = rows[:numbers["limit"]]
     next_cursor = page[-1]["cursor"] if page else numbers["cursor"]
-    return Reply(200, {"success": True, "data": [payments.export_json(row) for row in page],
+    return Reply(200, {"success": True, "data": [export.export_json(row) for row in page],
                        "meta": {"next_cursor": next_cursor, "has_more": len(rows) > len(page)}})
 
 

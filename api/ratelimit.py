@@ -23,8 +23,7 @@ import falcon
 
 from api.errors import ApiError
 from config import get_settings
-from models.counters import window_start
-from models.db import counters
+from models.store.counters import counters, window_start
 
 WINDOW = 60
 LOCAL_FLOOR = 1000

@@ -9,10 +9,10 @@ from pydantic import Field
 from api.operation import Reply, ok, operation
 from api.pagination import paginate
 from api.schemas import PAGE_QUERY, HttpsUrl, Input, Output, Page, Success
-from models import webhooks
-from models.events import CORE_EVENTS
+from models.events import webhooks
+from models.events.tables import CORE_EVENTS
 
-# The events a company subscribes an endpoint to (models/event_types.py); debt.payment_received
+# The events a company subscribes an endpoint to (models/events/types.py); debt.payment_received
 # is configured per tenant by an administrator.
 WebhookEventName = Literal[CORE_EVENTS]  # type: ignore[valid-type]
 

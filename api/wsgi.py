@@ -5,7 +5,8 @@ import atexit
 from api.app import create_app
 from config import get_settings
 from config.logs import configure_logging
-from models.operations import API, Heartbeat
+from models.operations.heartbeats import Heartbeat
+from models.operations.tables import API
 
 settings = get_settings()
 configure_logging(settings.log_format, settings.log_level)

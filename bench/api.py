@@ -23,9 +23,11 @@ UNLIMITED = "100000000"
 def prepare(env: dict[str, str]) -> str:
     """Migrate a fresh database and create a tenant with a key; returns the key."""
     from config import load_settings, use_settings
-    from models import credits
-    from models.db import connection, init_db, upgrade
-    from models.tenants import create_key, create_tenant
+    from models.setup import init_db
+    from models.store.db import connection, upgrade
+    from models.tenancy import credits
+    from models.tenancy.keys import create_key
+    from models.tenancy.tenants import create_tenant
 
     settings = use_settings(load_settings(env))
     init_db(settings)
@@ -40,7 +42,8 @@ def prepare(env: dict[str, str]) -> str:
 
 def counter_rows(env: dict[str, str]) -> int:
     from config import load_settings, use_settings
-    from models.db import connection, execute, init_db
+    from models.setup import init_db
+    from models.store.db import connection, execute
 
     init_db(use_settings(load_settings(env)))
     with connection():

@@ -23,8 +23,10 @@ def main() -> None:
     from cryptography.fernet import Fernet
 
     from config import load_settings, use_settings
-    from models.db import connection, init_db, upgrade
-    from models.tenants import authenticate, create_key, create_tenant
+    from models.setup import init_db
+    from models.store.db import connection, upgrade
+    from models.tenancy.keys import authenticate, create_key
+    from models.tenancy.tenants import create_tenant
 
     with tempfile.TemporaryDirectory() as data_dir:
         key_env = {"SVC_DATA_DIR": data_dir, "SVC_SECRET_KEY": Fernet.generate_key().decode()}

@@ -153,7 +153,8 @@ TEMPLATE = {"name": "hello_world", "language": "en_US", "status": "approved", "c
 
 def prepare(env: dict[str, str]):
     from config import load_settings, use_settings
-    from models.db import connection, init_db
+    from models.setup import init_db
+    from models.store.db import connection
 
     settings = use_settings(load_settings(env))
     init_db(settings)
@@ -161,8 +162,9 @@ def prepare(env: dict[str, str]):
 
 
 def make_company(index: int, credits_amount: int) -> str:
-    from models import credits
-    from models.tenants import create_key, create_tenant
+    from models.tenancy import credits
+    from models.tenancy.keys import create_key
+    from models.tenancy.tenants import create_tenant
 
     tenant = create_tenant(f"Bench Co {index}")
     credits.grant(tenant.id, credits_amount)
@@ -172,10 +174,10 @@ def make_company(index: int, credits_amount: int) -> str:
 
 def make_number(stack: Stack, tenant_id: int, mps: int, mode: str):
     from messaging.client import GraphClient
-    from models.accounts import MessagingAccount, Template
     from models.clock import utcnow
     from models.ids import new_id
-    from models.secrets import encrypt
+    from models.numbers.tables import MessagingAccount, Template
+    from models.store.secrets import encrypt
 
     signup = requests.post(f"{stack.sim_url}/_sim/signup", json={"mps": mps}, timeout=5).json()
     with GraphClient(stack.sim_url, app_id="sim-app", app_secret=APP_SECRET) as graph:
@@ -206,7 +208,7 @@ def post_campaign(stack: Stack, key: str, account_id: str, items: list[dict]) ->
 
 
 def wait_finished(campaign_ids: list[str], timeout: float) -> None:
-    from models.campaigns import Campaign
+    from models.sending.tables import Campaign
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -221,7 +223,7 @@ def wait_finished(campaign_ids: list[str], timeout: float) -> None:
 def resent(campaign_ids: list[str]) -> int:
     """Recipients sent more than once: throttled by the platform, or held back by the engine
     when it fell behind its pacing slots (a stalled process), then sent again."""
-    from models.campaigns import Campaign, CampaignRecipient
+    from models.sending.tables import Campaign, CampaignRecipient
 
     return (CampaignRecipient.select().join(Campaign)
             .where(Campaign.public_id.in_(campaign_ids) & (CampaignRecipient.attempts > 1)).count())

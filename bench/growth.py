@@ -39,13 +39,15 @@ UNLIMITED = "100000000"
 
 def build(env: dict[str, str], ledger_rows: int, recipients: int):
     from config import load_settings, use_settings
-    from models import credits
-    from models.accounts import MessagingAccount
-    from models.campaigns import Campaign, CampaignCredits
-    from models.db import atomic, connection, execute, init_db, upgrade
     from models.ids import new_id
-    from models.portal import create_user, start_session
-    from models.tenants import create_key, create_tenant
+    from models.numbers.tables import MessagingAccount
+    from models.sending.tables import Campaign, CampaignCredits
+    from models.setup import init_db
+    from models.store.db import atomic, connection, execute, upgrade
+    from models.tenancy import credits
+    from models.tenancy.keys import create_key
+    from models.tenancy.portal import create_user, start_session
+    from models.tenancy.tenants import create_tenant
 
     settings = use_settings(load_settings(env))
     init_db(settings)

@@ -9,8 +9,8 @@
    and installments in one transaction per BATCH debts, ids assigned by itself, no validation,
    no lookups:
    - `orm`: peewee's `insert_many`, the ORM's bulk insert;
-   - `floor`: hand-written multi-row INSERTs (models.cartera.bulk_insert, which the importer
-     itself uses) with the importer's other tricks too (the collector frozen and its first
+   - `floor`: hand-written multi-row INSERTs (models.receivables.snapshots.bulk_insert, which the
+     importer itself uses) with the importer's other tricks too (the collector frozen and its first
      threshold raised as `svcctl cartera import` does, the shared timestamp converted to its
      SQLite value once): about the least work that gets these rows into SQLite from Python;
 3. import: a child process runs `svcctl cartera import` on the file (every rule applied);
@@ -64,12 +64,13 @@ def prepare_database(data_dir: Path, secret_key: str) -> tuple[str, str]:
     code = (
         "import json\n"
         "from config import get_settings\n"
-        "from models import db\n"
-        "from models.accounts import MessagingAccount\n"
         "from models.clock import utcnow\n"
         "from models.ids import new_id\n"
-        "from models.tenants import create_tenant\n"
-        "db.init_db(get_settings()); db.upgrade()\n"
+        "from models.numbers.tables import MessagingAccount\n"
+        "from models.setup import init_db\n"
+        "from models.store import db\n"
+        "from models.tenancy.tenants import create_tenant\n"
+        "init_db(get_settings()); db.upgrade()\n"
         "with db.connection():\n"
         "    tenant = create_tenant('Bench SA')\n"
         "    account = MessagingAccount.create(public_id=new_id('wacc_'), tenant=tenant, phone_number='5690000',\n"
@@ -100,11 +101,13 @@ def generate(path: Path, debts: int, account_id: str) -> None:
 BASELINE = r'''
 import csv, gc, sqlite3, sys
 from config import get_settings
-from models import db
-from models.accounts import MessagingAccount
-from models.cartera import Debt, Debtor, Installment, bulk_insert
 from models.clock import utcnow
-from models.tenants import Tenant
+from models.numbers.tables import MessagingAccount
+from models.receivables.snapshots import bulk_insert
+from models.receivables.tables import Debt, Debtor, Installment
+from models.setup import init_db
+from models.store import db
+from models.tenancy.tables import Tenant
 
 DEBTOR = [Debtor.id, Debtor.tenant, Debtor.nombre, Debtor.documento, Debtor.telefono, Debtor.created_at,
           Debtor.updated_at]
@@ -122,12 +125,12 @@ def insert_orm(model, fields, rows):
 
 def main(path, tenant_public_id, batch, how):
     insert = bulk_insert if how == "floor" else insert_orm
-    db.init_db(get_settings())
+    init_db(get_settings())
     with db.connection():
         tenant = Tenant.get(Tenant.public_id == tenant_public_id).id
         accounts = dict(MessagingAccount.select(MessagingAccount.public_id, MessagingAccount.id).tuples())
         now = utcnow()
-        if how == "floor":  # what the importer does too (svcctl/cartera.py, models/cartera.py)
+        if how == "floor":  # what the importer does too (svcctl/receivables.py, models/receivables/snapshots.py)
             gc.freeze()
             gc.set_threshold(20_000, *gc.get_threshold()[1:])
             now = sqlite3.adapt(now)

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.load [--profile embedded|scaleout] [--rate 100] [--seconds 300]
 
-Profiles (bench/scaleout.py): `embedded` is the default installation (one API node, one
+Profiles (bench/stack.py): `embedded` is the default installation (one API node, one
 consumer, SQLite and the SQLite queue); `scaleout` is two API nodes and two consumers on
 PostgreSQL and Redis (`python -m bench.scaleout` runs the same). Both with the platform
 simulator, and an HTTPS receiver (bench/webhooks.py's) for every company's webhook endpoint.
@@ -47,7 +47,7 @@ from urllib.parse import parse_qs, urlsplit
 import requests
 
 from bench.common import ROOT
-from bench.scaleout import DEFAULT_POSTGRES, DEFAULT_REDIS, PROFILES, Stack
+from bench.stack import DEFAULT_POSTGRES, DEFAULT_REDIS, PROFILES, Stack
 
 OUT_DIR = ROOT / "bench" / "out"
 TENANTS = 4
@@ -151,9 +151,10 @@ def connect_number(stack: Stack, tenant: Tenant) -> dict:
 
 def seed(stack: Stack, tenants: int = TENANTS, numbers_per_tenant: int = NUMBERS, contacts: int = CONTACTS,
          webhook_url: str | None = None, credits_each: int = 10_000_000) -> World:
-    from models import credits
-    from models.db import connection
-    from models.tenants import create_key, create_tenant
+    from models.store.db import connection
+    from models.tenancy import credits
+    from models.tenancy.keys import create_key
+    from models.tenancy.tenants import create_tenant
 
     stack.install_settings()
     world = World(stack, [])
@@ -376,11 +377,9 @@ class MemoryWatch(threading.Thread):
 
 def outstanding(world: World, receiver) -> dict[str, int]:
     """What is still in motion: open campaigns, unsettled messages, undelivered events."""
-    from models.campaigns import ACTIVE_STATUSES, Campaign
-    from models.db import connection
-    from models.events import Event
-    from models.messages import Message
-    from models.webhooks import WebhookDelivery
+    from models.events.tables import Event, WebhookDelivery
+    from models.sending.tables import ACTIVE_STATUSES, Campaign, Message
+    from models.store.db import connection
 
     ids = [tenant.id for tenant in world.tenants]
     with connection():
@@ -396,8 +395,8 @@ def outstanding(world: World, receiver) -> dict[str, int]:
 
 
 def replay_ledger(tenant_id: int) -> tuple[int, int]:
-    from models import credits
-    from models.credits import LedgerEntry
+    from models.tenancy import credits
+    from models.tenancy.tables import LedgerEntry
 
     balance = reserved = 0
     for entry in LedgerEntry.select().where(LedgerEntry.tenant == tenant_id).order_by(LedgerEntry.id):
@@ -416,14 +415,12 @@ def checks(world: World, receiver) -> dict[str, object]:
     """Everything that must hold once the system is idle; the values, with `ok` for each."""
     from peewee import fn
 
-    from models import credits
-    from models.campaigns import Campaign, CampaignRecipient
-    from models.credits import LedgerEntry
-    from models.db import connection
-    from models.events import Event
-    from models.messages import Message
-    from models.platform import PlatformWebhookBatch
-    from models.webhooks import WebhookDelivery
+    from models.events.tables import Event, WebhookDelivery
+    from models.numbers.tables import PlatformWebhookBatch
+    from models.sending.tables import Campaign, CampaignRecipient, Message
+    from models.store.db import connection
+    from models.tenancy import credits
+    from models.tenancy.tables import LedgerEntry
 
     sent = requests.get(f"{world.stack.sim_url}/_sim/sent", timeout=60).json()["data"]
     callbacks = collections.Counter(item["biz_opaque_callback_data"] for item in sent)

@@ -129,9 +129,10 @@ def install_settings(workdir: Path, ca_path: str):
     if os.environ.get("SVC_DATABASE_URL"):
         env["SVC_DATABASE_URL"] = os.environ["SVC_DATABASE_URL"]
     settings = use_settings(load_settings(env))
-    from models import db
+    from models import setup
+    from models.store import db
 
-    db.init_db(settings)
+    setup.init_db(settings)
     db.upgrade()
     return settings
 
@@ -139,7 +140,7 @@ def install_settings(workdir: Path, ca_path: str):
 def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrency: int) -> float:
     """The same signed POSTs through the same client at the same concurrency; returns seconds."""
     from jobs import webhooks as jobs
-    from models import ssrf
+    from models.events import ssrf
 
     client = jobs.delivery_client()
     target = ssrf.parse_target(url)
@@ -174,8 +175,8 @@ def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrenc
 def write_events(tenant_id: int, count: int) -> None:
     """`count` message.sent events committed to the outbox the way the sending engine writes them
     (`emit_many`, one batch): the producer's cost, not the delivery's, so outside the timings."""
-    from models.campaigns import emit_many
-    from models.db import atomic
+    from models.sending.campaigns import emit_many
+    from models.store.db import atomic
 
     with atomic():
         emit_many(tenant_id, "message.sent", [sample(index) for index in range(count)])
@@ -184,8 +185,8 @@ def write_events(tenant_id: int, count: int) -> None:
 def pipeline(endpoint_id: int) -> tuple[float, float]:
     """Fan out what the outbox holds and drain the endpoint; returns (total seconds, fan-out seconds)."""
     from jobs import webhooks as jobs
-    from models import webhooks
-    from models.webhooks import WebhookDelivery
+    from models.events import webhooks
+    from models.events.tables import WebhookDelivery
 
     started = time.perf_counter()
     while webhooks.fan_out(jobs.FAN_OUT_BATCH).events:
@@ -222,10 +223,10 @@ def main() -> None:
     try:
         install_settings(workdir, ca_path)
         from jobs import webhooks as jobs
-        from models import webhooks
-        from models.db import connection
+        from models.events import webhooks
         from models.ids import new_id
-        from models.tenants import create_tenant
+        from models.store.db import connection
+        from models.tenancy.tenants import create_tenant
 
         url = f"https://localhost:{port}/hooks"
         with connection():

@@ -133,7 +133,7 @@ class Settings:
     access_log: bool = True
     metrics_token: str = ""
     metrics_bind: tuple[str, int] | None = None
-    # How long a process may answer a balance from its copy of the wallet (models/wallet_copies.py).
+    # How long a process may answer a balance from its copy of the wallet (models/tenancy/wallet_copies.py).
     wallet_copy_seconds: float = 1.0
 
     @property

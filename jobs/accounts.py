@@ -7,10 +7,10 @@ import logging
 
 from jobs.queue import crontab, periodic_task, task
 from messaging.errors import PlatformError
-from models import onboarding
-from models.accounts import MessagingAccount
 from models.clock import utcnow
-from models.templates_sync import sync_templates
+from models.numbers import onboarding
+from models.numbers.tables import MessagingAccount
+from models.numbers.templates import sync_templates
 
 log = logging.getLogger(__name__)
 

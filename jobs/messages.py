@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from jobs.queue import task
 from jobs.sending import dispatch
-from models.messages import mark_conversation_read
+from models.sending.messages import mark_conversation_read
 
 
 def enqueue_send(message_id: int) -> None:

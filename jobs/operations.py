@@ -15,8 +15,10 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from jobs.queue import huey, task_name
-from models import operations
-from models.db import connection, storage_unavailable
+from models.operations import heartbeats
+from models.operations import state as service_state
+from models.operations.tables import API, WORKER
+from models.store.db import connection, storage_unavailable
 
 log = logging.getLogger("operations")
 
@@ -109,22 +111,22 @@ class StateCollector:
     def _families():
         yield _gauge("svc_queue_depth", "Tasks waiting in the queue", huey.pending_count())
         yield _gauge("svc_queue_scheduled", "Tasks scheduled for later (retries, delays)", huey.scheduled_count())
-        states = {(kind, state): 0 for kind in (operations.API, operations.WORKER)
+        states = {(kind, state): 0 for kind in (API, WORKER)
                   for state in ("alive", "dead", "stopped")}
-        for process in operations.processes():
+        for process in heartbeats.processes():
             states[(process.kind, process.state)] += 1
         yield _gauge("svc_processes", "API workers and queue consumers (worker) by heartbeat state "
                      "(dead: none for 15 s)", labels=["kind", "state"], samples=states)
         yield _gauge("svc_campaigns", "Campaigns by status", labels=["status"],
-                     samples=operations.campaigns_by_status())
+                     samples=service_state.campaigns_by_status())
         yield _gauge("svc_campaign_recipients", "Recipients of running campaigns, by status", labels=["status"],
-                     samples=operations.active_recipients_by_status())
+                     samples=service_state.active_recipients_by_status())
         yield _gauge("svc_messages_in_flight", "Single messages not handed to the platform yet (waiting, sending)",
-                     labels=["state"], samples=operations.messages_in_flight())
-        reserved = operations.credits_reserved_by_tenant()
+                     labels=["state"], samples=service_state.messages_in_flight())
+        reserved = service_state.credits_reserved_by_tenant()
         yield _gauge("svc_credits_reserved", "Credits reserved by campaigns and messages in flight",
                      sum(reserved.values()))
-        outbox = operations.outbox()
+        outbox = service_state.outbox()
         yield _gauge("svc_outbox_events_pending", "Events not fanned out to webhook endpoints yet",
                      outbox["events_pending"])
         yield _gauge("svc_outbox_oldest_event_age_seconds", "Age of the oldest event not fanned out",
@@ -135,14 +137,14 @@ class StateCollector:
                      outbox["oldest_delivery_age_seconds"])
         yield _gauge("svc_number_send_cap", "A connected number's send cap, messages per second, by its phone "
                      "number id (compare with rate(svc_number_sends_total))", labels=["number"],
-                     samples=operations.number_caps())
-        platform = operations.platform_webhooks()
+                     samples=service_state.number_caps())
+        platform = service_state.platform_webhooks()
         yield _gauge("svc_platform_batches_pending", "Platform webhook batches received and not processed yet",
                      platform["batches_pending"])
         yield _gauge("svc_platform_oldest_batch_age_seconds", "Age of the oldest unprocessed platform batch",
                      platform["oldest_batch_age_seconds"])
         yield _gauge("svc_debts", "Receivable debts by status", labels=["status"],
-                     samples=operations.debts_by_status())
+                     samples=service_state.debts_by_status())
 
 
 # --- the consumer's metrics port ----------------------------------------------------------

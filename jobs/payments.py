@@ -6,8 +6,8 @@ import logging
 
 from gateway import GatewayError
 from jobs.queue import crontab, periodic_task, task
-from models import payments
 from models.errors import DomainError
+from models.receivables import payments
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Portal housekeeping: sessions that ended by time and invitations long expired are deleted."""
 
 from jobs.queue import crontab, periodic_task
-from models import portal
+from models.tenancy import portal
 
 
 @periodic_task(crontab(minute="23"))

@@ -15,7 +15,7 @@ from huey.api import Task
 
 from config import Settings, get_settings, logs
 from config.settings import private_data_file
-from models.db import connection
+from models.store.db import connection
 
 # The id of the request (or task) that enqueued a task travels in its kwargs under this name;
 # the task's wrapper takes it out before the function sees its arguments.

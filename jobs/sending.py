@@ -14,12 +14,12 @@ import threading
 
 from jobs.queue import crontab, huey, periodic_task, task
 from models import sending
-from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.clock import utcnow
-from models.db import counters, db, outlast_outage, storage_unavailable
-from models.messages import Message
 from models.sending.engine import Engine, Settings
 from models.sending.recovery import recover_stuck
+from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient, Message
+from models.store.counters import counters
+from models.store.db import db, outlast_outage, storage_unavailable
 
 log = logging.getLogger(__name__)
 # How long an engine stopped by a storage outage (a database or Redis restart) waits for it to

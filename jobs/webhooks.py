@@ -1,10 +1,10 @@
 """Delivering outbox events to webhook endpoints.
 
 Flow:
-1. `notify_new_events()` (run after every commit that wrote events: `models.events.on_new_events`)
+1. `notify_new_events()` (run after every commit that wrote events: `models.events.outbox.on_new_events`)
    enqueues `fan_out_task`, coalesced to at most two tasks a second; `sweep` does the same every
    minute as a safety net.
-2. The fan-out turns events into deliveries (models.webhooks.fan_out) and enqueues a drain for
+2. The fan-out turns events into deliveries (models.events.webhooks.fan_out) and enqueues a drain for
    each endpoint that got some.
 3. A drain owns one endpoint for a while (a lease in the database): it claims due deliveries,
    POSTs them through ENDPOINT_CONCURRENCY threads, records the outcomes in batches, and
@@ -40,12 +40,13 @@ from urllib3.util.ssl_ import create_urllib3_context
 from config import get_settings
 from jobs import operations
 from jobs.queue import crontab, periodic_task, task
-from models import events, ssrf, webhooks
 from models.clock import utcnow
-from models.counters import window_start
-from models.db import connection, counters, outlast_outage, storage_unavailable
+from models.events import outbox, ssrf, webhooks
+from models.events.tables import WebhookEndpoint
+from models.events.webhooks import Outcome, Work
 from models.ids import new_id
-from models.webhooks import Outcome, WebhookEndpoint, Work
+from models.store.counters import counters, window_start
+from models.store.db import connection, outlast_outage, storage_unavailable
 
 log = logging.getLogger("webhooks")
 
@@ -584,7 +585,7 @@ def notify_new_events() -> None:
         log.warning("could not enqueue the webhook fan-out; the sweep will catch up", exc_info=True)
 
 
-events.on_new_events(notify_new_events)
+outbox.on_new_events(notify_new_events)
 
 
 def kick() -> tuple[int, int]:

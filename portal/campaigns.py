@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import falcon
 import orjson
 
-from models import campaigns
-from models.campaigns import CAMPAIGN_STATUSES, RECIPIENT_STATUSES, CampaignRecipient
-from models.db import atomic
 from models.errors import Invalid
+from models.sending import campaigns
+from models.sending.tables import CAMPAIGN_STATUSES, COUNTERS, RECIPIENT_STATUSES, CampaignRecipient
+from models.store.db import atomic
 from portal.web import BASE, audit, ctx, page, paginate, paginate_by, redirect, render
 
 CHART_WIDTH, CHART_HEIGHT, CHART_BARS = 640, 160, 60
@@ -97,7 +97,7 @@ class CampaignProgress:
     @page()
     def on_get(self, req, resp, campaign_id: str):
         data = campaigns.campaign_dict(campaigns.get_campaign(ctx(req).tenant_id, campaign_id))
-        progress = {name: data[name] for name in ("status", "total_recipients", *campaigns.COUNTERS)}
+        progress = {name: data[name] for name in ("status", "total_recipients", *COUNTERS)}
         # What the progress bar and the overview's "sent" column show.
         progress["done"] = sum(data[name] for name in ("sent", "delivered", "read", "failed", "cancelled"))
         progress["handed_over"] = data["sent"] + data["delivered"] + data["read"]

@@ -8,8 +8,8 @@ import io
 
 import falcon
 
-from models import credits
 from models.clock import isoformat
+from models.tenancy import credits
 from portal.web import ctx, page, paginate_by, render
 
 CSV_COLUMNS = ("id", "created_at", "type", "amount", "balance_after", "reserved_after", "reference", "description")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
-from models import tenants
-from models.db import atomic
 from models.errors import Invalid
-from models.tenants import SCOPES, ApiKey
+from models.store.db import atomic
+from models.tenancy import keys
+from models.tenancy.keys import SCOPES
+from models.tenancy.tables import ApiKey
 from portal.web import BASE, audit, ctx, form, page, redirect, render
 
 
@@ -39,8 +40,8 @@ class Keys:
         fields = form(req)
         networks = [item for item in re.split(r"[\s,]+", fields.get("allowed_ips")) if item]
         with atomic():
-            key, key_string = tenants.create_key(ctx(req).user.tenant, fields.getlist("scopes"), networks or None,
-                                                 _rate_limit(fields.get("rate_limit")))
+            key, key_string = keys.create_key(ctx(req).user.tenant, fields.getlist("scopes"), networks or None,
+                                              _rate_limit(fields.get("rate_limit")))
             audit(req, "key.created", key.public_id, {"scopes": key.scopes, "allowed_ips": key.allowed_ips,
                                                       "rate_limit": key.rate_limit})
         # The key is in this answer only (no-store); the page never shows it again.
@@ -51,7 +52,7 @@ class KeyRotate:
     @page(write="keys")
     def on_post(self, req, resp, key_id: str):
         with atomic():
-            key, key_string = tenants.rotate_key(key_id, ctx(req).tenant_id)
+            key, key_string = keys.rotate_key(key_id, ctx(req).tenant_id)
             audit(req, "key.rotated", key.public_id)
         _show(req, resp, {"key": key, "secret": key_string, "verb": "rotated"})
 
@@ -60,7 +61,7 @@ class KeyRevoke:
     @page(write="keys")
     def on_post(self, req, resp, key_id: str):
         with atomic():
-            key = tenants.revoke_key(key_id, ctx(req).tenant_id)
+            key = keys.revoke_key(key_id, ctx(req).tenant_id)
             audit(req, "key.revoked", key.public_id)
         redirect(resp, f"{BASE}/keys", "key_revoked")
 

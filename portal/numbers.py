@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from config import get_settings
-from models import accounts, onboarding
-from models.accounts import Template
-from models.db import atomic
+from models.numbers import accounts, onboarding
+from models.numbers.tables import Template
+from models.store.db import atomic
 from portal.web import BASE, audit, ctx, form, page, redirect, render
 
 

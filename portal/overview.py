@@ -6,11 +6,12 @@ import datetime as dt
 
 from peewee import fn
 
-from models import campaigns, credits, webhooks
-from models.campaigns import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.clock import utcnow
-from models.messages import Message
-from models.webhooks import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
+from models.events import webhooks
+from models.events.tables import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
+from models.sending import campaigns
+from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient, Message
+from models.tenancy import credits
 from portal.web import ctx, page, render
 
 OUTCOMES = ("queued", "sent", "delivered", "read", "failed")

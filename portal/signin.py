@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import falcon
 
-from models import portal
 from models.errors import Invalid
+from models.tenancy import portal
+from models.tenancy.tables import PortalSession, PortalUser
 from portal.web import (
     BASE,
     Refused,
@@ -29,11 +30,11 @@ def _next(value: str | None) -> str:
     return BASE
 
 
-def _sign_in(req: falcon.Request, resp: falcon.Response, user: portal.PortalUser, target: str) -> None:
+def _sign_in(req: falcon.Request, resp: falcon.Response, user: PortalUser, target: str) -> None:
     # A fresh token at every sign-in: a session id planted before it is never promoted.
     previous = ctx(req).session
     if previous is not None:
-        portal.PortalSession.delete().where(portal.PortalSession.id == previous.id).execute()
+        PortalSession.delete().where(PortalSession.id == previous.id).execute()
     session, token = portal.start_session(user, ctx(req).ip, req.user_agent)
     set_session_cookie(resp, token)
     if session.pending_totp:

@@ -3,8 +3,9 @@ security: two-factor, signing out everywhere, and the company's two-factor polic
 
 from __future__ import annotations
 
-from models import portal
 from models.errors import Invalid
+from models.tenancy import portal
+from models.tenancy.tables import ROLES, PortalUser
 from portal.signin import THROTTLED
 from portal.web import BASE, ctx, form, page, paginate_by_keyset, redirect, render, require
 
@@ -15,7 +16,7 @@ class Users:
         require(req, "users")
         tenant_id = ctx(req).tenant_id
         render(req, resp, "users.html", users=list(portal.users_of(tenant_id)),
-               invitations=list(portal.invitations_of(tenant_id)), roles=portal.ROLES, invited=None)
+               invitations=list(portal.invitations_of(tenant_id)), roles=ROLES, invited=None)
 
     @page(write="users")
     def on_post(self, req, resp):
@@ -23,7 +24,7 @@ class Users:
         invitation, token = portal.invite(context.tenant_id, form(req).get("email"), form(req).get("role"),
                                           context.user, context.ip)
         render(req, resp, "users.html", status=201, users=list(portal.users_of(context.tenant_id)),
-               invitations=list(portal.invitations_of(context.tenant_id)), roles=portal.ROLES,
+               invitations=list(portal.invitations_of(context.tenant_id)), roles=ROLES,
                invited={"invitation": invitation, "url": portal.invitation_url(token)})
 
 
@@ -49,7 +50,7 @@ class Audit:
 
 
 def _security(req, resp, status: int = 200, **values) -> None:
-    user = portal.PortalUser.get_by_id(ctx(req).user.id)
+    user = PortalUser.get_by_id(ctx(req).user.id)
     render(req, resp, "security.html", status=status, me=user, policy=portal.policy_of(user.tenant_id),
            setup=values.get("setup"), error=values.get("error"), password_error=values.get("password_error"))
 
@@ -65,7 +66,7 @@ class TwoFactorSetup:
 
     @page(setup=True)
     def on_post(self, req, resp):
-        user = portal.PortalUser.get_by_id(ctx(req).user.id)
+        user = PortalUser.get_by_id(ctx(req).user.id)
         if form(req).get("action") == "confirm":
             if portal.confirm_totp(user, form(req).get("code"), ctx(req).ip):
                 redirect(resp, f"{BASE}/security", "two_factor_on")

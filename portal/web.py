@@ -27,11 +27,12 @@ from urllib.parse import parse_qs, urlencode
 import falcon
 import jinja2
 
-from api.auth import client_ip
 from config import get_settings
-from models import portal
-from models.db import storage_unavailable
+from config.client_address import client_ip
 from models.errors import DomainError
+from models.store.db import storage_unavailable
+from models.tenancy import portal
+from models.tenancy.tables import PortalSession, PortalUser
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,8 @@ def read_form(req: falcon.Request) -> Form:
 
 @dataclass
 class Context:
-    user: portal.PortalUser | None
-    session: portal.PortalSession | None
+    user: PortalUser | None
+    session: PortalSession | None
     csrf: str
     ip: str
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import datetime as dt
 
 from jobs import webhooks as delivery
-from models import webhooks
 from models.clock import utcnow
-from models.db import atomic
 from models.errors import Invalid, NotFound
-from models.events import ALL_EVENTS, CORE_EVENTS
-from models.webhooks import DELIVERY_STATUSES, WebhookEndpoint
+from models.events import webhooks
+from models.events.tables import ALL_EVENTS, CORE_EVENTS, DELIVERY_STATUSES, WebhookDelivery, WebhookEndpoint
+from models.store.db import atomic
 from portal.web import BASE, audit, ctx, form, page, paginate_by_keyset, redirect, render
 
 REPLAY_WINDOWS = {"1": "the last hour", "6": "the last 6 hours", "24": "the last day", "72": "the last 3 days",
@@ -92,7 +91,7 @@ class DeliveryDetail:
         if not delivery_id.isdigit():
             raise NotFound(f"no delivery {delivery_id}")
         # Through the tenant's own delivery query: another company's id is not found.
-        found = webhooks.deliveries(ctx(req).tenant_id).where(webhooks.WebhookDelivery.id == int(delivery_id)).first()
+        found = webhooks.deliveries(ctx(req).tenant_id).where(WebhookDelivery.id == int(delivery_id)).first()
         if found is None:
             raise NotFound(f"no delivery {delivery_id}")
         render(req, resp, "delivery.html", delivery=found, attempts=list(webhooks.attempts_of(found.id)))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from models import access_requests, portal
-from models.access_requests import AccessRequest
-from models.db import atomic
+from models.store.db import atomic
+from models.tenancy import access_requests, portal
+from models.tenancy.tables import AccessRequest
 from svcctl.output import JSON_OPTION, err, record, show, table, with_database
 from svcctl.portal import print_invitation
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from models import accounts
-from models.accounts import ADMIN_PAUSE, MessagingAccount
 from models.clock import isoformat
 from models.errors import Invalid
-from models.tenants import get_tenant
+from models.numbers import accounts
+from models.numbers.accounts import ADMIN_PAUSE
+from models.numbers.tables import MessagingAccount
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, record, show, table, with_database
 
 app = typer.Typer(help="Numbers (messaging accounts): inspect, pause, resume, pace.", no_args_is_help=True)

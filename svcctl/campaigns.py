@@ -11,9 +11,10 @@ from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from models import campaigns
-from models.campaigns import CAMPAIGN_STATUSES, Campaign
-from models.tenants import Tenant, get_tenant
+from models.sending import campaigns
+from models.sending.tables import CAMPAIGN_STATUSES, Campaign
+from models.tenancy.tables import Tenant
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, print_json, record, show, table, with_database
 
 app = typer.Typer(help="Campaigns: list, inspect, watch progress.", no_args_is_help=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from models import credits
-from models.tenants import get_tenant
+from models.tenancy import credits
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, record, show, table, with_database
 
 app = typer.Typer(help="Credits: the company-wide wallet.", no_args_is_help=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 
 from config import ConfigError, get_settings
-from models.db import init_db, upgrade
+from models.setup import init_db
+from models.store.db import upgrade
 from svcctl.output import JSON_OPTION, err, fail, print_json
 
 app = typer.Typer(help="The database schema.", no_args_is_help=True)

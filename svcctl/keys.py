@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from models.clock import isoformat
-from models.tenants import SCOPES, ApiKey, create_key, get_tenant, revoke_key, rotate_key
+from models.tenancy.keys import SCOPES, create_key, revoke_key, rotate_key
+from models.tenancy.tables import ApiKey
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, record, show, table, with_database
 
 app = typer.Typer(help="API keys.", no_args_is_help=True)

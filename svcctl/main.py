@@ -9,12 +9,12 @@ import typer
 from typer.core import TyperGroup
 
 from config import ConfigError
-from svcctl import processes, status
+from svcctl import operations, processes
 
 # Command group → the module whose `app` it is, in the order the help lists them.
 GROUPS = {"db": "db", "tenants": "tenants", "keys": "keys", "credits": "credits",
           "access-requests": "access_requests", "accounts": "accounts", "templates": "templates",
-          "campaigns": "campaigns", "cartera": "cartera", "payments": "payments", "webhooks": "webhooks",
+          "campaigns": "campaigns", "cartera": "receivables", "payments": "payments", "webhooks": "webhooks",
           "portal": "portal", "secrets": "secrets", "sim": "sim"}
 
 
@@ -49,7 +49,7 @@ app = typer.Typer(help="Run and administer the messaging campaign and receivable
 app.command("up")(processes.up)
 app.command("serve")(processes.serve)
 app.command("worker")(processes.worker)
-app.command("status")(status.status)
+app.command("status")(operations.status)
 
 if __name__ == "__main__":
     app()

@@ -17,8 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from config import ConfigError, get_settings
-from models.db import connection, init_db
 from models.errors import DomainError
+from models.setup import init_db
+from models.store.db import connection
 
 # No guessing at what a value is: rich's highlighter would colour numbers, paths and words that look
 # like calls in our sentences and in values from outside alike. What is styled, we style.

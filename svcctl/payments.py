@@ -43,8 +43,9 @@ def connect(tenant: str = typer.Option(..., "--tenant"),
     """Store the company's gateway credentials (encrypted). Reads the access token and the webhook
     secret from standard input, one a line, or asks for them; secrets never go on a command line."""
     from config import get_settings
-    from models import payments
-    from models.tenants import get_tenant
+    from models.receivables import payments
+    from models.receivables.tables import PROVIDER
+    from models.tenancy.tenants import get_tenant
 
     tenant_row = get_tenant(tenant)
     if sim:
@@ -63,7 +64,7 @@ def connect(tenant: str = typer.Option(..., "--tenant"),
             fail("expected the access token and the webhook secret on standard input, one a line")
         token, secret = lines[0], lines[1]
     payments.connect_gateway(tenant_row.id, token, secret)
-    data = {"tenant": tenant_row.public_id, "provider": payments.PROVIDER,
+    data = {"tenant": tenant_row.public_id, "provider": PROVIDER,
             "notification_url": payments.notification_url(tenant_row.public_id)}
     show(data, as_json, lambda: record(data, "payment gateway connected"))
 
@@ -75,8 +76,8 @@ def reconcile(tenant: str = typer.Option(..., "--tenant"),
                                                               "ago)."),
               as_json: bool = JSON_OPTION):
     """Compare the gateway's transactions with recorded payments; record what is missing."""
-    from models import payments
-    from models.tenants import get_tenant
+    from models.receivables import payments
+    from models.tenancy.tenants import get_tenant
 
     report = payments.reconcile(get_tenant(tenant).id, _moment("--since", since))
     show(report, as_json, lambda: table(f"{len(report)} transaction(s) recorded or refused",
@@ -121,8 +122,8 @@ def export(tenant: str = typer.Option(..., "--tenant"),
                                                  "once everything is out: a nightly job gets exactly what is new."),
            fmt: str = typer.Option("csv", "--format", help="csv or jsonl")):
     """Stream every payment and reversal made in the service (gateway and manual) to stdout."""
-    from models import payments
-    from models.tenants import get_tenant
+    from models.receivables.export import export_rows
+    from models.tenancy.tenants import get_tenant
 
     if fmt not in ("csv", "jsonl"):
         fail(f"--format must be csv or jsonl, got {fmt!r}")
@@ -137,7 +138,7 @@ def export(tenant: str = typer.Option(..., "--tenant"),
     if writer is not None:
         writer.writerow(EXPORT_COLUMNS)
     count, last = 0, cursor
-    for row in payments.export_rows(get_tenant(tenant).id, since=start, after=cursor):
+    for row in export_rows(get_tenant(tenant).id, since=start, after=cursor):
         if writer is not None:
             writer.writerow(["" if row[name] is None else str(row[name]) for name in EXPORT_COLUMNS])
         else:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from models import portal
 from models.clock import isoformat
-from models.tenants import get_tenant
+from models.tenancy import portal
+from models.tenancy.tables import ROLES, PortalInvitation
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, record, show, table, with_database
 
 app = typer.Typer(help="The company portal's users.", no_args_is_help=True)
 
 
-def print_invitation(invitation: portal.PortalInvitation, token: str, tenant_id: str, as_json: bool) -> None:
+def print_invitation(invitation: PortalInvitation, token: str, tenant_id: str, as_json: bool) -> None:
     data = {"tenant_id": tenant_id, "email": invitation.email, "role": invitation.role,
             "invitation_url": portal.invitation_url(token), "expires_at": isoformat(invitation.expires_at)}
     show(data, as_json, lambda: record(data, "invitation created"))
@@ -25,7 +26,7 @@ def print_invitation(invitation: portal.PortalInvitation, token: str, tenant_id:
 @with_database
 def invite(tenant: str = typer.Option(..., "--tenant", help="Tenant id (ten_…)."),
            email: str = typer.Option(..., "--email"),
-           role: str = typer.Option("owner", "--role", help=f"One of {', '.join(portal.ROLES)}."),
+           role: str = typer.Option("owner", "--role", help=f"One of {', '.join(ROLES)}."),
            as_json: bool = JSON_OPTION):
     """Invite a user to a company's portal; prints a one-time link that expires in 72 hours."""
     owner = get_tenant(tenant)

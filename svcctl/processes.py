@@ -15,7 +15,8 @@ import typer
 from config import ConfigError, Settings, get_settings
 from config.logs import configure_logging
 from config.settings import parse_bind
-from models.db import connection, init_db
+from models.setup import init_db
+from models.store.db import connection
 from svcctl.output import err, fail, styled
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +63,8 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
     configure_logging(settings.log_format, settings.log_level)
     from jobs.operations import serve_metrics
     from jobs.queue import huey, load_tasks
-    from models.operations import WORKER, Heartbeat
+    from models.operations.heartbeats import Heartbeat
+    from models.operations.tables import WORKER
 
     init_db(settings)
     load_tasks()
@@ -85,8 +87,10 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
 def _ensure_demo_tenant() -> tuple[str, str | None, str | None]:
     """The demo tenant's id, its key and its portal owner's password, the latter two the first
     time only (a secret is never shown twice)."""
-    from models import credits, portal
-    from models.tenants import Tenant, create_key, create_tenant
+    from models.tenancy import credits, portal
+    from models.tenancy.keys import create_key
+    from models.tenancy.tables import PortalUser, Tenant
+    from models.tenancy.tenants import create_tenant
 
     with connection():
         tenant = Tenant.get_or_none(Tenant.name == DEMO_TENANT)
@@ -96,7 +100,7 @@ def _ensure_demo_tenant() -> tuple[str, str | None, str | None]:
             credits.grant(tenant.id, DEMO_CREDITS, reason="demo credits")
             _key, key_string = create_key(tenant, ["all"])
         # Also on a data dir from before the portal: its demo company gets its owner now.
-        if not portal.PortalUser.select().where(portal.PortalUser.email == DEMO_OWNER).exists():
+        if not PortalUser.select().where(PortalUser.email == DEMO_OWNER).exists():
             password = portal.generated_password()
             portal.create_user(tenant.id, DEMO_OWNER, "owner", password)
         return tenant.public_id, key_string, password
@@ -123,8 +127,8 @@ def _connect_demo_gateway(tenant_public_id: str, gateway_url: str) -> None:
     as the process), so its reminders carry payment links."""
     import requests
 
-    from models import payments
-    from models.tenants import get_tenant
+    from models.receivables import payments
+    from models.tenancy.tenants import get_tenant
 
     if not _wait_for(f"{gateway_url}/_sim/health", "payment simulator (the demo company has no gateway)"):
         return
@@ -144,11 +148,11 @@ def _connect_demo_number(tenant_public_id: str) -> str | None:
 
     from jobs.accounts import connected
     from messaging.errors import PlatformError
-    from models import onboarding
-    from models.accounts import MessagingAccount
-    from models.payments import link_template_definition
-    from models.templates_sync import sync_templates
-    from models.tenants import get_tenant
+    from models.numbers import onboarding
+    from models.numbers.tables import MessagingAccount
+    from models.numbers.templates import sync_templates
+    from models.receivables.payments import link_template_definition
+    from models.tenancy.tenants import get_tenant
 
     settings = get_settings()
     if not _wait_for(f"{settings.graph_url}/_sim/health", "platform simulator"):
@@ -222,7 +226,7 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
            help="Let companies' webhook endpoints point at private and loopback addresses (local receivers "
                 "only: it turns the SSRF guard off).")):
     """Migrate, then run the API and the worker (and the simulator) in the foreground; Ctrl-C stops all."""
-    from models.db import upgrade
+    from models.store.db import upgrade
 
     host, port = _split_bind(bind)
     env = dict(os.environ)

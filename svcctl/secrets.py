@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from models import secrets
+from models.operations import rotation
 from svcctl.output import JSON_OPTION, err, show, table, with_database
 
 app = typer.Typer(help="Secrets at rest (platform tokens, signing secrets, gateway credentials).",
@@ -14,15 +14,15 @@ app = typer.Typer(help="Secrets at rest (platform tokens, signing secrets, gatew
 @app.command("rotate")
 @with_database
 def rotate(as_json: bool = JSON_OPTION,
-           batch: int = typer.Option(secrets.ROTATE_BATCH, "--batch", min=1, max=10_000,
+           batch: int = typer.Option(rotation.ROTATE_BATCH, "--batch", min=1, max=10_000,
                                      help="Rows re-encrypted per transaction.")):
     """Re-encrypt every stored secret with the first key of SVC_SECRET_KEY, in batches.
 
     Safe to stop and run again: what is already under the first key is skipped. When it reports
     nothing rotated and nothing unreadable, the other keys can be removed from SVC_SECRET_KEY.
     """
-    report = secrets.rotate(batch=batch, progress=None if as_json else
-                            lambda column: err.print(f"{column.column}: {column.rotated} rotated"))
+    report = rotation.rotate(batch=batch, progress=None if as_json else
+                             lambda column: err.print(f"{column.column}: {column.rotated} rotated"))
     data = {"rotated": report.rotated, "unreadable": report.unreadable,
             "columns": [vars(column) for column in report.columns]}
     show(data, as_json, lambda: table("secrets re-encrypted under the first key",

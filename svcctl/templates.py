@@ -5,9 +5,9 @@ from __future__ import annotations
 import typer
 
 from messaging.errors import PlatformError
-from models import accounts
-from models.accounts import MessagingAccount
-from models.templates_sync import sync_templates
+from models.numbers import accounts
+from models.numbers.tables import MessagingAccount
+from models.numbers.templates import sync_templates
 from svcctl.output import JSON_OPTION, err, fail, show, table, with_database
 
 app = typer.Typer(help="Templates of the connected numbers.", no_args_is_help=True)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from models import credits
 from models.clock import isoformat
-from models.tenants import ApiKey, Tenant, create_tenant, get_tenant
+from models.tenancy import credits
+from models.tenancy.tables import ApiKey, Tenant
+from models.tenancy.tenants import create_tenant, get_tenant
 from svcctl.output import JSON_OPTION, record, show, table, with_database
 
 app = typer.Typer(help="Companies (tenants).", no_args_is_help=True)

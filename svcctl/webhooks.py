@@ -8,10 +8,11 @@ import re
 import typer
 
 from jobs import webhooks as delivery
-from models import webhooks
 from models.clock import isoformat, to_utc_naive, utcnow
 from models.errors import Invalid, NotFound
-from models.tenants import get_tenant
+from models.events import webhooks
+from models.events.tables import WebhookDelivery, WebhookEndpoint
+from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, print_json, record, show, styled, table, with_database
 
 app = typer.Typer(help="Webhooks: endpoints, deliveries, replays and test pings.", no_args_is_help=True)
@@ -37,8 +38,8 @@ def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
 def list_endpoints(tenant: str = typer.Option(..., "--tenant"), as_json: bool = JSON_OPTION):
     """A tenant's endpoints, the payment endpoint included."""
     tenant_id = get_tenant(tenant).id
-    rows = list(webhooks.WebhookEndpoint.select().where(webhooks.WebhookEndpoint.tenant == tenant_id)
-                .order_by(webhooks.WebhookEndpoint.id.desc()))
+    rows = list(WebhookEndpoint.select().where(WebhookEndpoint.tenant == tenant_id)
+                .order_by(WebhookEndpoint.id.desc()))
     data = [{**endpoint.as_dict(), "kind": endpoint.kind} for endpoint in rows]
     show(data, as_json, lambda: table("webhook endpoints", ("id", "kind", "status", "url", "events", "failures",
                                                             "last success", "last failure"),
@@ -73,7 +74,7 @@ def list_deliveries(tenant: str = typer.Option(..., "--tenant"),
 def list_attempts(delivery_id: int = typer.Argument(..., help="A delivery id from `deliveries`."),
                   as_json: bool = JSON_OPTION):
     """Every attempt of one delivery: status, latency, response excerpt, error."""
-    if webhooks.WebhookDelivery.get_or_none(webhooks.WebhookDelivery.id == delivery_id) is None:
+    if WebhookDelivery.get_or_none(WebhookDelivery.id == delivery_id) is None:
         raise NotFound(f"no delivery {delivery_id}")
     data = [attempt.as_dict() for attempt in webhooks.attempts_of(delivery_id)]
     show(data, as_json, lambda: table(f"attempts of delivery {delivery_id}",

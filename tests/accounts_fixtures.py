@@ -17,7 +17,8 @@ from falcon import testing
 from config import get_settings, use_settings
 from messaging.simulator.server import Simulator
 from messaging.webhooks import SIGNATURE_HEADER, sign
-from models.db import connection, db, init_db
+from models.setup import init_db
+from models.store.db import connection, db
 
 # Fixtures, for `from tests.accounts_fixtures import *` in a test module (helpers are imported by name).
 __all__ = ["shared_simulator", "simulator", "app", "client"]

@@ -18,13 +18,16 @@ from config import get_settings, use_settings
 from messaging.client import GraphClient, template_from_graph
 from messaging.simulator.server import Simulator
 from messaging.webhooks import StatusUpdate
-from models.accounts import MessagingAccount, Template, open_window
-from models.campaigns import Campaign, create_campaign
 from models.clock import utcnow
-from models.credits import LedgerEntry, Wallet
-from models.db import connection, db, init_db
 from models.ids import new_id
-from models.secrets import encrypt
+from models.numbers.accounts import open_window
+from models.numbers.tables import MessagingAccount, Template
+from models.sending.campaigns import create_campaign
+from models.sending.tables import Campaign
+from models.setup import init_db
+from models.store.db import connection, db
+from models.store.secrets import encrypt
+from models.tenancy.tables import LedgerEntry, Wallet
 
 __all__ = ["campaign_simulator", "sim", "app", "client", "number", "queue_only"]
 

@@ -33,7 +33,8 @@ import redis  # noqa: E402
 from falcon import testing  # noqa: E402
 
 from config import Settings, load_settings, use_settings  # noqa: E402
-from models import db as database  # noqa: E402
+from models import setup  # noqa: E402
+from models.store import db as database  # noqa: E402
 
 PG_DSN = os.environ.get("SVC_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("SVC_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -92,7 +93,7 @@ def base_env(data_dir: Path) -> dict[str, str]:
 def sqlite_template() -> Path:
     directory = _SESSION_DIR / "sqlite-template"
     settings = use_settings(load_settings(base_env(directory)))
-    database.init_db(settings)
+    setup.init_db(settings)
     database.upgrade()
     database.db.close_all()
     return settings.sqlite_path
@@ -190,7 +191,7 @@ def pg_template():
     admin.cursor().execute(f'CREATE DATABASE "{name}"')
     settings = use_settings(load_settings({**base_env(_SESSION_DIR / "pg-template"),
                                            "SVC_DATABASE_URL": f"{PG_DSN}/{name}"}))
-    database.init_db(settings)
+    setup.init_db(settings)
     database.upgrade()
     database.db.close_all()
     yield name
@@ -230,7 +231,7 @@ def storage(request, tmp_path):
             copies.give_back(name, settings.queue_name)
 
     use_settings(settings)
-    database.init_db(settings)
+    setup.init_db(settings)
     with database.connection():
         yield settings
     database.db.close_all()
@@ -242,7 +243,7 @@ def storage(request, tmp_path):
 def sqlite_storage(tmp_path, sqlite_template):
     """SQLite only: for tests about the embedded default itself."""
     settings = use_settings(_sqlite_settings(tmp_path, sqlite_template))
-    database.init_db(settings)
+    setup.init_db(settings)
     with database.connection():
         yield settings
     database.db.close_all()
@@ -254,14 +255,14 @@ def immediate_queue():
     are fanned out at once rather than through the queue's per-second coalescing."""
     from jobs import sending, webhooks
     from jobs.queue import huey
-    from models import events
+    from models.events import outbox
     from models.sending.engine import Settings
 
     huey.immediate = True
     running = sending.engine_settings
     sending.engine_settings = Settings(session=None, linger=0)
     try:
-        with events.listening([webhooks.fan_out_task]):
+        with outbox.listening([webhooks.fan_out_task]):
             yield huey
     finally:
         sending.engine_settings = running
@@ -284,8 +285,9 @@ class Persona:
     """A company with a key: `headers` authenticate as it."""
 
     def __init__(self, name: str, credits: int = 0, scopes=("all",), **key_options):
-        from models import credits as wallet
-        from models.tenants import create_key, create_tenant
+        from models.tenancy import credits as wallet
+        from models.tenancy.keys import create_key
+        from models.tenancy.tenants import create_tenant
 
         self.tenant = create_tenant(name)
         self.key, self.key_string = create_key(self.tenant, list(scopes), **key_options)
@@ -301,7 +303,7 @@ class Persona:
         return {"Authorization": f"Bearer {self.key_string}"}
 
     def with_key(self, scopes, **key_options) -> dict[str, str]:
-        from models.tenants import create_key
+        from models.tenancy.keys import create_key
 
         _key, key_string = create_key(self.tenant, list(scopes), **key_options)
         return {"Authorization": f"Bearer {key_string}"}

@@ -29,7 +29,8 @@ import pytest
 import requests
 
 from config import load_settings, use_settings
-from models import db as database
+from models import setup
+from models.store import db as database
 from tests.conftest import IN_CI, base_env
 from tests.live import LiveService, free_port, wait_until
 from tests.webhooks_fixtures import Receiver, webhook_ca  # noqa: F401  (fixture)
@@ -164,7 +165,7 @@ def private_servers():
         admin.close()
         settings = use_settings(load_settings({**base_env(postgres.root / "tpl"),
                                                "SVC_DATABASE_URL": f"{postgres.dsn}/{servers.template}"}))
-        database.init_db(settings)
+        setup.init_db(settings)
         database.upgrade()
         database.db.close_all()
         yield servers
@@ -179,7 +180,7 @@ def _database_storage(tmp_path: Path, dsn: str, template: str, redis_url: str, a
     settings = load_settings({**base_env(tmp_path / "data"), "SVC_DATABASE_URL": f"{dsn}/{name}",
                               "SVC_REDIS_URL": redis_url, "SVC_QUEUE_NAME": f"svc-test-{name}"})
     use_settings(settings)
-    database.init_db(settings)
+    setup.init_db(settings)
     return name, settings
 
 
@@ -211,7 +212,7 @@ def private_storage(module_storage, immediate_queue):
     connection open, and the real queue for the child processes."""
     immediate_queue.immediate = False
     use_settings(module_storage)
-    database.init_db(module_storage)
+    setup.init_db(module_storage)
     with database.connection():
         yield module_storage
 
@@ -354,7 +355,7 @@ def api(cluster: LiveService, persona, method: str, path: str, node: str | None 
 def company(cluster: LiveService, ca, name: str, mps: int, credits: int = 100_000) -> Company:
     """A company with a number on the simulator and a webhook endpoint (an HTTPS receiver on
     loopback) for every core event. Close `company.receiver` when done."""
-    from models import webhooks
+    from models.events import webhooks
     from tests.conftest import Persona
 
     persona = Persona(name, credits=credits, rate_limit=100_000)
@@ -376,7 +377,7 @@ def start_campaign(cluster: LiveService, company: Company, wa_ids: list[str], no
 
 
 def accepted_count(campaign_id: str) -> int:
-    from models.campaigns import Campaign, CampaignRecipient
+    from models.sending.tables import Campaign, CampaignRecipient
 
     campaign = Campaign.get(Campaign.public_id == campaign_id)
     return (CampaignRecipient.select().where((CampaignRecipient.campaign == campaign.id)
@@ -394,8 +395,7 @@ def sim_sent(cluster: LiveService) -> list[dict]:
 
 def wait_until_completed(cluster: LiveService, company: Company, timeout: float = 120) -> None:
     """Every campaign of the company completed and every single message settled (sent or failed)."""
-    from models.campaigns import Campaign
-    from models.messages import Message
+    from models.sending.tables import Campaign, Message
 
     def done():
         try:
@@ -431,10 +431,10 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
     the wallet; nothing is left reserved or in flight."""
     from peewee import fn
 
-    from models import credits
-    from models.campaigns import Campaign, CampaignRecipient, campaign_credits
-    from models.credits import LedgerEntry
-    from models.messages import Message
+    from models.sending.campaigns import campaign_credits
+    from models.sending.tables import Campaign, CampaignRecipient, Message
+    from models.tenancy import credits
+    from models.tenancy.tables import LedgerEntry
 
     mine = [item for item in sim_sent(cluster) if item["phone_number_id"] == company.account.phone_id]
     callbacks = collections.Counter(item["biz_opaque_callback_data"] for item in mine)
@@ -474,8 +474,7 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
 
 def assert_every_event_delivered(cluster: LiveService, company: Company, timeout: float = 90) -> None:
     """Every core event of the company reached its receiver, signed (retries included)."""
-    from models.events import Event
-    from models.webhooks import WebhookDelivery
+    from models.events.tables import Event, WebhookDelivery
     from tests.webhooks_fixtures import verify
 
     def missing() -> set[str]:

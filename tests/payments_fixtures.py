@@ -13,7 +13,7 @@ import requests
 from config import get_settings
 from gateway.mercadopago import sign
 from gateway.simulator import GatewaySimulator
-from models import payments
+from models.receivables import payments
 from tests.campaigns_fixtures import template_row
 
 __all__ = ["gateway_sim", "gateway", "Seller"]

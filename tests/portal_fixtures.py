@@ -15,8 +15,9 @@ from urllib.parse import urlencode
 import pytest
 from falcon import testing
 
-from models import db as database
-from models import portal
+from models.store import db as database
+from models.tenancy import portal
+from models.tenancy.tables import PortalUser
 
 __all__ = ["owner", "portal_client"]
 
@@ -67,12 +68,12 @@ def shown_secret(html: str) -> str:
     return re.search(r'id="secret-value">([^<]+)<', html).group(1)
 
 
-def make_user(tenant_id: int, role: str = "owner", email: str | None = None) -> portal.PortalUser:
+def make_user(tenant_id: int, role: str = "owner", email: str | None = None) -> PortalUser:
     return portal.create_user(tenant_id, email or f"user{next(_serial)}@example.com", role, PASSWORD)
 
 
 @pytest.fixture
-def owner(alice) -> portal.PortalUser:
+def owner(alice) -> PortalUser:
     return make_user(alice.id, "owner", "owner@alice.example.com")
 
 
@@ -81,7 +82,7 @@ def portal_client(client) -> PortalClient:
     return PortalClient(client)
 
 
-def signed_in(client: testing.TestClient, user: portal.PortalUser) -> PortalClient:
+def signed_in(client: testing.TestClient, user: PortalUser) -> PortalClient:
     browser = PortalClient(client)
     result = browser.sign_in(user.email)
     assert result.status_code == 303, result.text

@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from jobs.accounts import sync_all_templates
-from models import accounts
-from models.accounts import MessagingAccount, Template
-from models.templates_sync import sync_templates
+from models.numbers import accounts
+from models.numbers.tables import MessagingAccount, Template
+from models.numbers.templates import sync_templates
 from svcctl.main import app as svcctl
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import connect_number, sqlite_only, unreachable_platform

@@ -10,8 +10,8 @@ import pytest
 
 from api.operation import MAX_BODY_BYTES, Reply, operation
 from api.schemas import Input
-from models import credits
-from models.tenants import revoke_key, rotate_key
+from models.tenancy import credits
+from models.tenancy.keys import revoke_key, rotate_key
 
 ACCESS_REQUEST = {"company_name": "Acme", "contact_name": "Ada", "contact_email": "ada@acme.test"}
 
@@ -117,7 +117,7 @@ class TestEnvelopes:
 
 class TestAccessRequests:
     def test_it_records_a_pending_request(self, client, storage):
-        from models.access_requests import AccessRequest
+        from models.tenancy.tables import AccessRequest
 
         response = client.simulate_post("/api/v1/access-requests", json=ACCESS_REQUEST)
         assert response.status_code == 201
@@ -204,7 +204,7 @@ class TestIdempotency:
         assert response.status_code == 422
 
     def test_a_read_claims_no_key_and_refuses_none(self, client, alice):
-        from models.idempotency import IdempotencyRecord
+        from models.tenancy.tables import IdempotencyRecord
 
         for key in ("read-1", "read-1", " ", "k" * 256):
             response = client.simulate_get("/api/v1/credits/balance",
@@ -214,7 +214,7 @@ class TestIdempotency:
         assert IdempotencyRecord.select().count() == 0
 
     def test_a_concurrent_duplicate_conflicts_instead_of_running_twice(self, write, alice, app):
-        from models import idempotency
+        from models.tenancy import idempotency
 
         # The first request is mid-flight: its claim exists without a stored response. The body
         # hash is of the bytes the test client sends (it encodes with the stdlib json).
@@ -226,7 +226,7 @@ class TestIdempotency:
         assert credits.wallet_of(alice.id).balance == 1000
 
     def test_racing_duplicates_run_once(self, write, alice, storage):
-        from models.db import connection
+        from models.store.db import connection
 
         outcomes = []
 
@@ -246,8 +246,8 @@ class TestIdempotency:
     def test_expired_keys_are_purged_and_reusable(self, write, alice):
         import datetime as dt
 
-        from models import idempotency
-        from models.idempotency import IdempotencyRecord
+        from models.tenancy import idempotency
+        from models.tenancy.tables import IdempotencyRecord
 
         write("old", {"note": "a"})
         from models.clock import utcnow
@@ -294,8 +294,7 @@ class TestRateLimits:
     @staticmethod
     def _preload(key: str, count: int) -> None:
         """Bring a counter to its limit in the current window, as that many requests would."""
-        from models.counters import window_start
-        from models.db import counters
+        from models.store.counters import counters, window_start
 
         store = counters()
         if hasattr(store, "client"):

@@ -1,7 +1,7 @@
 """Key revocation and rate limits against a live multi-worker gunicorn: each worker keeps its own
 copy of a key row and counts high-volume limits in memory (api/ratelimit.py), and neither may let
 a revoked key or a spent limit through for long; each keeps a copy of the wallets it has read
-(models/wallet_copies.py), and no read may miss a change committed before it was sent."""
+(models/tenancy/wallet_copies.py), and no read may miss a change committed before it was sent."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from models import credits
-from models.db import atomic, connection, execute
-from models.tenants import create_key, revoke_key
-from models.wallet_copies import CHANNEL
+from models.store.db import atomic, connection, execute
+from models.tenancy import credits
+from models.tenancy.keys import create_key, revoke_key
+from models.tenancy.wallet_copies import CHANNEL
 from tests.live import LiveService, env_for, wait_until
 
 

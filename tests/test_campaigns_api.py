@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from models import credits
-from models.campaigns import Campaign, CampaignRecipient
-from models.events import Event
+from models.events.tables import Event
+from models.sending.tables import Campaign, CampaignRecipient
+from models.tenancy import credits
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, ledger_types, make_number, wallet
 

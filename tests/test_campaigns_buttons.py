@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from models.campaigns import MAX_PAYLOAD_BYTES, Campaign, CampaignRecipient
-from models.templates_sync import sync_templates
+from models.numbers.templates import sync_templates
+from models.sending.campaigns import MAX_PAYLOAD_BYTES
+from models.sending.tables import Campaign, CampaignRecipient
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import make_number, wallet
 

@@ -11,7 +11,8 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from models.campaigns import Campaign, create_campaign
+from models.sending.campaigns import create_campaign
+from models.sending.tables import Campaign
 from svcctl.main import app as svcctl  # noqa: E402  (after the fixtures, whose `app` it would shadow)
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, wa

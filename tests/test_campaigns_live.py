@@ -12,9 +12,9 @@ import time
 import pytest
 import requests
 
-from models import credits
-from models.campaigns import Campaign, CampaignRecipient
-from models.events import Event
+from models.events.tables import Event
+from models.sending.tables import Campaign, CampaignRecipient
+from models.tenancy import credits
 from tests.campaigns_fixtures import TEMPLATES, campaign_body, make_number, sim_signup, template_row
 from tests.conftest import Persona
 from tests.live import LiveService, wait_until
@@ -145,7 +145,7 @@ def test_a_worker_killed_mid_campaign_never_sends_anyone_twice(live_service, sto
     assert len(reached) + len(failed) == 2000
     # The wallet adds up: one credit per recipient counted as sent, the rest released. A recipient
     # recovery failed and late evidence then showed accepted was released, then reserved and
-    # consumed again (models/statuses.py, `_affordable_late`): once in each column above 2000.
+    # consumed again (models/sending/statuses.py, `_affordable_late`): once in each column above 2000.
     assert data["consumed_credits"] == len(reached)
     late = data["reserved_credits"] - 2000
     assert late >= 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from jobs.queue import huey
-from models import campaigns as campaigns_module
-from models.campaigns import Campaign, CampaignRecipient, create_campaign
-from models.credits import LedgerEntry
+from models.sending import campaigns as campaigns_module
+from models.sending.campaigns import create_campaign
+from models.sending.tables import Campaign, CampaignRecipient
+from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, create_for, make_number, wallet
 from tests.test_credits import replay_ledger

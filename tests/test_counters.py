@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 
-from models.counters import SharedMemoryCounters
+from models.store.counters import SharedMemoryCounters
 
 
 def _hammer(path, key: str, times: int) -> None:
@@ -35,7 +35,8 @@ def test_a_new_window_starts_from_zero_and_amounts_add_up(tmp_path):
 
 
 def test_the_sqlite_profile_counts_rate_limits_without_writing_the_database(client, storage, alice):
-    from models.db import counters, execute, is_postgres
+    from models.store.counters import counters
+    from models.store.db import execute, is_postgres
 
     for _ in range(3):
         assert client.simulate_get("/api/v1/credits/balance", headers=alice.headers).status_code == 200

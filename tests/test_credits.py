@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from models import credits
-from models.credits import LedgerEntry, Wallet
-from models.db import connection
 from models.errors import InsufficientCredits, Invalid, WalletPaused
+from models.store.db import connection
+from models.tenancy import credits
+from models.tenancy.tables import LedgerEntry, Wallet
 
 
 def replay_ledger(tenant_id: int) -> tuple[int, int]:
@@ -160,7 +160,7 @@ def test_a_key_sees_only_its_own_wallet(client, alice, charlie):
 
 
 def test_a_balance_read_answers_from_the_process_copy_until_the_wallet_changes(sqlite_storage):
-    from models.tenants import create_tenant
+    from models.tenancy.tenants import create_tenant
     from tests.portal_fixtures import statements_run
 
     tenant = create_tenant("Copies Co")
@@ -201,8 +201,8 @@ def test_every_change_to_a_wallet_shows_in_the_next_balance_read(client, alice, 
 
 def test_wallet_copy_seconds_is_a_bounded_number_and_zero_keeps_no_copy(sqlite_storage, tmp_path):
     from config import ConfigError, load_settings
-    from models.tenants import create_tenant
-    from models.wallet_copies import WalletCopies
+    from models.tenancy.tenants import create_tenant
+    from models.tenancy.wallet_copies import WalletCopies
     from tests.portal_fixtures import statements_run
 
     assert load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_WALLET_COPY_SECONDS": "2.5"}).wallet_copy_seconds == 2.5

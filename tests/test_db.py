@@ -1,13 +1,14 @@
-"""Transactions and their hooks (models/db.py), on both engines."""
+"""Transactions and their hooks (models/store/db.py), on both engines."""
 
 from __future__ import annotations
 
 import peewee
 import pytest
 
-from models.db import after_commit, atomic, db, execute, fetch_one, is_postgres
-from models.events import Event, emit, listening
-from models.tenants import create_tenant
+from models.events.outbox import emit, listening
+from models.events.tables import Event
+from models.store.db import after_commit, atomic, db, execute, fetch_one, is_postgres
+from models.tenancy.tenants import create_tenant
 
 
 def test_after_commit_hooks_run_once_the_outermost_transaction_commits(storage):

@@ -15,8 +15,9 @@ import sys
 import pytest
 
 from api.operation import Reply, operation
-from models import credits, idempotency
-from models.idempotency import CLAIMER, IdempotencyRecord
+from models.tenancy import credits, idempotency
+from models.tenancy.idempotency import CLAIMER
+from models.tenancy.tables import IdempotencyRecord
 from tests.test_api_rules import GrantInput, GrantOne
 
 PATH = "/api/v1/test-write"

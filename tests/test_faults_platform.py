@@ -43,7 +43,7 @@ def platform_fails(cluster, mode: str, seconds: float) -> None:
 
 def open_windows(cluster, account, wa_ids) -> None:
     """The customers write first (the simulator's inbound webhook), so single messages may go."""
-    from models.accounts import ContactWindow
+    from models.numbers.tables import ContactWindow
     from tests.live import wait_until
 
     for wa_id in wa_ids:

@@ -22,10 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from models import credits
-from models.campaigns import Campaign, CampaignRecipient, campaign_credits
-from models.cartera import Debt
+from models.receivables.tables import Debt
+from models.sending.campaigns import campaign_credits
 from models.sending.engine import Settings as EngineSettings
+from models.sending.tables import Campaign, CampaignRecipient
+from models.tenancy import credits
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (
     assert_every_event_delivered,

@@ -13,9 +13,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from models.accounts import MessagingAccount
-from models.events import Event
-from models.sending.messenger import account_token
+from models.events.tables import Event
+from models.numbers.graph import account_token
+from models.numbers.tables import MessagingAccount
 from tests.conftest import Persona
 from tests.faults_fixtures import CORE_EVENTS, Cluster
 from tests.live import env_for, wait_until

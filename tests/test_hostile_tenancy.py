@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from models import webhooks
-from models.campaigns import Campaign
-from models.cartera import Debt
-from models.messages import Message
-from models.webhooks import WebhookEndpoint
+from models.events import webhooks
+from models.events.tables import WebhookEndpoint
+from models.receivables.tables import Debt
+from models.sending.tables import Campaign, Message
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)
 from tests.campaigns_fixtures import campaign_body, let_write, make_number
 

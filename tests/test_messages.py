@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from models import accounts, credits
-from models.credits import LedgerEntry
-from models.events import Event
-from models.messages import Message
+from models.events.tables import Event
+from models.numbers import accounts
+from models.sending.tables import Message
+from models.tenancy import credits
+from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import let_write, make_number, wa, wallet
 from tests.test_credits import replay_ledger
@@ -291,7 +292,7 @@ def test_a_throttled_message_is_retried_in_the_task(client, alice, number):
 
 def test_only_a_failed_platform_call_counts_against_the_retry_limit(client, alice, number, customer):
     from messaging.errors import RetryablePlatformError, ThrottledError
-    from models import messages
+    from models.sending import messages
     from models.sending.message_store import MessageStore
 
     # Stored but not handed to the queue: this test plays the engine.
@@ -318,9 +319,9 @@ def test_a_message_whose_window_closed_while_it_waited_fails_unsent(client, alic
     import datetime as dt
 
     from jobs.sending import dispatch
-    from models import messages
-    from models.accounts import ContactWindow
     from models.clock import utcnow
+    from models.numbers.tables import ContactWindow
+    from models.sending import messages
 
     to = wa()
     let_write(number, to)

@@ -7,12 +7,11 @@ import datetime as dt
 import pytest
 
 from jobs.accounts import after_connect
-from models import onboarding
-from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
-from models.events import Event
-from models.onboarding import OnboardingAttempt
-from models.sending.messenger import account_token
+from models.events.tables import Event
+from models.numbers import onboarding
+from models.numbers.graph import account_token
+from models.numbers.tables import MessagingAccount, OnboardingAttempt, Template
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import (
     REDIRECT_URL,

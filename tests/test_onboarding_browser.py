@@ -11,8 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
-from models.accounts import MessagingAccount
-from models.events import Event
+from models.events.tables import Event
+from models.numbers.tables import MessagingAccount
 from tests.accounts_fixtures import REDIRECT_URL, sqlite_only
 from tests.browser_fixtures import *  # noqa: F403
 from tests.live import wait_until

@@ -28,9 +28,9 @@ import pytest
 import requests
 from jsonschema import Draft202012Validator
 
-from models import payments, webhooks
-from models.events import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT
-from models.webhooks import PING_EVENT
+from models.events import webhooks
+from models.events.tables import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, PING_EVENT
+from models.receivables import payments
 from tests.conftest import Persona
 from tests.live import ROOT, PaymentsLiveService, env_for, wait_until
 from tests.openapi_fixtures import event_errors, webhook_post

@@ -12,9 +12,9 @@ import re
 import pytest
 from openapi_spec_validator.validation.validators import OpenAPIV31SpecValidator
 
-from models import events
-from models.event_types import EVENT_TYPES, WebhookPing, event_name
-from models.webhooks import PING_EVENT
+from models.events import outbox as events
+from models.events.tables import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, PING_EVENT
+from models.events.types import EVENT_TYPES, WebhookPing, event_name
 from tests.openapi_fixtures import event_errors, webhook_post
 
 pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
@@ -45,7 +45,7 @@ def test_every_operation_documents_a_success_answer_with_its_body(document):
 
 
 def test_every_posted_event_is_a_webhook_with_its_body_and_signature_headers(document):
-    posted = {*events.ALL_EVENTS, PING_EVENT}
+    posted = {*ALL_EVENTS, PING_EVENT}
     assert set(document["webhooks"]) == posted
     for name in posted:
         post = webhook_post(document, name)
@@ -62,12 +62,12 @@ def test_every_posted_event_is_a_webhook_with_its_body_and_signature_headers(doc
 
 
 def test_the_event_list_has_one_source(document):
-    """The outbox, the subscription list and the document all read models/event_types.py."""
-    assert tuple(event_name(body) for body in EVENT_TYPES) == events.ALL_EVENTS
-    assert event_name(WebhookPing) == PING_EVENT and PING_EVENT not in events.ALL_EVENTS
+    """The outbox, the subscription list and the document all read models/events/types.py."""
+    assert tuple(event_name(body) for body in EVENT_TYPES) == ALL_EVENTS
+    assert event_name(WebhookPing) == PING_EVENT and PING_EVENT not in ALL_EVENTS
     endpoint_input = document["components"]["schemas"]["EndpointInput"]
-    assert endpoint_input["properties"]["events"]["items"]["enum"] == list(events.CORE_EVENTS)
-    assert events.PAYMENT_EVENT in events.ALL_EVENTS and events.PAYMENT_EVENT not in events.CORE_EVENTS
+    assert endpoint_input["properties"]["events"]["items"]["enum"] == list(CORE_EVENTS)
+    assert PAYMENT_EVENT in ALL_EVENTS and PAYMENT_EVENT not in CORE_EVENTS
     with pytest.raises(ValueError, match="unknown event"):
         events.emit(1, "debt.not_an_event", {})
 

@@ -4,23 +4,35 @@ settings, and re-encrypting stored secrets under a new key."""
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pyotp
 import pytest
 from cryptography.fernet import Fernet
 
 from config import ConfigError, load_settings, logs
 from config.access_log import loggable_path
-from models import payments, portal, secrets
-from models.accounts import MessagingAccount
-from models.db import db
-from models.idempotency import IdempotencyRecord
-from models.webhooks import WebhookEndpoint
+from models.events.tables import WebhookEndpoint
+from models.numbers.tables import MessagingAccount
+from models.operations import rotation
+from models.receivables import payments
+from models.store import secrets
+from models.store.db import db
+from models.tenancy import portal
+from models.tenancy.tables import IdempotencyRecord, PortalUser
 from tests.campaigns_fixtures import campaign_body, make_number
+from tests.live import env_for
 from tests.operations_fixtures import parse, total
 from tests.webhooks_fixtures import configure
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def metric(client, name: str, **labels) -> float:
@@ -139,7 +151,7 @@ def test_the_queue_routine_is_a_debug_line_and_sql_never_shows(level, capsys):
     kept = (list(root.handlers), root.level, {name: logging.getLogger(name).level for name in ("peewee", "urllib3")})
     logs.configure_logging("text", level)
     try:
-        logging.getLogger("huey").info("Executing %s", "jobs.maintenance.purge: 1f2e")
+        logging.getLogger("huey").info("Executing %s", "jobs.idempotency.purge_expired_idempotency_keys: 1f2e")
         logging.getLogger("huey.consumer.Scheduler").info("Enqueueing periodic task %s.", "jobs.webhooks.sweep: 3c4d")
         logging.getLogger("huey").info("Task %s raised RetryTask, retrying.", "5e6f")
         logging.getLogger("peewee").debug("('SELECT \"key\" FROM \"api_key\"', ['svc_live_secret'])")
@@ -151,7 +163,7 @@ def test_the_queue_routine_is_a_debug_line_and_sql_never_shows(level, capsys):
             logging.getLogger(name).setLevel(old)
     written = capsys.readouterr().err
     assert "INFO huey: Task 5e6f raised RetryTask" in written  # what happened keeps its level
-    routine = ["DEBUG huey: Executing jobs.maintenance.purge: 1f2e",
+    routine = ["DEBUG huey: Executing jobs.idempotency.purge_expired_idempotency_keys: 1f2e",
                "DEBUG huey.consumer.Scheduler: Enqueueing periodic task jobs.webhooks.sweep: 3c4d."]
     assert [line in written for line in routine] == [level == "debug"] * 2
     assert "INFO huey: Executing" not in written and "INFO huey.consumer.Scheduler" not in written
@@ -202,7 +214,7 @@ def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alic
 
     configure(storage, secret_keys=(new_key, old_key), secret_key=new_key)
     assert account.access_token and MessagingAccount.get_by_id(account.id).access_token == account.access_token
-    report = secrets.rotate(batch=1)
+    report = rotation.rotate(batch=1)
     columns = {column.column: column for column in report.columns}
     assert columns["messaging_account.access_token"].rotated == 1
     assert columns["webhook_endpoint.secret_ciphertext"].rotated == 1
@@ -210,13 +222,13 @@ def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alic
     assert columns["payment_gateway.webhook_secret_ciphertext"].rotated == 1
     assert columns["portal_user.totp_pending_ciphertext"].rotated == 1
     assert report.unreadable == 0
-    assert secrets.rotate().rotated == 0  # run again: nothing left under the old key
+    assert rotation.rotate().rotated == 0  # run again: nothing left under the old key
 
     configure(storage, secret_keys=(new_key,), secret_key=new_key)  # the old key removed
     assert secrets.decrypt(MessagingAccount.get_by_id(account.id).access_token) == "EAAG-platform-token"
     assert WebhookEndpoint.get(WebhookEndpoint.tenant == alice.id).signing_secret == signing_secret
     assert payments.webhook_secret_of(alice.id) == "gateway-webhook-secret"
-    assert portal.pending_totp_secret(portal.PortalUser.get_by_id(owner.id)) == totp_secret
+    assert portal.pending_totp_secret(PortalUser.get_by_id(owner.id)) == totp_secret
     # The idempotent replay of the creation (its body holds the secret, encrypted) still answers.
     replay = client.simulate_post("/api/v1/webhooks/endpoints", headers={**alice.headers, "Idempotency-Key": "k1"},
                                   json={"url": "https://example.com/hooks", "events": ["message.sent"]})
@@ -225,10 +237,63 @@ def test_rotate_re_encrypts_every_stored_secret_under_the_first_key(client, alic
     assert IdempotencyRecord.get(IdempotencyRecord.key == "k2").body == '{"success":true}'
 
 
+def encrypted_columns_in_the_source() -> set[tuple[str, str]]:
+    """(table class, attribute) of every `EncryptedText(...)` a table under models/ declares, read
+    from the source: the list rotation must cover, found without asking rotation."""
+    declared = set()
+    for path in (ROOT / "models").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for statement in node.body:
+                    if (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)
+                            and ast.unparse(statement.value.func).rpartition(".")[2] == "EncryptedText"):
+                        declared |= {(node.name, target.id) for target in statement.targets}
+    return declared
+
+
+def test_rotation_finds_every_encrypted_column_wherever_its_table_lives():
+    # In a process of its own: here every table is imported already, whatever rotation walks.
+    listing = ("import json; from models.operations.rotation import encrypted_columns; "
+               "print(json.dumps([[table.__name__, column.name] for table, column in encrypted_columns()]))")
+    found = subprocess.run([sys.executable, "-c", listing], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                           check=True)
+    declared = encrypted_columns_in_the_source()
+    assert len(declared) >= 7
+    assert {tuple(column) for column in json.loads(found.stdout)} == declared
+
+
+def test_svcctl_secrets_rotate_re_encrypts_every_encrypted_column(client, alice, storage):
+    old_key, new_key = storage.secret_key, Fernet.generate_key().decode()
+    # A secret under the old key in every encrypted column: the number's token; the endpoint's
+    # signing secret, and the stored response of its creation, which shows it; the gateway's
+    # credentials; a confirmed two-factor secret, and one being set up.
+    make_number(alice.id, token="EAAG-platform-token")
+    created = client.simulate_post("/api/v1/webhooks/endpoints", headers={**alice.headers, "Idempotency-Key": "k1"},
+                                   json={"url": "https://example.com/hooks", "events": ["message.sent"]})
+    assert created.status_code == 201, created.text
+    payments.connect_gateway(alice.id, "APP_USR-gateway-token", "gateway-webhook-secret")
+    owner = portal.create_user(alice.id, "owner@alice.example", "owner", "a long enough password 1")
+    totp_secret = portal.begin_totp(owner)
+    assert portal.confirm_totp(PortalUser.get_by_id(owner.id), pyotp.TOTP(totp_secret).now())
+    portal.begin_totp(PortalUser.get_by_id(owner.id))
+
+    # The command as an operator runs it: a process of its own, which imports what it walks.
+    result = subprocess.run([sys.executable, "-m", "svcctl.main", "secrets", "rotate", "--json"], cwd=ROOT,
+                            env={**os.environ, **env_for(storage), "SVC_SECRET_KEY": f"{new_key},{old_key}"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    every_column = {f"{table._meta.table_name}.{column.column_name}" for table, column in rotation.encrypted_columns()}
+    assert len(every_column) == len(encrypted_columns_in_the_source())
+    assert {column["column"] for column in report["columns"]} == every_column
+    assert {column["column"] for column in report["columns"] if column["rotated"]} == every_column
+    assert report["unreadable"] == 0
+
+
 def test_a_secret_no_key_opens_is_reported_not_lost(alice, storage):
     make_number(alice.id, token="EAAG-other")
     configure(storage, secret_keys=(Fernet.generate_key().decode(),))
-    report = secrets.rotate()
+    report = rotation.rotate()
     assert report.unreadable == 1 and report.rotated == 0
 
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 import requests
 
-from models.webhooks import WebhookDelivery
+from models.events.tables import WebhookDelivery
 from tests.campaigns_fixtures import make_number, sim_signup
 from tests.conftest import Persona
 from tests.live import ROOT, LiveService, env_for, free_port, wait_until

@@ -9,7 +9,8 @@ import re
 import requests
 from typer.testing import CliRunner
 
-from models.tenants import Tenant, create_tenant
+from models.tenancy.tables import Tenant
+from models.tenancy.tenants import create_tenant
 from svcctl.main import app
 from tests.test_security_master_key import demo_installation  # noqa: F401  (fixture)
 

@@ -15,8 +15,8 @@ import pytest
 import requests
 from cryptography.fernet import Fernet
 
-from models.accounts import MessagingAccount
-from models.webhooks import WebhookEndpoint
+from models.events.tables import WebhookEndpoint
+from models.numbers.tables import MessagingAccount
 from tests.campaigns_fixtures import make_number, sim_signup
 from tests.conftest import Persona
 from tests.live import ROOT, LiveService, env_for, wait_until

@@ -13,14 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from jobs.payments import reconcile_payments
-from models import cartera, payments
-from models.cartera import Debt, Payment
-from models.db import connection
-from models.events import Event
-from models.payments import GatewayNotification, PaymentLink, PaymentReversal
+from models.events.tables import Event
+from models.receivables import debts, export, payments
+from models.receivables.tables import Debt, GatewayNotification, Payment, PaymentGateway, PaymentLink, PaymentReversal
+from models.store.db import connection
 from svcctl.main import app as svcctl
-from tests.cartera_fixtures import debt_body, error_of, get_debt, make_account, post
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)
+from tests.receivables_fixtures import debt_body, error_of, get_debt, make_account, post
 
 runner = CliRunner()
 
@@ -88,15 +87,15 @@ class TestLinks:
     @pytest.mark.parametrize("settle", ["paid", "resolved"])
     def test_no_link_on_a_paid_or_resolved_debt(self, client, alice, debt, gateway, settle):
         if settle == "paid":
-            cartera.record_service_payment(alice.id, "D-1", "300", "cash")
+            debts.record_service_payment(alice.id, "D-1", "300", "cash")
         else:
-            cartera.resolve_debt(alice.id, "D-1", "written_off")
+            debts.resolve_debt(alice.id, "D-1", "written_off")
         refused = link_for(client, alice)
         assert refused.status_code == 409 and error_of(refused)["code"] == "debt_not_payable"
 
     def test_a_link_opened_after_the_debt_is_settled_does_not_reach_the_checkout(self, client, alice, debt, gateway):
         link = link_for(client, alice).json["data"]
-        cartera.record_service_payment(alice.id, "D-1", "300", "cash")
+        debts.record_service_payment(alice.id, "D-1", "300", "cash")
         page = client.simulate_get(f"/pay/{link['id']}")
         assert page.status_code == 409 and "location" not in page.headers and "saldo" in page.text
         assert client.simulate_get("/pay/plk_unknown").status_code == 404
@@ -214,7 +213,7 @@ class TestReversals:
         assert deuda(client, alice)["saldo_pendiente"] == 300
         assert [(r.kind, r.monto) for r in PaymentReversal.select().order_by(PaymentReversal.id)] == [
             ("refund", 5000), ("chargeback", 25000)]
-        rows = list(payments.export_rows(alice.id))
+        rows = list(export.export_rows(alice.id))
         assert [(row["tipo"], row["monto"], row["motivo"]) for row in rows] == [
             ("pago", Decimal("300.00"), None), ("reverso", Decimal("-50.00"), "refund"),
             ("reverso", Decimal("-250.00"), "chargeback")]
@@ -258,7 +257,7 @@ class TestReconciliation:
 class TestExport:
     def test_the_feed_by_cursor_over_the_api_and_the_cli(self, client, alice, charlie, debt, gateway, tmp_path):
         for amount in ("10", "20.5", "30"):
-            cartera.record_service_payment(alice.id, "D-1", amount, "cash")
+            debts.record_service_payment(alice.id, "D-1", amount, "cash")
         page = client.simulate_get("/api/v1/cartera/pagos", params={"limit": 2}, headers=alice.headers)
         assert page.status_code == 200, page.text
         assert [row["monto"] for row in page.json["data"]] == [10, 20.5]
@@ -277,7 +276,7 @@ class TestExport:
         lines = first.stdout.strip().splitlines()
         assert lines[0].startswith("cursor,tipo,boty_payment_id") and len(lines) == 4
         assert ",20.50,USD,cash," in lines[2] and cursor.read_text().strip() == "3"
-        cartera.record_service_payment(alice.id, "D-1", "1", "cash")
+        debts.record_service_payment(alice.id, "D-1", "1", "cash")
         second = runner.invoke(svcctl, [*args, "--format", "jsonl"])
         assert [line for line in second.stdout.strip().splitlines()] and '"monto":"1.00"' in second.stdout
         assert len(second.stdout.strip().splitlines()) == 1 and cursor.read_text().strip() == "4"
@@ -306,7 +305,7 @@ def test_notifications_of_one_payment_processed_at_once_record_it_once(client, a
     assert errors == []
     assert sorted(outcomes) == ["recorded"] + ["unchanged"] * 5
     assert Payment.select().count() == 1 and len(events(alice.id)) == 1
-    assert Debt.get().saldo_pendiente == 20000 and [r["cursor"] for r in payments.export_rows(alice.id)] == [1]
+    assert Debt.get().saldo_pendiente == 20000 and [r["cursor"] for r in export.export_rows(alice.id)] == [1]
 
 
 class TestCredentials:
@@ -316,7 +315,7 @@ class TestCredentials:
         assert result.exit_code == 0, result.output
         assert f"/payments/webhook/{alice.tenant.public_id}" in result.stdout
         assert "APP_USR-token-1" not in result.output and "webhook-secret-1" not in result.output
-        stored = payments.PaymentGateway.get()
+        stored = PaymentGateway.get()
         assert "APP_USR-token-1" not in stored.access_token_ciphertext
         assert payments.webhook_secret_of(alice.id) == "webhook-secret-1"
         assert payments.client_for(alice.id)._token == "APP_USR-token-1"
@@ -345,7 +344,7 @@ def test_payments_on_several_debts_at_once_get_export_numbers_without_gaps(clien
         try:
             with connection():
                 barrier.wait()
-                cartera.record_service_payment(alice.id, f"D-{index % 4}", "1", "cash")
+                debts.record_service_payment(alice.id, f"D-{index % 4}", "1", "cash")
         except Exception as error:  # noqa: BLE001 (reported below)
             errors.append(error)
 
@@ -355,4 +354,4 @@ def test_payments_on_several_debts_at_once_get_export_numbers_without_gaps(clien
     for thread in threads:
         thread.join()
     assert errors == []
-    assert [row["cursor"] for row in payments.export_rows(alice.id)] == list(range(1, 9))
+    assert [row["cursor"] for row in export.export_rows(alice.id)] == list(range(1, 9))

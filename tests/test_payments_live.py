@@ -20,15 +20,15 @@ import requests
 
 from config import get_settings
 from messaging.client import GraphClient
-from models import cartera, payments, webhooks
-from models.cartera import Debt, Payment
-from models.cartera_input import parse_debt
-from models.events import Event
-from models.payments import GatewayNotification
+from models.events import webhooks
+from models.events.tables import Event
+from models.receivables import payments, snapshots
+from models.receivables.inputs import parse_debt
+from models.receivables.tables import Debt, GatewayNotification, Payment
 from tests.campaigns_fixtures import TEMPLATES, make_number
-from tests.cartera_fixtures import debt_body
 from tests.live import ROOT, LiveService, PaymentsLiveService, env_for, free_port, wait_until
 from tests.payments_fixtures import add_link_template
+from tests.receivables_fixtures import debt_body
 from tests.test_onboarding_browser import browser  # noqa: F401  (the Chromium fixture)
 from tests.webhooks_fixtures import *  # noqa: F403  (receiver, webhook_ca, webhook_settings)
 from tests.webhooks_fixtures import verify
@@ -80,7 +80,7 @@ def remind_with_a_link(service: PaymentsLiveService, alice) -> tuple[dict, str]:
     body = debt_body(number.public_id, "E2E-1", moneda="COP", monto_original=150000, saldo_pendiente=150000,
                      auto_send=True, deudor={"nombre": "Ana", "documento": "CC-1", "telefono": DEBTOR_PHONE},
                      cuotas=[{"external_id": "E2E-1-1", "numero": 1, "monto": 150000, "vence": today}])
-    cartera.upsert_debt(alice.id, parse_debt(body))
+    snapshots.upsert_debt(alice.id, parse_debt(body))
 
     # The periodic task's work, run now: the reminder goes out as a campaign with the link.
     reminded = service.svcctl("cartera", "remind", "--json")

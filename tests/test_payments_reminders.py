@@ -11,15 +11,15 @@ import pytest
 import requests
 
 from config import get_settings
-from models import payments
-from models.campaigns import Campaign, CampaignRecipient
-from models.cartera_collection import send_due_reminders
-from models.payments import PaymentLink
+from models.receivables import payments
+from models.receivables.collection import send_due_reminders
+from models.receivables.tables import PaymentLink
+from models.sending.tables import Campaign, CampaignRecipient
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)
 from tests.payments_fixtures import add_link_template, template_row
-from tests.test_cartera_collection import DAY, NOON, sync
+from tests.test_receivables_collection import DAY, NOON, sync
 
 pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
 

@@ -10,13 +10,12 @@ import time
 import pytest
 
 from messaging.simulator.users import user_id_for
-from models import accounts, platform_users
-from models.accounts import MessagingAccount
-from models.campaigns import Campaign, CampaignRecipient
 from models.clock import utcnow
-from models.events import Event
-from models.messages import Message
-from models.platform_users import PlatformUser, marketing_opted_out
+from models.events.tables import Event
+from models.numbers import accounts, platform_users
+from models.numbers.platform_users import marketing_opted_out
+from models.numbers.tables import BusinessInitiated, ContactWindow, MessagingAccount, PlatformUser
+from models.sending.tables import Campaign, CampaignRecipient, Message
 from tests.accounts_fixtures import messages_value, notification, signed_post
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, wa
@@ -179,10 +178,10 @@ def test_a_window_opened_by_business_scoped_id_stays_with_the_user_once_their_ph
     assert PlatformUser.get(PlatformUser.user_id == user_id).wa_id == phone
 
     # 3. The window, and the business-initiated send counted against the daily limit, are the user's.
-    assert [(w.wa_id, w.last_inbound_wamid) for w in accounts.ContactWindow.select().where(
-        accounts.ContactWindow.account == number.id)] == [(phone, "wamid.L1")]
-    assert [b.wa_id for b in accounts.BusinessInitiated.select().where(
-        accounts.BusinessInitiated.account == number.id)] == [phone]
+    assert [(w.wa_id, w.last_inbound_wamid) for w in ContactWindow.select().where(
+        ContactWindow.account == number.id)] == [(phone, "wamid.L1")]
+    assert [b.wa_id for b in BusinessInitiated.select().where(
+        BusinessInitiated.account == number.id)] == [phone]
     assert accounts.messages_sent_today(number.id) == 1
     assert platform_users.open_windows(number.id, [waiting.to, phone], utcnow()) == {user_id, phone}
     # A message stored under the id before the link and accepted after it counts the same user.

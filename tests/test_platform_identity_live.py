@@ -12,14 +12,14 @@ import pytest
 import requests
 
 from messaging.simulator.users import business_app_contacts, user_id_for
-from models.accounts import MessagingAccount
-from models.cartera import upsert_debt
-from models.cartera_input import DebtInput, debt_spec
-from models.events import Event
-from tests.cartera_fixtures import debt_body
+from models.events.tables import Event
+from models.numbers.tables import MessagingAccount
+from models.receivables.inputs import DebtInput, debt_spec
+from models.receivables.snapshots import upsert_debt
 from tests.conftest import Persona
 from tests.live import LiveService, wait_until
 from tests.live_fixtures import *  # noqa: F403
+from tests.receivables_fixtures import debt_body
 
 pytestmark = pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
 HIDDEN = "MX.4455667788990017"  # ends in 7: a username user who never shared a phone

@@ -1,5 +1,5 @@
 """The platform's documented webhook payloads, kind by kind, through the parser
-(messaging/webhooks.py) and through the service (signed POST, models/platform.py): each is the
+(messaging/webhooks.py) and through the service (signed POST, models/inbox/batches.py): each is the
 right kind from the right user, and only what the platform counts as the user writing opens the
 24-hour customer-service window. The shapes are those of the Cloud API's webhook reference
 (messages, statuses, message_echoes, errors, system), users named by phone, business-scoped id,
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from messaging.webhooks import EchoMessage, InboundMessage, Media, StatusUpdate, parse_notification
-from models import accounts
-from models.accounts import MessagingAccount
-from models.events import Event
-from models.platform import WINDOW_OPENING_TYPES
+from models.events.tables import Event
+from models.inbox.updates import WINDOW_OPENING_TYPES
+from models.numbers import accounts
+from models.numbers.tables import MessagingAccount
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import connect_number, notification, signed_post, sqlite_only
 from tests.openapi_fixtures import assert_documented_event

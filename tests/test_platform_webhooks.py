@@ -9,13 +9,13 @@ import uuid
 import orjson
 import pytest
 
-from jobs.platform import sweep_platform_batches
+from jobs.inbox import sweep_platform_batches
 from messaging.webhooks import SIGNATURE_HEADER, sign
-from models import accounts, platform
-from models.accounts import MessagingAccount, Template
 from models.clock import utcnow
-from models.events import Event
-from models.platform import PlatformWebhookBatch, ProcessedMessage
+from models.events.tables import Event
+from models.inbox import batches
+from models.numbers import accounts
+from models.numbers.tables import CLAIM_TIMEOUT, MessagingAccount, PlatformWebhookBatch, ProcessedMessage, Template
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import connect_number, messages_value, notification, signed_post, sqlite_only
 
@@ -180,7 +180,7 @@ def test_nul_characters_do_not_poison_a_batch(client, alice):
 # Statuses: applied by the campaigns area; kept until that works
 
 def test_statuses_are_handed_on_or_kept_for_later(client, alice):
-    from models.statuses import apply_status_updates
+    from models.sending.statuses import apply_status_updates
 
     account = account_of(client, alice)
     payload = notification(account.business_account_id, "messages", messages_value(
@@ -211,9 +211,9 @@ def test_statuses_are_handed_on_or_kept_for_later(client, alice):
 def test_the_sweep_processes_batches_whose_task_was_lost(client, alice):
     account = account_of(client, alice)
     old = utcnow() - dt.timedelta(minutes=5)
-    with platform.atomic():
-        lost = platform.store_batch(orjson.dumps(inbound(account, "wamid.LOST")))
-        fresh = platform.store_batch(orjson.dumps(inbound(account, "wamid.FRESH")))
+    with batches.atomic():
+        lost = batches.store_batch(orjson.dumps(inbound(account, "wamid.LOST")))
+        fresh = batches.store_batch(orjson.dumps(inbound(account, "wamid.FRESH")))
     PlatformWebhookBatch.update(received_at=old).where(PlatformWebhookBatch.id == lost.id).execute()
     sweep_platform_batches.call_local()
     assert [event.payload["wam_id"] for event in events("message.inbound.created")] == ["wamid.LOST"]
@@ -222,11 +222,11 @@ def test_the_sweep_processes_batches_whose_task_was_lost(client, alice):
 
 def test_a_new_batch_also_takes_on_ones_a_dead_worker_left(client, alice):
     account = account_of(client, alice)
-    with platform.atomic():
-        lost = platform.store_batch(orjson.dumps(inbound(account, "wamid.LOST")))
-        claimed = platform.store_batch(orjson.dumps(inbound(account, "wamid.DEADCLAIM")))
+    with batches.atomic():
+        lost = batches.store_batch(orjson.dumps(inbound(account, "wamid.LOST")))
+        claimed = batches.store_batch(orjson.dumps(inbound(account, "wamid.DEADCLAIM")))
     PlatformWebhookBatch.update(received_at=utcnow() - dt.timedelta(minutes=1)).execute()
-    PlatformWebhookBatch.update(claimed_at=utcnow() - platform.CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+    PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
         PlatformWebhookBatch.id == claimed.id).execute()
     signed_post(client, inbound(account, "wamid.NEW"))
     assert {event.payload["wam_id"] for event in events("message.inbound.created")} == {
@@ -237,32 +237,32 @@ def test_a_new_batch_also_takes_on_ones_a_dead_worker_left(client, alice):
 @sqlite_only
 def test_a_batch_claimed_by_a_live_worker_is_left_alone(client, alice):
     account = account_of(client, alice)
-    with platform.atomic():
-        batch = platform.store_batch(orjson.dumps(inbound(account, "wamid.CLAIMED")))
+    with batches.atomic():
+        batch = batches.store_batch(orjson.dumps(inbound(account, "wamid.CLAIMED")))
     PlatformWebhookBatch.update(claimed_at=utcnow()).where(PlatformWebhookBatch.id == batch.id).execute()
-    assert platform.process_batch(batch.id).claimed is False
+    assert batches.process_batch(batch.id).claimed is False
     assert events("message.inbound.created") == []
     # A claim older than the timeout belongs to a dead worker.
-    PlatformWebhookBatch.update(claimed_at=utcnow() - platform.CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+    PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
         PlatformWebhookBatch.id == batch.id).execute()
-    assert platform.process_batch(batch.id).claimed is True
+    assert batches.process_batch(batch.id).claimed is True
     assert len(events("message.inbound.created")) == 1
 
 
 def test_the_same_wamid_in_two_concurrent_batches_is_reported_once(client, alice, storage):
     import threading
 
-    from models.db import connection
+    from models.store.db import connection
 
     account = account_of(client, alice)
-    with platform.atomic():
-        ids = [platform.store_batch(orjson.dumps(inbound(account, "wamid.RACE"))).id for _ in range(4)]
+    with batches.atomic():
+        ids = [batches.store_batch(orjson.dumps(inbound(account, "wamid.RACE"))).id for _ in range(4)]
     errors = []
 
     def process(batch_id):
         try:
             with connection():
-                platform.process_batch(batch_id)
+                batches.process_batch(batch_id)
         except Exception as error:  # pragma: no cover - reported below
             errors.append(error)
 

@@ -20,8 +20,8 @@ import requests
 
 from config import get_settings
 from messaging.client import GraphClient
-from models import portal
-from models.webhooks import WebhookDelivery
+from models.events.tables import WebhookDelivery
+from models.tenancy import portal
 from portal import web
 from tests.browser_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import make_number

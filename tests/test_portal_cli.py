@@ -12,8 +12,8 @@ import sys
 import requests
 from typer.testing import CliRunner
 
-from models import access_requests, portal
-from models.tenants import ApiKey
+from models.tenancy import access_requests, portal
+from models.tenancy.tables import ApiKey, PortalInvitation
 from svcctl.main import app
 from svcctl.processes import DEMO_OWNER, _ensure_demo_tenant
 from tests.live import ROOT, free_port, wait_until
@@ -44,7 +44,7 @@ def test_an_invitation_from_the_cli_lets_the_user_in_once(client, alice):
     assert invited["email"] == "boss@alice.example.com" and invited["role"] == "owner"
     assert "/portal/invitations/pinv_" in invited["invitation_url"]
     token = invited["invitation_url"].rsplit("/", 1)[1]
-    assert token not in json.dumps([i.__data__ for i in portal.PortalInvitation.select()], default=str)
+    assert token not in json.dumps([i.__data__ for i in PortalInvitation.select()], default=str)
     browser = accept(client, invited["invitation_url"])
     assert "Alice Corp" in browser.get("/portal").text
     users = run_json("portal", "users", "--tenant", alice.tenant.public_id)

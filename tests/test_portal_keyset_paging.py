@@ -11,17 +11,17 @@ import uuid
 
 import pytest
 
-from models import db as database
-from models import portal, webhooks
-from models.cartera import Debt, Debtor
-from models.db import atomic
-from models.events import Event
+from models.events import webhooks
+from models.events.tables import KIND_API, Event, WebhookDelivery, WebhookEndpoint
 from models.ids import new_id
-from models.webhooks import KIND_API, WebhookDelivery, WebhookEndpoint
+from models.receivables.tables import Debt, Debtor
+from models.store import db as database
+from models.store.db import atomic
+from models.tenancy import portal
 from portal.web import PER_PAGE
-from tests.cartera_fixtures import make_account
 from tests.portal_fixtures import *  # noqa: F403
 from tests.portal_fixtures import rows_read, signed_in, statements_run
+from tests.receivables_fixtures import make_account
 
 ROWS = 2 * PER_PAGE + 17  # two full pages and a short one
 STATUSES = ("delivered", "failed", "pending")

@@ -11,14 +11,16 @@ import pytest
 
 from config import get_settings
 from jobs.webhooks import kick
-from models import credits, portal, webhooks
-from models.campaigns import Campaign
-from models.cartera import Debt, Payment
-from models.db import atomic
-from models.events import Event, emit
-from models.onboarding import OnboardingAttempt
-from models.tenants import ApiKey, authenticate
-from models.webhooks import WebhookDelivery, WebhookEndpoint
+from models.events import webhooks
+from models.events.outbox import emit
+from models.events.tables import Event, WebhookDelivery, WebhookEndpoint
+from models.numbers.tables import OnboardingAttempt
+from models.receivables.tables import Debt, Payment
+from models.sending.tables import Campaign
+from models.store.db import atomic
+from models.tenancy import credits, portal
+from models.tenancy.keys import authenticate
+from models.tenancy.tables import ApiKey, PortalUser
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)
 from tests.campaigns_fixtures import campaign_body, make_number
 from tests.portal_fixtures import *  # noqa: F403
@@ -69,7 +71,7 @@ def snapshot(charlie, ids: dict[str, str]) -> dict:
         "endpoint": WebhookEndpoint.get(WebhookEndpoint.public_id == ids["endpoint"]).status,
         "deliveries": WebhookDelivery.select().where(WebhookDelivery.tenant == charlie.id).count(),
         "debt": [(d.status, d.saldo_pendiente) for d in Debt.select().where(Debt.tenant == charlie.id)],
-        "user": portal.PortalUser.get(portal.PortalUser.public_id == ids["user"]).role,
+        "user": PortalUser.get(PortalUser.public_id == ids["user"]).role,
     }
 
 
@@ -332,7 +334,7 @@ def test_owners_manage_users_and_read_the_audit_log(client, alice, owner):
     colleague = make_user(alice.id, "developer")
     browser.get("/portal/users")
     assert browser.post(f"/portal/users/{colleague.public_id}/role", {"role": "viewer"}).status_code == 303
-    assert portal.PortalUser.get_by_id(colleague.id).role == "viewer"
+    assert PortalUser.get_by_id(colleague.id).role == "viewer"
     # The last owner stays an owner.
     assert browser.post(f"/portal/users/{owner.public_id}/role", {"role": "viewer"}).status_code == 409
     colleague_browser = signed_in(client, colleague)

@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from models import credits
-from models import db as database
-from models.campaigns import CampaignRecipient
-from models.db import atomic
+from models.sending.tables import CampaignRecipient
+from models.store import db as database
+from models.store.db import atomic
+from models.tenancy import credits
 from portal.web import PER_PAGE
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)
 from tests.campaigns_fixtures import create_for

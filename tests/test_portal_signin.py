@@ -9,9 +9,9 @@ import time
 import pyotp
 
 from jobs.portal import prune_portal_sessions
-from models import portal
 from models.clock import utcnow
-from models.tenants import ApiKey
+from models.tenancy import portal
+from models.tenancy.tables import ApiKey, PortalInvitation, PortalSession, PortalUser
 from tests.portal_fixtures import *  # noqa: F403
 from tests.portal_fixtures import PASSWORD, PortalClient, make_user, signed_in
 from tests.webhooks_fixtures import configure
@@ -35,7 +35,7 @@ def test_an_invitation_sets_a_password_and_signs_in_once(client, alice):
     overview = browser.get("/portal")
     assert overview.status_code == 200
     assert "new.dev@alice.example.com" in overview.text and ">developer<" in overview.text
-    user = portal.PortalUser.get(portal.PortalUser.email == "new.dev@alice.example.com")
+    user = PortalUser.get(PortalUser.email == "new.dev@alice.example.com")
     assert (user.tenant_id, user.role) == (alice.id, "developer")
     assert user.password_hash.startswith("$argon2id$") and PASSWORD not in user.password_hash
 
@@ -46,14 +46,14 @@ def test_an_invitation_sets_a_password_and_signs_in_once(client, alice):
 
 def test_an_expired_invitation_is_refused(client, alice):
     invitation, token = portal.invite(alice.id, "late@alice.example.com", "viewer")
-    portal.PortalInvitation.update(expires_at=utcnow() - dt.timedelta(seconds=1)).where(
-        portal.PortalInvitation.id == invitation.id).execute()
+    PortalInvitation.update(expires_at=utcnow() - dt.timedelta(seconds=1)).where(
+        PortalInvitation.id == invitation.id).execute()
     browser = PortalClient(client)
     browser.get("/portal/login")  # for the form's token
     assert browser.get(f"/portal/invitations/{token}").status_code == 404
     posted = browser.post(f"/portal/invitations/{token}", {"password": PASSWORD, "password_again": PASSWORD})
     assert posted.status_code == 404
-    assert not portal.PortalUser.select().where(portal.PortalUser.email == "late@alice.example.com").exists()
+    assert not PortalUser.select().where(PortalUser.email == "late@alice.example.com").exists()
 
 
 def test_pages_need_a_session(client, owner):
@@ -159,7 +159,7 @@ def turn_on_two_factor(browser: PortalClient) -> pyotp.TOTP:
 def test_two_factor_sign_in_needs_a_fresh_code(client, owner):
     browser = signed_in(client, owner)
     totp = turn_on_two_factor(browser)
-    assert portal.PortalUser.get_by_id(owner.id).has_totp
+    assert PortalUser.get_by_id(owner.id).has_totp
 
     again = PortalClient(client)
     result = again.sign_in(owner.email)
@@ -210,14 +210,14 @@ def test_sign_out_and_sign_out_everywhere(client, owner):
     tablet = signed_in(client, owner)
     assert phone.post("/portal/logout/everywhere").status_code == 303
     assert tablet.get("/portal").status_code == 303 and phone.get("/portal").status_code == 303
-    assert not portal.PortalSession.select().where(portal.PortalSession.user == owner.id).exists()
+    assert not PortalSession.select().where(PortalSession.user == owner.id).exists()
     actions = [entry.action for entry in portal.audit_log(owner.tenant_id)]
     assert "session.signed_out_everywhere" in actions and "session.signed_out" in actions
 
 
 def test_an_idle_session_ends(client, owner):
     browser = signed_in(client, owner)
-    portal.PortalSession.update(last_seen_at=utcnow() - portal.SESSION_IDLE).execute()
+    PortalSession.update(last_seen_at=utcnow() - portal.SESSION_IDLE).execute()
     assert browser.get("/portal").status_code == 303
 
 
@@ -232,17 +232,17 @@ def test_sign_in_returns_only_to_portal_pages(client, owner):
 
 def test_ended_sessions_and_old_invitations_are_pruned(client, owner, alice):
     live, idle, expired = (signed_in(client, owner) for _ in range(3))
-    portal.PortalSession.update(last_seen_at=utcnow() - portal.SESSION_IDLE).where(
-        portal.PortalSession.token_hash == portal._digest(idle.cookies["svc_portal"])).execute()
-    portal.PortalSession.update(expires_at=utcnow()).where(
-        portal.PortalSession.token_hash == portal._digest(expired.cookies["svc_portal"])).execute()
+    PortalSession.update(last_seen_at=utcnow() - portal.SESSION_IDLE).where(
+        PortalSession.token_hash == portal._digest(idle.cookies["svc_portal"])).execute()
+    PortalSession.update(expires_at=utcnow()).where(
+        PortalSession.token_hash == portal._digest(expired.cookies["svc_portal"])).execute()
     old, _token = portal.invite(alice.id, "old@alice.example.com", "viewer")
     recent, _token = portal.invite(alice.id, "recent@alice.example.com", "viewer")
-    portal.PortalInvitation.update(expires_at=utcnow() - dt.timedelta(days=8)).where(
-        portal.PortalInvitation.id == old.id).execute()
+    PortalInvitation.update(expires_at=utcnow() - dt.timedelta(days=8)).where(
+        PortalInvitation.id == old.id).execute()
     assert prune_portal_sessions.call_local() == (2, 1)
     assert live.get("/portal").status_code == 200
-    assert [i.email for i in portal.PortalInvitation.select()] == ["recent@alice.example.com"]
+    assert [i.email for i in PortalInvitation.select()] == ["recent@alice.example.com"]
 
 
 def test_a_user_changes_their_password_and_other_sessions_end(client, owner):

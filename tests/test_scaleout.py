@@ -19,7 +19,7 @@ import pytest
 import redis
 import requests
 
-from models.campaigns import Campaign, CampaignRecipient
+from models.sending.tables import Campaign, CampaignRecipient
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (
     api,

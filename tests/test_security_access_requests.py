@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import requests
 
-from models import access_requests
-from models.access_requests import MAX_PENDING, MAX_PENDING_PER_IP, AccessRequest
+from models.tenancy import access_requests
+from models.tenancy.access_requests import MAX_PENDING, MAX_PENDING_PER_IP
+from models.tenancy.tables import AccessRequest
 from tests.live_fixtures import *  # noqa: F403  (live_service)
 
 

@@ -16,9 +16,9 @@ import pytest
 
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, number, queue_only)
 from tests.campaigns_fixtures import create_for, wa
-from tests.cartera_fixtures import make_account
 from tests.live import ROOT, env_for
-from tests.test_cartera_cli import HEADER, csv_row
+from tests.receivables_fixtures import make_account
+from tests.test_receivables_cli import HEADER, csv_row
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\u202e"
 VISIBLE = "\\x1b]0;owned\\x07\\x1b[2J\\x1b[31m\\u202e"
@@ -102,7 +102,7 @@ def test_an_erp_row_with_markup_and_escapes_is_reported_and_every_valid_row_save
 
 @pytest.mark.parametrize("value", ["=1+1", "+1", "-1", "@A1", "\tx", "\rx", "plain", ""])
 def test_csv_cells_never_start_a_formula(value):
-    from svcctl.cartera import csv_cell
+    from svcctl.receivables import csv_cell
 
     cell = csv_cell(value)
     assert not cell.startswith(("=", "+", "-", "@", "\t", "\r"))

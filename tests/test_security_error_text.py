@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from messaging.errors import without_url_secrets
-from models.onboarding import OnboardingAttempt
+from models.numbers.tables import OnboardingAttempt
 from tests.live_fixtures import *  # noqa: F403  (live_service)
 
 SIGNUP_CODE = "signup-code-0123456789abcdef"

@@ -15,8 +15,9 @@ import time
 import pytest
 import requests
 
-from models.accounts import MessagingAccount, open_window
 from models.clock import utcnow
+from models.numbers.accounts import open_window
+from models.numbers.tables import MessagingAccount
 from tests.accounts_fixtures import *  # noqa: F403  (simulator, client)
 from tests.accounts_fixtures import create_link, post_form, redirect_params
 from tests.campaigns_fixtures import make_number

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import requests
 
-from models import credits
-from models.campaigns import MAX_PAYLOAD_BYTES, MAX_VARIABLES, Campaign, CampaignRecipient
-from models.credits import Wallet
+from models.sending.campaigns import MAX_PAYLOAD_BYTES, MAX_VARIABLES
+from models.sending.tables import Campaign, CampaignRecipient
+from models.tenancy import credits
+from models.tenancy.tables import Wallet
 from tests.campaigns_fixtures import make_number
 from tests.live_fixtures import *  # noqa: F403  (live_service)
 

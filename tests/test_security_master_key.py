@@ -139,14 +139,15 @@ def test_an_installation_on_the_old_defaults_gets_a_new_key_and_keeps_every_secr
     from cryptography.fernet import InvalidToken
 
     from config import get_settings, use_settings
-    from models import secrets
-    from models.accounts import MessagingAccount
-    from models.db import connection, db, init_db, upgrade
-    from models.idempotency import IdempotencyRecord
+    from models.events.tables import WebhookEndpoint
     from models.ids import new_id
-    from models.sending.messenger import account_token
-    from models.tenants import create_tenant
-    from models.webhooks import WebhookEndpoint
+    from models.numbers.graph import account_token
+    from models.numbers.tables import MessagingAccount
+    from models.setup import init_db
+    from models.store import secrets
+    from models.store.db import connection, db, upgrade
+    from models.tenancy.tables import IdempotencyRecord
+    from models.tenancy.tenants import create_tenant
 
     env = {"SVC_DATA_DIR": str(tmp_path / "data")}
     settings = use_settings(load_settings(env))

@@ -18,7 +18,8 @@ import pytest
 import requests
 
 from config import load_settings, use_settings
-from models import db as database
+from models import setup
+from models.store import db as database
 from tests.conftest import base_env
 from tests.live import ROOT, env_for, free_port, wait_until
 
@@ -30,14 +31,15 @@ SLOW_CLIENTS = 40  # five times the threads of every worker together
 @pytest.fixture(scope="module")
 def api(tmp_path_factory, sqlite_template):
     """`svcctl serve` alone on a SQLite copy, and a key of a company that is not the attacker."""
-    from models.tenants import create_key, create_tenant
+    from models.tenancy.keys import create_key
+    from models.tenancy.tenants import create_tenant
 
     directory = tmp_path_factory.mktemp("slow-clients")
     settings = load_settings(base_env(directory / "data"))
     settings.data_dir.mkdir(parents=True)
     shutil.copy(sqlite_template, settings.sqlite_path)
     use_settings(settings)
-    database.init_db(settings)
+    setup.init_db(settings)
     with database.connection():
         _key, key_string = create_key(create_tenant("Bystander"), ["all"])
     database.db.close_all()

@@ -14,20 +14,22 @@ import pytest
 from jobs.campaigns import enqueue_dispatch
 from messaging.client import GraphClient
 from messaging.errors import error_from_response
-from models import accounts, credits, platform
-from models.accounts import BusinessInitiated, MessagingAccount
-from models.campaigns import Campaign, CampaignRecipient, campaign_credits
 from models.clock import utcnow
-from models.counters import SLOT_LEAD, slot_interval, slot_phase
-from models.db import connection, counters
-from models.events import Event
-from models.platform import PlatformWebhookBatch
+from models.events.tables import Event
+from models.inbox import batches
+from models.numbers import accounts
+from models.numbers.tables import CLAIM_TIMEOUT, BusinessInitiated, MessagingAccount, PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
+from models.sending.campaigns import campaign_credits
 from models.sending.engine import Engine
 from models.sending.fairness import fair_shares
 from models.sending.messenger import GraphMessenger
 from models.sending.recovery import HELD_BATCH_LIMIT, engine_key, recover_stuck
-from models.statuses import apply_status_updates
+from models.sending.statuses import apply_status_updates
+from models.sending.tables import Campaign, CampaignRecipient
+from models.store.counters import SLOT_LEAD, counters, slot_interval, slot_phase
+from models.store.db import connection
+from models.tenancy import credits
 from tests.accounts_fixtures import messages_value, notification
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import create_for, make_number, status_update, wa, wallet
@@ -385,8 +387,8 @@ def held_status_batch(account, wamid: str, recipient: CampaignRecipient, receive
     value = messages_value(account, statuses=[{"id": wamid, "status": "sent", "timestamp": sent_at,
                                                "recipient_id": recipient.wa_id,
                                                "biz_opaque_callback_data": recipient.public_id}])
-    with platform.atomic():
-        batch = platform.store_batch(orjson.dumps(notification(account.business_account_id, "messages", value)))
+    with batches.atomic():
+        batch = batches.store_batch(orjson.dumps(notification(account.business_account_id, "messages", value)))
     PlatformWebhookBatch.update(received_at=received_at, claimed_at=utcnow() - dt.timedelta(seconds=5)).where(
         PlatformWebhookBatch.id == batch.id).execute()
     return batch
@@ -405,9 +407,9 @@ def test_recovery_waits_for_the_statuses_a_dead_worker_was_processing(alice, num
     assert recover_stuck() == 0
     assert {row.status for row in recipients(campaign).values()} == {"queued"}
     # The claim times out, the intake takes the batch over, and only the send without evidence fails.
-    PlatformWebhookBatch.update(claimed_at=utcnow() - platform.CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+    PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
         PlatformWebhookBatch.id == batch.id).execute()
-    assert platform.process_batch(batch.id).statuses == 1
+    assert batches.process_batch(batch.id).statuses == 1
     assert recover_stuck() == 1
     rows = recipients(campaign)
     assert (rows[accepted.wa_id].status, rows[accepted.wa_id].wam_id) == ("sent", "wamid.HELD")

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from models import accounts
 from models.clock import utcnow
+from models.numbers import accounts
 from tests.conftest import Persona
 from tests.faults_fixtures import *  # noqa: F403  (fixtures)
 from tests.faults_fixtures import (

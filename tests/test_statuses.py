@@ -7,13 +7,13 @@ import threading
 
 import pytest
 
-from models import campaigns as campaigns_module
-from models.campaigns import Campaign, CampaignRecipient, campaign_credits, create_campaign
-from models.credits import LedgerEntry
-from models.db import connection
-from models.events import Event
-from models.messages import Message
-from models.statuses import apply_status_updates
+from models.events.tables import Event
+from models.sending import campaigns as campaigns_module
+from models.sending.campaigns import campaign_credits, create_campaign
+from models.sending.statuses import apply_status_updates
+from models.sending.tables import Campaign, CampaignRecipient, Message
+from models.store.db import connection
+from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import campaign_body, let_write, make_number, status_update, wa, wallet
 from tests.test_credits import replay_ledger
@@ -219,7 +219,7 @@ def test_evidence_after_recovery_accepts_the_send_late_and_charges_it(alice, num
     assert replay_ledger(alice.id) == (999, 0)
     assert names(alice.id) == ["message.failed", "message.failed", "message.sent", "message.delivered"]
     # A wallet that cannot pay leaves the recipient failed rather than overdraw.
-    from models import credits
+    from models.tenancy import credits
 
     credits.adjust(alice.id, -999)
     apply_status_updates([status_update(number, "wamid.late2", "read", callback=rows[1].public_id)])

@@ -9,8 +9,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from models import credits
-from models.tenants import ApiKey, authenticate
+from models.tenancy import credits
+from models.tenancy.keys import authenticate
+from models.tenancy.tables import ApiKey
 from svcctl.main import app
 
 runner = CliRunner()

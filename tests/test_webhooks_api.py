@@ -9,11 +9,10 @@ from falcon import testing
 
 from api.app import create_app
 from config import load_settings
-from models import webhooks
-from models.events import CORE_EVENTS
-from models.idempotency import IdempotencyRecord
-from models.tenants import authenticate, revoke_key
-from models.webhooks import WebhookEndpoint
+from models.events import webhooks
+from models.events.tables import CORE_EVENTS, WebhookEndpoint
+from models.tenancy.keys import authenticate, revoke_key
+from models.tenancy.tables import IdempotencyRecord
 from tests.conftest import base_env
 from tests.webhooks_fixtures import configure
 

@@ -8,9 +8,9 @@ import orjson
 from typer.testing import CliRunner
 
 from jobs import webhooks as jobs
-from models import events, webhooks
-from models.db import atomic
-from models.webhooks import WebhookDelivery
+from models.events import outbox, webhooks
+from models.events.tables import WebhookDelivery
+from models.store.db import atomic
 from svcctl.main import app
 from svcctl.webhooks import parse_since
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
@@ -32,7 +32,7 @@ def run_json(*args: str):
 
 def emit(tenant_id: int, name: str, count: int = 1):
     with atomic():
-        emitted = [events.emit(tenant_id, name, {"n": index}) for index in range(count)]
+        emitted = [outbox.emit(tenant_id, name, {"n": index}) for index in range(count)]
     jobs.notify_new_events()
     return emitted
 
@@ -153,8 +153,8 @@ def test_endpoints_lists_the_payment_endpoint_without_secrets(alice, webhook_set
 def test_the_sweep_fans_out_and_queues_drains(alice, receiver):
     webhooks.create_endpoint(alice.id, receiver.url(), ["message.sent"])
     # Their fan-out nudge was lost: the sweep is what picks them up.
-    with events.listening([]), atomic():
+    with outbox.listening([]), atomic():
         for index in range(4):
-            events.emit(alice.id, "message.sent", {"n": index})
+            outbox.emit(alice.id, "message.sent", {"n": index})
     assert run_json("sweep") == {"events_fanned_out": 4, "drains_queued": 0}
     assert len(receiver.wait_for(4)) == 4

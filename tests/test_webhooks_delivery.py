@@ -17,12 +17,19 @@ import pytest
 
 from jobs import webhooks as jobs
 from jobs.queue import huey
-from models import events, webhooks
 from models.clock import utcnow
-from models.db import atomic, connection
 from models.errors import Invalid
-from models.events import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, Event
-from models.webhooks import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from models.events import outbox, webhooks
+from models.events.tables import (
+    ALL_EVENTS,
+    CORE_EVENTS,
+    PAYMENT_EVENT,
+    Event,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+from models.store.db import atomic, connection
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Received, Reply, configure, set_allow_private, verify
 
@@ -64,8 +71,8 @@ SAMPLES = {
 
 
 def emit(tenant_id: int, name: str = "message.sent", count: int = 1, notify: bool = True) -> list[Event]:
-    with events.listening([jobs.fan_out_task] if notify else []), atomic():
-        return [events.emit(tenant_id, name, SAMPLES[name]) for _ in range(count)]
+    with outbox.listening([jobs.fan_out_task] if notify else []), atomic():
+        return [outbox.emit(tenant_id, name, SAMPLES[name]) for _ in range(count)]
 
 
 def stored_bytes(event: Event) -> bytes:
@@ -97,7 +104,7 @@ def test_every_event_type_arrives_signed_over_its_raw_bytes(alice, receiver):
     endpoint, secret = webhooks.create_endpoint(alice.id, receiver.url(path="/hooks?source=svc"), CORE_EVENTS)
     _payment, payment_secret = webhooks.set_payment_endpoint(alice.id, receiver.url(path="/payments"))
     with atomic():
-        emitted = [events.emit(alice.id, name, SAMPLES[name]) for name in ALL_EVENTS]
+        emitted = [outbox.emit(alice.id, name, SAMPLES[name]) for name in ALL_EVENTS]
     jobs.notify_new_events()
 
     received = {request.headers["X-Service-Event-Id"]: request for request in receiver.wait_for(len(ALL_EVENTS))}

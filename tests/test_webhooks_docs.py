@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 from jobs import webhooks as jobs
-from models import events, webhooks
-from models.db import atomic
+from models.events import outbox, webhooks
+from models.events.tables import WebhookDelivery
+from models.store.db import atomic
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "webhooks.md"
@@ -42,15 +43,15 @@ def test_the_documented_receiver_verifies_and_deduplicates_real_deliveries(alice
         server.RequestHandlerClass = example["make_handler"](inbox, secret)
         serving.start()
         with atomic():
-            sent = events.emit(alice.id, "message.sent", {"recipient": "573001112233"})
-            read = events.emit(alice.id, "message.read", {"recipient": "573001112233"})
+            sent = outbox.emit(alice.id, "message.sent", {"recipient": "573001112233"})
+            read = outbox.emit(alice.id, "message.read", {"recipient": "573001112233"})
         jobs.notify_new_events()
         _created, endpoint_ids = webhooks.replay_event(sent.public_id)  # a duplicate delivery
         jobs.start_drains(endpoint_ids)
 
         stored = inbox.execute("SELECT event_id, name FROM inbox").fetchall()
         assert sorted(stored) == sorted([(sent.public_id, "message.sent"), (read.public_id, "message.read")])
-        deliveries = list(webhooks.WebhookDelivery.select())
+        deliveries = list(WebhookDelivery.select())
         assert len(deliveries) == 3
         assert {(d.status, d.last_status_code) for d in deliveries} == {("delivered", 204)}
 

@@ -18,8 +18,7 @@ import requests
 
 from config import get_settings
 from messaging.client import GraphClient
-from models.events import Event
-from models.webhooks import WebhookDelivery
+from models.events.tables import Event, WebhookDelivery
 from tests.campaigns_fixtures import make_number
 from tests.conftest import Persona
 from tests.live import LiveService, env_for, wait_until

@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from models.webhooks import WebhookDelivery
+from models.events.tables import WebhookDelivery
 from tests.conftest import Persona
 from tests.live import LiveService, env_for, wait_until
 from tests.test_webhooks_live import live_number

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from models import ssrf
+from models.events import ssrf
 
 REFUSED = [
     "10.0.0.1", "172.16.5.4", "192.168.1.1",  # private

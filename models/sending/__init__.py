@@ -1,11 +1,18 @@
-"""The sending core: one engine for campaign recipients and single messages.
+"""The sending core: campaigns and single messages, and the one engine that sends both.
 
-The shape of listmonk's manager: an engine loop (`engine.py`) pulls work from stores
-(`work.py`'s `Store`: `campaign_store.py` for campaign recipients, `message_store.py` for single
-messages), paces every number through its shared schedule of send slots, hands each message to the
-messenger (`messenger.py`: the Graph client and the error policy) and records the outcomes back
-through the store; `recovery.py` settles claims nobody will answer, and `fairness.py` shares an
-engine's capacity between companies and numbers.
+- `tables.py`: the tables: campaigns, their credit counters and recipients, single messages.
+- `campaigns.py`: a campaign created (credits reserved, recipients inserted), cancelled and read;
+  the credit movements and `message.*` / `campaign.*` events its sends record.
+- `messages.py`: a single message inside the 24-hour customer window, created and read.
+- `statuses.py`: the platform's status updates applied to recipients and messages.
+
+The engine has the shape of listmonk's manager: an engine loop (`engine.py`) pulls work from
+stores (`work.py`'s `Store`: `campaign_store.py` for campaign recipients, `message_store.py` for
+single messages), paces every number through its shared schedule of send slots (`slots.py`:
+each send started at its slot), hands each message to the messenger (`messenger.py`: the
+payloads and the error policy) and records the outcomes back through the store; `recovery.py`
+settles claims nobody will answer, and `fairness.py` shares an engine's capacity between
+companies and numbers.
 
 The queue only triggers it: `work_arrived()` runs after the commit that created work and calls
 what the queue registered with `on_work` (jobs/sending.py: wake the process's engine, or start
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from models.db import after_commit
+from models.store.db import after_commit
 
 # The error code of a send nobody can confirm reached the platform: failed, never sent again.
 UNCONFIRMED = "send_unconfirmed"

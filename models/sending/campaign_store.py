@@ -20,12 +20,13 @@ from typing import Any, NamedTuple
 import orjson
 from peewee import fn
 
-from models import accounts
-from models.accounts import MessagingAccount, record_business_sends_many
-from models.campaigns import (
-    ACTIVE_STATUSES,
-    Campaign,
-    CampaignRecipient,
+from models.clock import utcnow
+from models.numbers import accounts
+from models.numbers.accounts import record_business_sends_many
+from models.numbers.graph import account_token
+from models.numbers.tables import MessagingAccount
+from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
+from models.sending.campaigns import (
     case_by_id,
     emit_rows,
     fail_campaign,
@@ -37,21 +38,12 @@ from models.campaigns import (
     public_ids,
     run_sql,
 )
-from models.clock import utcnow
-from models.credits import Wallet
-from models.db import atomic, db, lock_in_order, lock_rows, skip_locked
-from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
 from models.sending.fairness import split_evenly
-from models.sending.messenger import (
-    Verdict,
-    account_token,
-    error_code,
-    error_text,
-    pause_blocked_numbers,
-    template_payload,
-    verdict,
-)
+from models.sending.messenger import Verdict, error_code, error_text, pause_blocked_numbers, template_payload, verdict
+from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.sending.work import BatchResult, Job, NumberPlan
+from models.store.db import atomic, db, lock_in_order, lock_rows, skip_locked
+from models.tenancy.tables import Wallet
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
 _PICK_SQL: dict[type, str] = {}

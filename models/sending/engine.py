@@ -7,7 +7,7 @@ One engine runs per worker process, inside a queue task (jobs/sending.py), over 
    campaigns whose number or wallet is paused or whose daily limit is reached, and fails those
    whose number is gone).
 2. Every tick (0.2 s) it asks the pacer, in one call, for send slots per number (one every
-   1.05 / `mps` seconds from the number's schedule, models/counters.py; the schedules live in
+   1.05 / `mps` seconds from the number's schedule, models/store/counters.py; the schedules live in
    the shared counter store, so every engine on every host takes from the same one), sharing the
    engine's send capacity first between tenants, then between a tenant's numbers
    (`fairness.fair_shares`).
@@ -44,8 +44,6 @@ from peewee import DatabaseError, InterfaceError
 from redis.exceptions import RedisError
 
 from messaging.errors import PlatformError, PlatformUnavailableError
-from models.counters import slot_interval
-from models.db import connection, counters, outlast_outage
 from models.sending.campaign_store import CampaignStore
 from models.sending.fairness import fair_shares
 from models.sending.message_store import MessageStore
@@ -53,6 +51,8 @@ from models.sending.messenger import GraphMessenger, Messenger, SlotMissed, Verd
 from models.sending.recovery import engine_key, recover_stuck
 from models.sending.slots import SlotExecutor
 from models.sending.work import BatchResult, Job, NumberPlan, Store
+from models.store.counters import counters, slot_interval
+from models.store.db import connection, outlast_outage
 
 log = logging.getLogger(__name__)
 

@@ -17,22 +17,19 @@ from typing import Any
 
 from peewee import fn
 
-from models import credits, platform_users
-from models.accounts import MessagingAccount, record_business_sends_many
-from models.campaigns import emit_rows
 from models.clock import utcnow
-from models.db import atomic, lock_rows, skip_locked
-from models.messages import Message, event_fields
+from models.numbers import platform_users
+from models.numbers.accounts import record_business_sends_many
+from models.numbers.graph import account_token
+from models.numbers.tables import MessagingAccount
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
-from models.sending.messenger import (
-    Verdict,
-    account_token,
-    error_text,
-    message_payload,
-    pause_blocked_numbers,
-    verdict,
-)
+from models.sending.campaigns import emit_rows
+from models.sending.messages import event_fields
+from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
+from models.sending.tables import Message
 from models.sending.work import BatchResult, Job, NumberPlan
+from models.store.db import atomic, lock_rows, skip_locked
+from models.tenancy import credits
 
 
 class MessageStore:

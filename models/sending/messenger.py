@@ -1,6 +1,5 @@
 """How one message goes out, and what the platform's answer means for it.
 
-- The process's Graph client (one pooled session per platform) and a number's decrypted token.
 - `GraphMessenger`: hands a claimed job to the platform; returns the wamid or raises.
 - The payloads: a campaign recipient's template message, a single message's text, media or
   interactive message; each carries its row's public id as callback data, so a status webhook
@@ -11,18 +10,15 @@
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from config import get_settings
 from messaging import payloads
-from messaging.client import GraphClient
 from messaging.errors import PlatformError, PlatformUnavailableError, ThrottledError
-from models import accounts
-from models.accounts import MessagingAccount
-from models.events import emit
-from models.secrets import decrypt
+from models.events.outbox import emit
+from models.numbers import accounts
+from models.numbers.graph import graph_client
+from models.numbers.tables import MessagingAccount
 
 if TYPE_CHECKING:
     from models.sending.work import Job
@@ -41,25 +37,6 @@ TEMPLATE_CODES = frozenset({132000, 132001, 132005, 132007, 132012, 132015, 1320
 
 
 # The Graph client and a number's token.
-
-
-def graph_client() -> GraphClient:
-    """The process's Graph API client for the configured platform (one pooled session)."""
-    settings = get_settings()
-    return _client_for(settings.graph_url, settings.graph_version, settings.app_id, settings.app_secret)
-
-
-@functools.lru_cache(maxsize=4)
-def _client_for(graph_url: str, version: str, app_id: str, app_secret: str) -> GraphClient:
-    # Keyed by the settings it is built from: tests (and `svcctl`) switch platforms in one process.
-    return GraphClient(graph_url, version, app_id=app_id, app_secret=app_secret)
-
-
-def account_token(account: MessagingAccount) -> str:
-    """The number's platform access token, decrypted; only ready accounts have one."""
-    if not account.access_token:
-        raise ValueError(f"account {account.public_id} has no access token (onboarding incomplete)")
-    return decrypt(account.access_token)
 
 
 # Sending.

@@ -12,11 +12,11 @@ import datetime as dt
 import logging
 
 from models.clock import utcnow
-from models.db import counters
-from models.platform import MAX_ATTEMPTS, PlatformWebhookBatch
+from models.numbers.tables import MAX_ATTEMPTS, PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
 from models.sending.message_store import MessageStore
 from models.sending.work import Store
+from models.store.counters import counters
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def webhooks_caught_up(now: dt.datetime | None = None) -> bool:
     worker takes it over, so claimed batches count too -- but only for `HELD_BATCH_LIMIT` after
     they arrived, so that a batch that kills every worker taking it cannot hold recovery back for
     good. Batches the intake gave up on do not count either. Should such a batch name a row
-    recovery failed, the status update accepts it late (models/statuses.py), so the record still
+    recovery failed, the status update accepts it late (models/sending/statuses.py), so the record still
     ends as the platform says.
     """
     now = now or utcnow()

@@ -1,5 +1,5 @@
 """Threads that start each task at its time: the sending engine sends every message at the slot
-pacing granted it (models/counters.py), not when it was claimed."""
+pacing granted it (models/store/counters.py), not when it was claimed."""
 
 from __future__ import annotations
 

@@ -1,0 +1,237 @@
+"""Receivables (section 4, `/cartera`): debt sync from the ERP, payments, resolution.
+
+Every write requires an Idempotency-Key (`cartera=True`). Bodies are parsed with exact
+decimals (models.receivables.inputs), and the handlers call the same domain operations as
+`svcctl cartera import`, so the API and the importer cannot disagree on a rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.operation import Reply, ok, operation
+from api.payments import EXPORT_QUERY, ExportPage, PaymentLinkItem, export_page
+from api.schemas import Output, Success
+from models.errors import DomainError
+from models.receivables import debts, payments, snapshots
+from models.receivables.inputs import (
+    DebtBatchInput,
+    DebtInput,
+    PaymentInput,
+    ResolveInput,
+    debt_spec,
+    parse_debt,
+    payment_spec,
+)
+
+TAGS = ("cartera",)
+WRITE_ERRORS = (401, 403, 404, 409, 422, 429)
+
+
+class DebtSummary(Output):
+    external_id: str
+    saldo_pendiente: float
+    status: str
+    external_version: int | None
+
+
+class DebtWritten(Output):
+    action: str
+    deuda: DebtSummary
+
+
+class BatchSummary(Output):
+    created: int
+    updated: int
+    ignored_stale: int
+    errors: int
+
+
+class BatchError(Output):
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class BatchItem(Output):
+    external_id: str | None
+    success: bool
+    action: str | None = None
+    error: BatchError | None = None
+
+
+class BatchWritten(Output):
+    summary: BatchSummary
+    results: list[BatchItem]
+
+
+class Allocation(Output):
+    cuota_external_id: str
+    numero: int
+    monto: float
+
+
+class PaymentItem(Output):
+    external_id: str | None
+    boty_payment_id: str | None
+    origin: str
+    monto: float
+    moneda: str
+    metodo: str
+    pagado_en: str
+    asignaciones: list[Allocation]
+
+
+class InstallmentItem(Output):
+    external_id: str
+    numero: int
+    monto: float
+    vence: str
+    estado: str
+
+
+class DebtorItem(Output):
+    nombre: str
+    documento: str | None
+    telefono: str | None
+
+
+class DebtDetail(Output):
+    external_id: str
+    account_id: str
+    deudor: DebtorItem
+    moneda: str
+    referencia: str | None
+    monto_original: float
+    saldo_pendiente: float
+    status: str
+    tipo: str
+    auto_send: bool
+    external_version: int | None
+    external_updated_at: str | None
+    cuotas: list[InstallmentItem]
+    pagos: list[PaymentItem]
+    links_de_pago: list[PaymentLinkItem]
+
+
+class DebtRead(Output):
+    deuda: DebtDetail
+
+
+class PaymentApplied(Output):
+    external_id: str
+    deuda_external_id: str
+    monto: float
+    asignaciones: list[Allocation]
+
+
+class PaymentWritten(Output):
+    action: str
+    pago: PaymentApplied
+    saldo_pendiente: float
+    monto_sin_asignar: float
+
+
+class ResolvedDebt(Output):
+    external_id: str
+    saldo_pendiente: float
+    status: str
+
+
+class DebtResolved(Output):
+    deuda: ResolvedDebt
+
+
+def _error_body(error: DomainError) -> dict:
+    return {"code": error.code, "message": error.message, "details": error.details}
+
+
+class DebtsResource:
+    @operation("Create or update a debt from the ERP", scope="cartera:write", body=DebtInput, cartera=True,
+               responses={200: Success[DebtWritten], 201: Success[DebtWritten]}, errors=WRITE_ERRORS, tags=TAGS,
+               description="201 when created, 200 when updated. A snapshot older than the stored one "
+                           "(lower external_version, else older external_updated_at) is not applied: 200 with "
+                           "action `ignored_stale` and the stored state.")
+    def on_post(self, req, resp) -> Reply:
+        result = snapshots.upsert_debt(req.context.tenant_id, debt_spec(req.context.body))
+        return ok({"action": result.action, "deuda": result.debt.summary()},
+                  status=201 if result.action == "created" else 200)
+
+
+class DebtBatchResource:
+    @operation("Create or update up to 500 debts", scope="cartera:write", body=DebtBatchInput, cartera=True,
+               responses={200: Success[BatchWritten]}, errors=(401, 403, 409, 422, 429), tags=TAGS,
+               description="Each element succeeds or fails on its own: valid elements are saved even when "
+                           "others fail. A failed element reads {external_id, success: false, error: "
+                           "{code, message, details}}.")
+    def on_post(self, req, resp) -> Reply:
+        elements = req.context.body.deudas
+        results: list[dict | None] = [None] * len(elements)
+        specs, positions = [], []
+        for index, element in enumerate(elements):
+            try:
+                specs.append(parse_debt(element))
+                positions.append(index)
+            except DomainError as error:
+                external_id = element.get("external_id") if isinstance(element, dict) else None
+                results[index] = {"external_id": external_id if isinstance(external_id, str) else None,
+                                  "success": False, "error": _error_body(error)}
+        for index, outcome in zip(positions, snapshots.upsert_debts(req.context.tenant_id, specs), strict=True):
+            if outcome.error is not None:
+                results[index] = {"external_id": outcome.external_id, "success": False,
+                                  "error": _error_body(outcome.error)}
+            else:
+                results[index] = {"external_id": outcome.external_id, "success": True, "action": outcome.action}
+        summary = {"created": 0, "updated": 0, "ignored_stale": 0, "errors": 0}
+        for item in results:
+            summary[item["action"] if item["success"] else "errors"] += 1
+        return ok({"summary": summary, "results": results})
+
+
+class DebtResource:
+    @operation("Read a debt with its debtor, installments and payments", scope="cartera:read",
+               responses={200: Success[DebtRead]}, errors=(401, 403, 404, 429), tags=TAGS)
+    def on_get(self, req, resp, external_id: str) -> Reply:
+        debt = debts.get_debt(req.context.tenant_id, external_id)
+        return ok({"deuda": {**debts.debt_detail(debt), "links_de_pago": payments.links_of(debt)}})
+
+
+class PaymentsResource:
+    @operation("Record a payment the ERP received", scope="cartera:write", body=PaymentInput, cartera=True,
+               responses={200: Success[PaymentWritten], 201: Success[PaymentWritten]}, errors=WRITE_ERRORS,
+               tags=TAGS,
+               description="Applied once per external_id, first-in-first-out over the open installments. "
+                           "201 with action `applied`; the same payment again: 200 with action "
+                           "`already_applied` and the original result. No webhook is sent for it.")
+    def on_post(self, req, resp) -> Reply:
+        result = debts.record_erp_payment(req.context.tenant_id, payment_spec(req.context.body))
+        return ok(result.as_dict(), status=201 if result.action == "applied" else 200)
+
+    @operation("List the payments and reversals made in the service, for the ERP", scope="cartera:read",
+               responses={200: ExportPage}, errors=(401, 403, 422, 429), query=EXPORT_QUERY, tags=TAGS,
+               description="Gateway and manual payments recorded by the service, and the refunds and chargebacks "
+                           "that reversed them (`tipo` `reverso`, negative `monto`), oldest first. Pass "
+                           "`meta.next_cursor` back as `cursor` to get only what is new; `svcctl cartera payments "
+                           "export` gives the same rows as CSV or JSON Lines.")
+    def on_get(self, req, resp) -> Reply:
+        return export_page(req)
+
+
+class ResolveResource:
+    @operation("Resolve a debt: paid, cancelled or written off", scope="cartera:write", body=ResolveInput,
+               cartera=True, responses={200: Success[DebtResolved]}, errors=WRITE_ERRORS, tags=TAGS,
+               description="Cancels the open installments and their pending reminders; collection stops.")
+    def on_post(self, req, resp, external_id: str) -> Reply:
+        body = req.context.body
+        debt = debts.resolve_debt(req.context.tenant_id, external_id, body.status, body.reason)
+        summary = debt.summary()
+        return ok({"deuda": {key: summary[key] for key in ("external_id", "saldo_pendiente", "status")}})
+
+
+ROUTES = [
+    ("/cartera/deudas", DebtsResource()),
+    ("/cartera/deudas/lote", DebtBatchResource()),
+    ("/cartera/deudas/{external_id}", DebtResource()),
+    ("/cartera/pagos", PaymentsResource()),
+    ("/cartera/deudas/{external_id}/resolver", ResolveResource()),
+]

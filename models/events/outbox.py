@@ -1,0 +1,77 @@
+"""The event outbox: `evt_` events written in the same transaction as the change that causes them.
+
+Nothing here talks to the network. Webhook delivery reads rows whose `fanned_out_at` is null,
+creates one delivery per subscribed endpoint, and stamps the row; a crash between the write and
+the fan-out only delays delivery, it never loses an event.
+
+Writing an event also asks for a prompt fan-out once its transaction commits: the delivery side
+(jobs/webhooks.py) registers its nudge with `on_new_events`, so no caller has to remember to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from models.clock import isoformat, utcnow
+from models.events.tables import BODIES, Event
+from models.events.types import Enveloped
+from models.ids import new_id
+from models.store.db import after_commit
+
+_listeners: list[Callable[[], None]] = []
+
+
+def on_new_events(listener: Callable[[], None]) -> None:
+    """Call `listener` after every commit that wrote events (once per transaction)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+@contextlib.contextmanager
+def listening(listeners: list[Callable[[], None]]) -> Iterator[None]:
+    """Only these listeners while the block runs (a caller that runs the queue in its own
+    thread fans out at once instead of through the queue's coalescing)."""
+    saved = list(_listeners)
+    _listeners[:] = listeners
+    try:
+        yield
+    finally:
+        _listeners[:] = saved
+
+
+def _new_events_committed() -> None:
+    for listener in list(_listeners):
+        listener()
+
+
+def announce() -> None:
+    """Events are being written in the current transaction: tell the listeners once it commits."""
+    after_commit(_new_events_committed)
+
+
+def emit(tenant_id: int, name: str, fields: dict[str, Any]) -> Event:
+    """Record an event; call inside the transaction that makes the change it reports.
+
+    Core events are flat (`{"event": name, ...fields}`); receivables events such as
+    `debt.payment_received` are enveloped (`{"id", "event", "created_at", "data": fields}`) as the
+    contract shows. The body each event carries is described in models/events/types.py.
+    """
+    body = BODIES.get(name)
+    if body is None:
+        raise ValueError(f"unknown event {name!r}")
+    public_id = new_id("evt_")
+    now = utcnow()
+    if issubclass(body, Enveloped):
+        payload = {"id": public_id, "event": name, "created_at": isoformat(now), "data": fields}
+    else:
+        payload = {"event": name, **fields}
+    event = Event.create(public_id=public_id, tenant=tenant_id, name=name, payload=payload, created_at=now)
+    announce()
+    return event
+
+
+def pending_fan_out(limit: int = 500):
+    return (Event.select().where(Event.fanned_out_at.is_null())
+            .order_by(Event.id).limit(limit))

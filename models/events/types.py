@@ -1,0 +1,281 @@
+"""Every event the service posts to webhook endpoints, each as the model of the body it sends.
+
+A body model names its event in `event` (a one-value Literal) and lists exactly the fields the
+producers write (`additionalProperties: false`): a field the payload carries only where it
+applies is `absent_or_set()`, not required (and null only where its type says so). The outbox (models/events.py) accepts
+the events listed in EVENT_TYPES and nothing else, POST /webhooks/endpoints offers the
+subscribable ones, and the API document's `webhooks` section describes each from its model, so a
+new event is one model here, added to EVENT_TYPES.
+
+Core events are flat objects with `event` first; receivables events (`debt.*`) are enveloped,
+`{id, event, created_at, data}`, as the contract shows for `debt.payment_received`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, ClassVar, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The payment methods a payment may name (DECISIONS, `metodo`): the inputs that take a payment read
+# them from here, so the event and the input can never disagree.
+PAYMENT_METHODS = ("cash", "transfer", "card", "deposit", "check", "gateway", "other")
+
+
+def _without_default(schema: dict[str, Any]) -> None:
+    # The Python default (None) stands for "absent"; the schema must not promise a null.
+    schema.pop("default", None)
+
+
+def absent_or_set(**options: Any) -> Any:
+    """A field the payload leaves out where it does not apply: not required."""
+    return Field(default=None, json_schema_extra=_without_default, **options)
+
+
+class EventBody(BaseModel):
+    """The JSON body of a delivery: exactly these fields."""
+
+    model_config = ConfigDict(extra="forbid")
+    # Offered by POST /webhooks/endpoints; the others go to the endpoint their area configures
+    # (debt.payment_received: the company's payment endpoint).
+    subscribable: ClassVar[bool] = True
+
+    event: str
+
+
+class EventData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Enveloped(EventBody):
+    """The receivables events' shape: the fields in `data`, beside the event's id and time."""
+
+    subscribable: ClassVar[bool] = False
+
+    id: str = Field(description="the event's `evt_` id (also in X-Service-Event-Id)")
+    created_at: dt.datetime
+    data: EventData
+
+
+def event_name(body: type[EventBody]) -> str:
+    (name,) = get_args(body.model_fields["event"].annotation)
+    return name
+
+
+# -- account.* --------------------------------------------------------------------------------
+
+
+class ConnectedAccount(EventData):
+    id: str = Field(description="`wacc_` id")
+    label: str | None
+    external_reference: str | None
+    phone_number: str | None
+    connection_mode: Literal["coexistence", "internal"]
+    status: Literal["active", "paused"]
+
+
+class AccountConnected(EventBody):
+    """A number completed onboarding and is active."""
+
+    event: Literal["account.connected"]
+    account: ConnectedAccount
+
+
+class PausedAccount(EventData):
+    id: str = Field(description="`wacc_` id")
+    label: str | None
+    external_reference: str | None
+    phone_number: str | None
+    status: Literal["paused"]
+
+
+class AccountPaused(EventBody):
+    """The platform blocked the number's business account.
+
+    Its error was 368 (policy restriction) or 131042 (payment problem): the number is paused and
+    its campaigns are held until an administrator resumes it."""
+
+    event: Literal["account.paused"]
+    account: PausedAccount
+    reason: str = Field(description="`platform_blocked: ` and the platform's error")
+
+
+# -- campaign.* -------------------------------------------------------------------------------
+
+
+class CampaignEvent(EventBody):
+    account_id: str
+    campaign_id: str
+    external_reference: str | None
+    status: str
+    total_recipients: int
+    timestamp: dt.datetime
+
+
+class CampaignCreated(CampaignEvent):
+    """A campaign was created by POST /campaigns and queued."""
+
+    event: Literal["campaign.created"]
+    status: Literal["queued"]
+
+
+class CampaignCompleted(CampaignEvent):
+    """A campaign finished.
+
+    `completed`: every recipient reached an outcome; `failed`: dispatch could not go on (the
+    number disconnected, its token revoked) and the rest of its recipients failed."""
+
+    event: Literal["campaign.completed"]
+    status: Literal["completed", "failed"]
+
+
+# -- message.* --------------------------------------------------------------------------------
+
+
+class MessageEvent(EventBody):
+    account_id: str
+    campaign_id: str | None = Field(description="null for a single message")
+    recipient: str = Field(description="the phone number, or the business-scoped user id it was sent to")
+    external_contact_id: str | None
+    wam_id: str | None
+    status: str
+    timestamp: dt.datetime
+    recipient_id: str = absent_or_set(description="`rcp_` id: a campaign's message only")
+    message_id: str = absent_or_set(description="`msg_` id: a single message only")
+
+
+class MessageSent(MessageEvent):
+    """The platform accepted the message (one credit consumed)."""
+
+    event: Literal["message.sent"]
+    status: Literal["sent"]
+
+
+class MessageDelivered(MessageEvent):
+    """The message reached the recipient's device."""
+
+    event: Literal["message.delivered"]
+    status: Literal["delivered"]
+
+
+class MessageRead(MessageEvent):
+    """The recipient read the message."""
+
+    event: Literal["message.read"]
+    status: Literal["read"]
+
+
+class DeliveryError(EventData):
+    code: str = Field(description="the platform's error code, or the service's (e.g. `account_disconnected`)")
+    message: str
+
+
+class MessageFailed(MessageEvent):
+    """The message could not be sent or delivered.
+
+    Its credit is released (refunded when the platform had accepted it)."""
+
+    event: Literal["message.failed"]
+    status: Literal["failed"]
+    error: DeliveryError
+
+
+class InboundMedia(EventData):
+    id: str = absent_or_set(description="the platform's media id (download it through the Graph API)")
+    mime_type: str = absent_or_set()
+    filename: str = absent_or_set()
+
+
+class ConversationMessage(EventBody):
+    account_id: str
+    type: str
+    body: str | None
+    wam_id: str
+    timestamp: dt.datetime
+    user_id: str = absent_or_set(description="the business-scoped user id")
+    username: str = absent_or_set()
+
+
+class MessageInboundCreated(ConversationMessage):
+    """A customer wrote to the number."""
+
+    event: Literal["message.inbound.created"]
+    # `from` is a Python keyword; the alias is what goes on the wire.
+    from_: str | None = Field(alias="from", description="the phone number, or the business-scoped user id "
+                                                        "of a user who hides it")
+    payload: str = absent_or_set(description="a quick-reply button's payload, or the chosen interactive reply's id")
+    edited_wam_id: str = absent_or_set(description="the edited message's original id")
+    media: InboundMedia = absent_or_set()
+    context_wam_id: str = absent_or_set(description="the message this one answers")
+    campaign_id: str = absent_or_set(description="the answered campaign message's campaign")
+    recipient_id: str = absent_or_set(description="the answered campaign message's recipient")
+    external_contact_id: str | None = absent_or_set(description="the answered campaign recipient's")
+    debt_external_ids: list[str] = absent_or_set(description="the sender's open debts")
+
+
+class MessageEchoCreated(ConversationMessage):
+    """Someone replied from the business app (coexistence)."""
+
+    event: Literal["message.echo.created"]
+    direction: Literal["outgoing_from_business_app"]
+    to: str | None
+
+
+# -- debt.* -----------------------------------------------------------------------------------
+
+
+class ReceivedPayment(EventData):
+    boty_payment_id: str = Field(description="`bpay_` id")
+    external_id: str | None
+    transaction_id: str | None = Field(description="the payment gateway's id")
+    monto: float
+    moneda: str
+    metodo: Literal[PAYMENT_METHODS]  # type: ignore[valid-type]
+    pagado_en: dt.datetime
+
+
+class PaymentReceivedData(EventData):
+    deuda_external_id: str
+    pago: ReceivedPayment
+    saldo_pendiente: float
+    status: Literal["pending", "partial", "overdue", "paid"]
+
+
+class DebtPaymentReceived(Enveloped):
+    """A payment made inside the service was applied to a debt.
+
+    The payment came through the payment gateway or was registered by an administrator; payments
+    the ERP reports are never echoed back. Sent to the company's payment endpoint (set in the
+    portal or with `svcctl cartera endpoint set`), with the first attempt and 5 retries."""
+
+    event: Literal["debt.payment_received"]
+    data: PaymentReceivedData
+
+
+# Every event the outbox records, in the order they are listed to companies.
+EVENT_TYPES: tuple[type[EventBody], ...] = (
+    AccountConnected,
+    AccountPaused,
+    CampaignCreated,
+    CampaignCompleted,
+    MessageSent,
+    MessageDelivered,
+    MessageRead,
+    MessageFailed,
+    MessageInboundCreated,
+    MessageEchoCreated,
+    DebtPaymentReceived,
+)
+
+
+class WebhookPing(EventBody):
+    """The test event.
+
+    `svcctl webhooks test` sends it to an endpoint whatever the endpoint subscribed to; it is not
+    recorded and never retried."""
+
+    event: Literal["webhook.ping"]
+    id: str = Field(description="a fresh `evt_` id")
+    endpoint_id: str
+    timestamp: dt.datetime

@@ -1,0 +1,17 @@
+"""Receivables: a replica of companies' ERP debts, installments and payments, and collection on it.
+
+- `tables.py`: the tables: debtors, debts, installments, payments and their allocations,
+  reminders, and the payment gateway's credentials, links, notifications, reversals and export.
+- `money.py`: ISO 4217 currencies, their minor units, and exact conversions.
+- `inputs.py`: the wire shapes of a debt, a payment and a resolution, and their exact parsing.
+- `columns.py`: a block of CSV debts checked a column at a time (the importer's plain road).
+- `importer.py`: the streaming import of CSV or JSON Lines debts from the ERP.
+- `snapshots.py`: the ERP's debt snapshots written, in batches or as a block of new debts.
+- `debts.py`: statuses, reads, payments recorded against a debt, resolutions, overdue.
+- `reminders.py`: a settled debt's reminders withdrawn, the stages it will not get cancelled.
+- `collection.py`: due reminders sent as campaigns of the payment reminder template.
+- `payments.py`: the payment gateway: credentials, links, notifications, reversals, reconciliation.
+- `export.py`: the ERP's export of the payments and reversals made in the service.
+
+This module imports none of them, so importing one stays cheap.
+"""

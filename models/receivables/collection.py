@@ -1,0 +1,211 @@
+"""Collection: payment reminders for debts with `auto_send`, through the debt's own number.
+
+Schedule (docs/receivables.md), per open installment, counted in the tenant's calendar day:
+
+| stage    | from                | until                       |
+|----------|---------------------|-----------------------------|
+| `before` | 3 days before `vence` | the day before            |
+| `due`    | on `vence`          | 2 days after                |
+| `after`  | 3 days after `vence` | while the installment stays open |
+
+Only the stage the day falls in is sent (a debt synced late does not get a stale `before`), and
+the reminders table's unique (installment, stage) key means no stage is ever sent twice. Sends
+happen only inside the sending window (settings.quiet_hours_start to quiet_hours_end, default
+08:00-20:00, in the tenant's time zone). Installments of one debt due the same run share one
+message. Reminders go out as campaigns of the `payment_reminder` template (vars: the debtor's
+name and the outstanding balance with its currency), one campaign per number and run, so they
+reserve and consume credits like any message. A company with a payment gateway whose number has
+`payment_reminder_link` sends that one instead: the same words, and a "Pay now" URL button that
+opens a payment link (payments.py). A debt that settles takes its reminders back (reminders.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass
+
+from peewee import fn
+
+from config import get_settings
+from models.clock import utcnow
+from models.errors import DomainError
+from models.numbers.tables import MessagingAccount
+from models.receivables.debts import zone_of
+from models.receivables.money import format_amount
+from models.receivables.payments import LINK_TEMPLATE, reminder_link_buttons
+from models.receivables.tables import OPEN_DEBT, OPEN_INSTALLMENT, STAGES, Debt, Debtor, Installment, Reminder
+from models.sending import work_arrived
+from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
+from models.store.db import atomic
+from models.tenancy.tables import Tenant
+
+log = logging.getLogger("cartera.collection")
+
+TEMPLATE_NAME = "payment_reminder"
+TEMPLATE_LANGUAGE = "es"
+LOOKAHEAD = dt.timedelta(days=-STAGES[0][1])
+
+
+def stage_for(vence: dt.date, today: dt.date) -> str | None:
+    """The stage an installment due on `vence` is in on `today`, or None before the first."""
+    offset = (today - vence).days
+    current = None
+    for stage, starts in STAGES:
+        if offset >= starts:
+            current = stage
+    return current
+
+
+def in_sending_window(local: dt.time, start: tuple[int, int], end: tuple[int, int]) -> bool:
+    """Whether `local` is inside [start, end); a window whose end is before its start spans midnight.
+
+    A window with start == end is the whole day (no quiet hours).
+    """
+    now = local.hour * 60 + local.minute
+    first, last = start[0] * 60 + start[1], end[0] * 60 + end[1]
+    if first == last:
+        return True
+    if first < last:
+        return first <= now < last
+    return now >= first or now < last
+
+
+@dataclass(frozen=True)
+class DueReminder:
+    tenant_id: int
+    account_public_id: str
+    debt_id: int
+    debt_external_id: str
+    installment_id: int
+    cuota_external_id: str
+    stage: str
+    wa_id: str
+    nombre: str
+    saldo_pendiente: int
+    moneda: str
+
+
+def due_reminders(now: dt.datetime | None = None, settings=None) -> list[DueReminder]:
+    """Every reminder due at `now` (naive UTC): tenants inside their sending window, open
+    installments of open `auto_send` debts whose debtor has a phone, in a stage not yet recorded."""
+    settings = settings or get_settings()
+    moment = (now or utcnow()).replace(tzinfo=dt.UTC)
+    zones: dict[str, list[int]] = {}
+    for tenant_id, timezone in Tenant.select(Tenant.id, Tenant.timezone).where(Tenant.status == "active").tuples():
+        zones.setdefault(timezone or "UTC", []).append(tenant_id)
+    due: list[DueReminder] = []
+    for timezone, tenant_ids in zones.items():
+        local = moment.astimezone(zone_of(timezone))
+        if not in_sending_window(local.time(), settings.quiet_hours_start, settings.quiet_hours_end):
+            continue
+        due.extend(_due_for(tenant_ids, local.date()))
+    return due
+
+
+def _due_for(tenant_ids: list[int], today: dt.date) -> list[DueReminder]:
+    last_stage = STAGES[-1][0]
+    already_finished = fn.EXISTS(Reminder.select(Reminder.id).where(
+        (Reminder.installment == Installment.id) & (Reminder.stage == last_stage)))
+    query = (Installment
+             .select(Installment.id, Installment.external_id, Installment.vence, Debt.id, Debt.external_id,
+                     Debt.tenant, Debt.saldo_pendiente, Debt.moneda, Debtor.nombre, Debtor.telefono,
+                     MessagingAccount.public_id)
+             .join(Debt).join(Debtor).switch(Debt).join(MessagingAccount)
+             .where(Debt.tenant.in_(tenant_ids) & (Debt.auto_send == True)  # noqa: E712
+                    & Debt.status.in_(OPEN_DEBT) & Debt.resolution.is_null() & (Debt.saldo_pendiente > 0)
+                    & Installment.estado.in_(OPEN_INSTALLMENT) & (Installment.vence <= today + LOOKAHEAD)
+                    & Debtor.telefono.is_null(False) & ~already_finished)
+             .order_by(Debt.id, Installment.vence, Installment.numero)
+             .tuples())
+    candidates = []
+    for (installment_id, cuota_external_id, vence, debt_id, debt_external_id, tenant_id, saldo, moneda, nombre,
+         telefono, account_public_id) in query:
+        stage = stage_for(vence, today)
+        if stage is not None:
+            candidates.append(DueReminder(tenant_id, account_public_id, debt_id, debt_external_id, installment_id,
+                                          cuota_external_id, stage, telefono, nombre, saldo, moneda))
+    recorded: set[tuple[int, str]] = set()
+    ids = [item.installment_id for item in candidates]
+    for start in range(0, len(ids), 500):
+        recorded.update(Reminder.select(Reminder.installment, Reminder.stage)
+                        .where(Reminder.installment.in_(ids[start:start + 500])).tuples())
+    return [item for item in candidates if (item.installment_id, item.stage) not in recorded]
+
+
+def recipient_for(reminders: list[DueReminder]) -> dict:
+    """One recipient per debt: the template's variables and what the reminder covers."""
+    first = reminders[0]
+    return {
+        "wa_id": first.wa_id,
+        "external_contact_id": first.debt_external_id,
+        "vars": [first.nombre, format_amount(first.saldo_pendiente, first.moneda)],
+        "payload": {"deuda_external_id": first.debt_external_id,
+                    "recordatorios": [{"cuota_external_id": item.cuota_external_id, "stage": item.stage}
+                                      for item in reminders]},
+    }
+
+
+def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
+    """Hand every due reminder to a campaign; returns the campaigns created (their public ids).
+
+    Per (tenant, number), in one transaction: claim the reminders (insert their rows; the unique
+    key drops any another run already took), create the campaign for the debts claimed, and
+    stamp the rows with it. A refusal (no credits, number paused) undoes the claim, so those
+    reminders are tried again on the next run. Creating a campaign wakes the sending engine
+    once its transaction commits (`models.sending.work_arrived`).
+    """
+    due = due_reminders(now)
+    groups: dict[tuple[int, str], dict[int, list[DueReminder]]] = {}
+    for item in due:
+        groups.setdefault((item.tenant_id, item.account_public_id), {}).setdefault(item.debt_id, []).append(item)
+    created = []
+    for (tenant_id, account_public_id), by_debt in groups.items():
+        debts = list(by_debt.items())
+        # One recipient per debt, and a campaign takes at most MAX_RECIPIENTS.
+        for start in range(0, len(debts), MAX_RECIPIENTS):
+            chunk = dict(debts[start:start + MAX_RECIPIENTS])
+            try:
+                with atomic():
+                    campaign = _claim_and_create(tenant_id, account_public_id, chunk)
+            except DomainError as error:
+                log.warning("collection reminders for %s not sent now (%s): %s", account_public_id, error.code,
+                            error.message)
+                break
+            if campaign is not None:
+                work_arrived()
+                created.append(campaign.public_id)
+    return created
+
+
+def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int, list[DueReminder]]):
+    token = "claim_" + uuid.uuid4().hex[:24]
+    now = utcnow()
+    rows = [{"debt": item.debt_id, "installment": item.installment_id, "stage": item.stage, "status": "queued",
+             "campaign_id": token, "created_at": now} for items in by_debt.values() for item in items]
+    for start in range(0, len(rows), 500):
+        Reminder.insert_many(rows[start:start + 500]).on_conflict_ignore().as_rowcount().execute()
+    ours = set(Reminder.select(Reminder.installment, Reminder.stage).where(Reminder.campaign_id == token).tuples())
+    recipients, balances = [], {}
+    for debt_id, items in by_debt.items():
+        claimed = [item for item in items if (item.installment_id, item.stage) in ours]
+        if claimed:
+            recipients.append(recipient_for(claimed))
+            balances[debt_id] = (claimed[0].saldo_pendiente, claimed[0].moneda)
+    if not recipients:
+        return None
+    # With a payment gateway, the reminder carries a link to pay in its URL button (payments.py).
+    links = reminder_link_buttons(tenant_id, account_public_id, balances)
+    if links:
+        for recipient, debt_id in zip(recipients, balances, strict=True):
+            recipient["buttons"] = links[debt_id]
+    local_day = now.date().isoformat()
+    spec = {"account_id": account_public_id, "template_name": LINK_TEMPLATE if links else TEMPLATE_NAME,
+            "language": TEMPLATE_LANGUAGE,
+            "recipients": recipients, "external_reference": f"cobranza {local_day}"}
+    campaign = create_campaign(tenant_id, spec, source="collection")
+    Reminder.update(campaign_id=campaign.public_id).where(Reminder.campaign_id == token).execute()
+    return campaign
+
+

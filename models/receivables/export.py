@@ -1,0 +1,100 @@
+"""The ERP's export: every payment and reversal made in the service, numbered per tenant.
+
+Each one gets the next number of its tenant's export sequence in the transaction that records
+it. The sequence row is locked until commit, so numbers become visible in order and a reader's
+cursor (`svcctl cartera payments export --after`, `GET /cartera/pagos?cursor=`) never skips one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+from peewee import JOIN, fn
+
+from models.clock import isoformat, to_utc_naive
+from models.receivables.money import amount_json, from_minor, to_minor
+from models.receivables.tables import Debt, Payment, PaymentExport, PaymentExportSequence, PaymentReversal
+from models.store.db import execute
+
+
+def _export(tenant_id: int, payment_id: int, reversal_id: int | None = None) -> int:
+    PaymentExportSequence.insert(tenant=tenant_id, last=0).on_conflict_ignore().execute()
+    # The UPDATE holds the sequence row until commit: the next writer gets the next number only
+    # once this one is visible, so readers see numbers appear in order.
+    seq = execute('UPDATE "payment_export_sequence" SET "last" = "last" + 1 WHERE "tenant_id" = ? RETURNING "last"',
+                  [tenant_id]).fetchone()[0]
+    PaymentExport.create(tenant=tenant_id, seq=seq, payment=payment_id, reversal=reversal_id)
+    return seq
+
+
+def export_payment(payment: Payment) -> int:
+    """Number a payment made in the service for the export; call in the transaction recording it."""
+    return _export(payment.tenant_id, payment.id)
+
+
+def export_reversal(reversal: PaymentReversal) -> int:
+    """Number a refund or chargeback of a payment; call in the transaction recording it."""
+    return _export(reversal.tenant_id, reversal.payment_id, reversal.id)
+
+
+def export_rows(tenant_id: int, *, since: dt.datetime | None = None, after: int = 0,
+                limit: int | None = None) -> Iterator[dict]:
+    """Payments and reversals made in the service, by cursor (`seq` > after) and recording time.
+
+    Amounts are exact Decimals; a reversal's `monto` is negative. Read in pages, so an export of
+    any size streams in constant memory.
+    """
+    page = 500 if limit is None else min(limit, 500)
+    remaining = limit
+    while remaining is None or remaining > 0:
+        query = (PaymentExport
+                 .select(PaymentExport.seq, PaymentExport.created_at, Payment, PaymentReversal, Debt.external_id)
+                 .join(Payment, on=(PaymentExport.payment == Payment.id))
+                 .join(Debt, on=(Payment.debt == Debt.id))
+                 .switch(PaymentExport)
+                 .join(PaymentReversal, join_type=JOIN.LEFT_OUTER, on=(PaymentExport.reversal == PaymentReversal.id))
+                 .where((PaymentExport.tenant == tenant_id) & (PaymentExport.seq > after))
+                 .order_by(PaymentExport.seq)
+                 .limit(page if remaining is None else min(page, remaining)))
+        if since is not None:
+            query = query.where(PaymentExport.created_at >= to_utc_naive(since))
+        rows = list(query)
+        for row in rows:
+            yield _export_row(row)
+        if len(rows) < page:
+            return
+        after = rows[-1].seq
+        if remaining is not None:
+            remaining -= len(rows)
+
+
+def _export_row(row) -> dict:
+    payment = row.payment
+    reversal = row.reversal if row.reversal_id is not None else None
+    currency = payment.moneda
+    if reversal is None:
+        kind, amount, when, saldo, unassigned = "pago", payment.monto, payment.pagado_en, payment.saldo_after, \
+            payment.monto_sin_asignar
+    else:
+        kind, amount, when, saldo, unassigned = "reverso", -reversal.monto, reversal.reversed_at, \
+            reversal.saldo_after, -reversal.unassigned
+    return {
+        "cursor": row.seq, "tipo": kind, "boty_payment_id": payment.public_id,
+        "reverso_id": reversal.public_id if reversal else None, "motivo": reversal.kind if reversal else None,
+        "deuda_external_id": payment.debt.external_id, "transaction_id": payment.transaction_id,
+        "monto": from_minor(amount, currency), "moneda": currency, "metodo": payment.metodo,
+        "ocurrido_en": isoformat(when), "saldo_pendiente": from_minor(saldo, currency),
+        "monto_sin_asignar": from_minor(unassigned, currency), "registrado_en": isoformat(row.created_at),
+    }
+
+
+def export_json(row: dict) -> dict:
+    """An export row for the API: amounts as JSON numbers like every other amount there."""
+    currency = row["moneda"]
+    return {**row, **{name: amount_json(to_minor(row[name], currency), currency)
+                      for name in ("monto", "saldo_pendiente", "monto_sin_asignar")}}
+
+
+def latest_cursor(tenant_id: int) -> int:
+    return PaymentExport.select(fn.MAX(PaymentExport.seq)).where(PaymentExport.tenant == tenant_id).scalar() or 0

@@ -1,0 +1,613 @@
+"""The ERP's debt snapshots written: created or updated in batches, or a block of new debts at once.
+
+`upsert_debts` plans a batch of snapshots in memory against the stored state and writes it with
+a handful of statements (the API's batch and the importer's blocks); `insert_new_debts` writes a
+block of debts none of which is stored yet a column at a time (the importer's common case). The
+statuses they store follow debts.py's rules. An import's block of new debts locks nothing: the
+unique keys of debts and debtors stand between it and a concurrent writer, and a row they refuse
+sends the whole block back to `upsert_debts`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import logging
+import operator
+import sqlite3
+from dataclasses import dataclass, field
+from itertools import repeat
+
+from peewee import IntegrityError
+
+from models.clock import utcnow
+from models.errors import Conflict, DomainError, NotFound
+from models.numbers.tables import MessagingAccount
+from models.receivables.columns import DebtColumns
+from models.receivables.debts import debt_status, installment_estado, restate, tenant_today
+from models.receivables.inputs import INSTALLMENT_STATES, DebtSpec, DeudorSpec
+from models.receivables.reminders import stop_collection
+from models.receivables.tables import OPEN_DEBT, OPEN_INSTALLMENT, Debt, Debtor, Installment, debt_summary
+from models.store.db import atomic, execute, is_postgres
+
+log = logging.getLogger("cartera")
+
+# Bound values per INSERT statement: under SQLite's limit (32766) and PostgreSQL's (65535).
+MAX_INSERT_PARAMS = 30000
+
+
+def _marks(values: list) -> str:
+    return ", ".join("?" * len(values))
+
+
+class _NewInstallment:
+    """An installment planned for insertion: plain attributes, none of the ORM's bookkeeping
+    (an import plans hundreds of thousands; see bench/import_debts.py)."""
+
+    __slots__ = ("id", "external_id", "numero", "monto", "pagado", "vence", "estado", "declared_estado")
+
+    def __init__(self, external_id: str, numero: int, monto: int, vence: dt.date, declared_estado: str):
+        self.id = None
+        self.external_id, self.numero, self.monto, self.vence = external_id, numero, monto, vence
+        self.pagado, self.estado, self.declared_estado = 0, "", declared_estado
+
+
+class _NewDebt:
+    """A debt planned for insertion (see _NewInstallment); attributes named as Debt's columns."""
+
+    __slots__ = ("id", "tenant_id", "external_id", "account_id", "debtor_id", "moneda", "referencia",
+                 "monto_original", "saldo_pendiente", "tipo", "auto_send", "status", "external_version",
+                 "external_updated_at", "resolution", "row_version", "created_at", "updated_at")
+
+    def __init__(self, tenant_id: int, external_id: str, now: dt.datetime, account_id: int | None = None,
+                 moneda: str = "", referencia: str | None = None, monto_original: int = 0, saldo_pendiente: int = 0,
+                 tipo: str = "single", auto_send: bool = False, status: str = "pending",
+                 external_version: int | None = None, external_updated_at: dt.datetime | None = None):
+        self.id = self.debtor_id = self.resolution = None
+        self.tenant_id, self.external_id, self.created_at, self.updated_at = tenant_id, external_id, now, now
+        self.account_id, self.moneda, self.referencia, self.tipo = account_id, moneda, referencia, tipo
+        self.monto_original, self.saldo_pendiente = monto_original, saldo_pendiente
+        self.auto_send, self.status, self.row_version = auto_send, status, 0
+        self.external_version, self.external_updated_at = external_version, external_updated_at
+
+    def summary(self) -> dict:
+        return debt_summary(self)
+
+
+class _NewDebtor:
+    """A debtor planned for insertion (see _NewInstallment)."""
+
+    __slots__ = ("id", "nombre", "documento", "telefono", "updated_at")
+
+    def __init__(self, nombre: str, documento: str | None, telefono: str | None):
+        self.id = None
+        self.nombre, self.documento, self.telefono = nombre, documento, telefono
+
+
+def bulk_insert(model, fields: list, rows: list[tuple], returning: list | None = None) -> list[tuple]:
+    """Multi-row INSERTs of `rows` (tuples in the order of `fields`); the RETURNING rows if asked.
+
+    Written directly rather than with `insert_many`: peewee rebuilds the SQL value by value,
+    which costs ten times the insert itself at import volumes (see bench/import_debts.py).
+    Values go to the driver as peewee would pass them (dates, datetimes, bools, ints), or as the
+    driver would convert them (`_bound_once`).
+    """
+    tail = (" RETURNING " + ", ".join(f'"{field.column_name}"' for field in returning)) if returning else ""
+    found: list[tuple] = []
+    for cursor in _inserts(model, fields, rows, tail):
+        if returning:
+            found.extend(cursor.fetchall())
+    return found
+
+
+def _inserts(model, fields: list, rows: list[tuple], tail: str = ""):
+    """`bulk_insert`'s statements, `tail` after each; yields each one's cursor."""
+    columns = ", ".join(f'"{field.column_name}"' for field in fields)
+    row_marks = "(" + ", ".join("?" * len(fields)) + ")"
+    per_statement = max(1, MAX_INSERT_PARAMS // len(fields))
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start:start + per_statement]
+        sql = f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES {", ".join([row_marks] * len(chunk))}{tail}'
+        yield execute(sql, list(itertools.chain.from_iterable(chunk)))
+
+
+def _insert_new(model, fields: list, columns: list, key_size: int) -> list[int]:
+    """Insert rows none of which may be stored yet, given a column at a time in the order of
+    `fields`, the last `key_size` of them (lists) a unique key; their ids, in order.
+
+    Raises `_NotAllNew` when some row is stored already (the INSERT leaves it out), by this
+    transaction's start or by a concurrent writer's commit; the caller rolls back.
+    """
+    size = len(columns[-1])
+    if is_postgres():
+        returned = _insert_skipping(model, fields, list(zip(*columns, strict=True)),
+                                    returning=[model.id, *fields[-key_size:]])
+        if len(returned) != size:
+            raise _NotAllNew
+        ids = {tuple(row[1:]): row[0] for row in returned}  # RETURNING promises no order
+        return list(map(ids.__getitem__, zip(*columns[-key_size:], strict=True)))
+    # SQLite writes one transaction at a time, and gives a new row the id after the highest one:
+    # naming those ids here, as the floor of bench/import_debts.py does, spares a RETURNING.
+    first = (execute(f'SELECT max("id") FROM "{model._meta.table_name}"').fetchone()[0] or 0) + 1
+    ids = range(first, first + size)
+    rows = list(zip(ids, *columns, strict=True))
+    inserted = sum(cursor.rowcount for cursor in _inserts(model, [model.id, *fields], rows, " ON CONFLICT DO NOTHING"))
+    if inserted != size:
+        raise _NotAllNew
+    return list(ids)
+
+
+def _insert_skipping(model, fields: list, rows: list[tuple], returning: list) -> list[tuple]:
+    """`bulk_insert` leaving out each row that a unique index already holds: only the rows
+    inserted are returned."""
+    tail = " ON CONFLICT DO NOTHING RETURNING " + ", ".join(f'"{field.column_name}"' for field in returning)
+    return [row for cursor in _inserts(model, fields, rows, tail) for row in cursor.fetchall()]
+
+
+def _bound_once(value):
+    """`value` as the driver binds it, converted once for the many rows that share it.
+
+    sqlite3 converts a datetime with a Python function at every use, about a microsecond
+    each: four per imported debt. PostgreSQL's driver converts in C and gets the datetime.
+    """
+    return value if is_postgres() else sqlite3.adapt(value)
+
+
+def _bound_day(bound: dict[dt.date, object], day: dt.date):
+    """`day` as the driver binds it, kept in `bound` for the rows that share it: sqlite3 converts a
+    date through a Python adapter at every binding (about a microsecond: three per imported debt),
+    into `isoformat()` text, which is what this stores."""
+    bound[day] = value = _bound_once(day)
+    return value
+
+
+def _is_stale(stored: Debt, spec: DebtSpec) -> bool:
+    """Ordering: the first field both sides carry decides (version, then timestamp); else the write wins."""
+    if spec.external_version is not None and stored.external_version is not None \
+            and spec.external_version != stored.external_version:
+        return spec.external_version < stored.external_version
+    if spec.external_updated_at is not None and stored.external_updated_at is not None:
+        return spec.external_updated_at < stored.external_updated_at
+    return False
+
+
+@dataclass(slots=True)
+class UpsertResult:
+    external_id: str | None
+    action: str | None = None  # created, updated, ignored_stale
+    debt: Debt | _NewDebt | None = None
+    error: DomainError | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.error is None
+
+
+@dataclass(slots=True)
+class _DebtState:
+    debt: Debt | _NewDebt
+    installments: list[Installment]
+    new: bool
+    debtor: Debtor | None = None
+    touched: bool = False
+    changed_installments: dict[int, Installment] = field(default_factory=dict)
+
+
+class _Batch:
+    """Plans a batch of debt snapshots in memory, then writes it with a handful of statements.
+
+    1. prefetch: the tenant's accounts named, the debts (locked) with their installments, and
+       the debtors matching any document or phone in the batch: one query each;
+    2. plan each snapshot in order against that state (a later element sees an earlier one);
+       a business error (unknown account, identity conflict) rejects that element only, before
+       anything of it is written. A debt neither stored nor named again in the batch is planned
+       straight as its rows (`_plan_new`);
+    3. flush: new debtors, debts and installments with multi-row INSERTs, changed rows with
+       UPDATEs.
+    """
+
+    def __init__(self, tenant_id: int, today: dt.date):
+        self.tenant_id = tenant_id
+        self.today = today
+        self.now = utcnow()
+        self.accounts: dict[str, int] = {}
+        self.debts: dict[str, _DebtState] = {}
+        self.by_documento: dict[str, Debtor] = {}
+        self.by_telefono: dict[str, Debtor] = {}
+        self.new_debtors: list[Debtor] = []
+        self.changed_debtors: dict[int, Debtor] = {}
+        self.settled: list[int] = []  # stored debts this batch moved from open to paid
+        # New debts planned by `_plan_new`: (the debt, its debtor, its installment rows, whose first
+        # value, the debt's id, is known once the debt is inserted).
+        self.new_rows: list[tuple[_NewDebt, Debtor | _NewDebtor, list[list]]] = []
+        # A batch's due dates as the driver binds them, each converted once (see `_bound_day`).
+        self.bound_days: dict[dt.date, object] = {}
+
+    def apply(self, specs: list[DebtSpec]) -> list[UpsertResult]:
+        external_ids = set(map(_EXTERNAL_ID, specs))
+        self._prefetch(specs, list(external_ids))
+        # A debt not stored yet and named once in the batch goes straight to its rows: nothing
+        # later in the batch can revisit it (an import's common case; see bench/import_debts.py).
+        # A batch naming a debt twice plans every element as state, so the later sees the earlier.
+        if len(external_ids) == len(specs):
+            debts, plan, plan_new = self.debts, self._plan, self._plan_new
+            results = [plan(spec) if spec.external_id in debts else plan_new(spec) for spec in specs]
+        else:
+            results = [self._plan(spec) for spec in specs]
+        self._flush()
+        return results
+
+    def _prefetch(self, specs: list[DebtSpec], external_ids: list[str]) -> None:
+        # Hand-written SQL for every lookup of a batch: peewee would spend longer building the
+        # statements (the IN lists hold a whole batch) than the database spends answering.
+        tenant = self.tenant_id
+        # The keys gathered with map and attrgetter: a batch's worth of them, at C speed.
+        names = list(set(map(_ACCOUNT_NAME, specs)))
+        self.accounts = dict(execute(f'SELECT "public_id", "id" FROM "{_ACCOUNT_TABLE}" WHERE "tenant_id" = ? '
+                                     f'AND "public_id" IN ({_marks(names)})', [tenant, *names]).fetchall())
+        # Lock and find in one statement (the lock is what serializes writers; see debts.py).
+        locked = execute(f'UPDATE "debt" SET "row_version" = "row_version" + 1 WHERE "tenant_id" = ? '
+                         f'AND "external_id" IN ({_marks(external_ids)}) RETURNING "id"', [tenant, *external_ids])
+        existing_ids = [row[0] for row in locked.fetchall()]
+        if existing_ids:
+            existing = list(Debt.select().where(Debt.id.in_(existing_ids)))
+            schedules: dict[int, list] = {debt.id: [] for debt in existing}
+            for item in Installment.select().where(Installment.debt.in_(existing_ids)).order_by(Installment.id):
+                schedules[item.debt_id].append(item)
+            for debt in existing:
+                self.debts[debt.external_id] = _DebtState(debt, schedules[debt.id], new=False)
+        documentos = list(set(filter(None, map(_DOCUMENTO, specs))))
+        telefonos = list(set(filter(None, map(_TELEFONO, specs))))
+        # One query per key rather than `documento IN (..) OR telefono IN (..)`: SQLite would
+        # answer the OR by scanning every debtor of the tenant, once per batch.
+        found: dict[int, tuple] = {}
+        for column, values in (("documento", documentos), ("telefono", telefonos)):
+            if values:
+                rows = execute(f'SELECT "id", "nombre", "documento", "telefono" FROM "debtor" '
+                               f'WHERE "tenant_id" = ? AND "{column}" IN ({_marks(values)})', [tenant, *values])
+                found.update((row[0], row) for row in rows.fetchall())
+        for debtor_id, nombre, documento, telefono in found.values():
+            self._index_debtor(Debtor(id=debtor_id, tenant=tenant, nombre=nombre, documento=documento,
+                                      telefono=telefono))
+
+    def _index_debtor(self, debtor: Debtor) -> None:
+        if debtor.documento:
+            self.by_documento[debtor.documento] = debtor
+        if debtor.telefono:
+            self.by_telefono[debtor.telefono] = debtor
+
+    def _plan(self, spec: DebtSpec) -> UpsertResult:
+        account_id = self.accounts.get(spec.account_id)
+        if account_id is None:
+            return UpsertResult(spec.external_id, error=NotFound(
+                f"no account {spec.account_id}", code="account_not_found", details={"account_id": spec.account_id}))
+        state = self.debts.get(spec.external_id)
+        if state is not None and _is_stale(state.debt, spec):
+            return UpsertResult(spec.external_id, "ignored_stale", state.debt)
+        try:
+            debtor = self._debtor_for(spec.deudor)
+        except Conflict as error:
+            return UpsertResult(spec.external_id, error=error)
+        action = "updated"
+        if state is None:
+            action = "created"
+            state = self.debts[spec.external_id] = _DebtState(_NewDebt(self.tenant_id, spec.external_id, self.now),
+                                                              [], new=True)
+        was_open = state.debt.status in OPEN_DEBT
+        self._apply_fields(state, spec, account_id, debtor)
+        self._apply_schedule(state, spec)
+        for item in restate(state.debt, state.installments, self.today):
+            if item.id is not None:
+                state.changed_installments[item.id] = item
+        if was_open and state.debt.status == "paid" and state.debt.id is not None:
+            self.settled.append(state.debt.id)
+        state.touched = True
+        return UpsertResult(spec.external_id, action, state.debt)
+
+    def _plan_new(self, spec: DebtSpec) -> UpsertResult:
+        """`_plan` of a debt that is not stored and not planned yet: the same checks in the same
+        order, the same fields and statuses, written as the rows `_flush` inserts."""
+        account_id = self.accounts.get(spec.account_id)
+        if account_id is None:
+            return UpsertResult(spec.external_id, error=NotFound(
+                f"no account {spec.account_id}", code="account_not_found", details={"account_id": spec.account_id}))
+        try:
+            debtor = self._debtor_for(spec.deudor)
+        except Conflict as error:
+            return UpsertResult(spec.external_id, error=error)
+        today, bound_days = self.today, self.bound_days
+        installments = []
+        overdue = False
+        # A new debt has nothing paid on any installment and no resolution.
+        for item in spec.cuotas or ():
+            declared = item.estado or "pending"
+            vence = item.vence
+            estado = installment_estado(declared, item.monto, 0, vence, today)
+            overdue = overdue or estado == "overdue"
+            # The row as inserted, the debt's id left for `_flush` to fill in.
+            installments.append([None, item.external_id, item.numero, item.monto, 0,
+                                 bound_days.get(vence) or _bound_day(bound_days, vence), estado, declared])
+        tipo = spec.tipo if spec.tipo is not None else "installments" if spec.cuotas else "single"
+        debt = _NewDebt(self.tenant_id, spec.external_id, self.now, account_id, spec.moneda, spec.referencia,
+                        spec.monto_original, spec.saldo_pendiente, tipo,
+                        spec.auto_send if spec.auto_send is not None else False,
+                        debt_status(None, spec.saldo_pendiente, spec.monto_original, overdue),
+                        spec.external_version, spec.external_updated_at)
+        self.new_rows.append((debt, debtor, installments))
+        return UpsertResult(spec.external_id, "created", debt)
+
+    def _debtor_for(self, deudor: DeudorSpec) -> Debtor:
+        by_documento = self.by_documento.get(deudor.documento) if deudor.documento else None
+        by_telefono = self.by_telefono.get(deudor.telefono) if deudor.telefono else None
+        # The phone is a second key: it may not name someone other than the document does, nor
+        # someone already known under another document.
+        if by_telefono is not None and (
+                (by_documento is not None and by_documento is not by_telefono)
+                or (by_documento is None and deudor.documento and by_telefono.documento)):
+            raise Conflict("the document and the phone belong to different debtors",
+                           code="debtor_identity_conflict",
+                           details={"documento": deudor.documento, "telefono": deudor.telefono})
+        debtor = by_documento or by_telefono
+        if debtor is None:
+            debtor = _NewDebtor(deudor.nombre, deudor.documento, deudor.telefono)
+            self.new_debtors.append(debtor)
+            self._index_debtor(debtor)
+            return debtor
+        changes = {"nombre": deudor.nombre}
+        if deudor.documento and not debtor.documento:
+            changes["documento"] = deudor.documento
+        if deudor.telefono and deudor.telefono != debtor.telefono:
+            # Phones change; the document is the stable key. The old number is let go.
+            if debtor.telefono:
+                self.by_telefono.pop(debtor.telefono, None)
+            changes["telefono"] = deudor.telefono
+        if any(getattr(debtor, name) != value for name, value in changes.items()):
+            for name, value in changes.items():
+                setattr(debtor, name, value)
+            debtor.updated_at = self.now
+            self._index_debtor(debtor)
+            if debtor.id is not None:
+                self.changed_debtors[debtor.id] = debtor
+        return debtor
+
+    def _apply_fields(self, state: _DebtState, spec: DebtSpec, account_id: int, debtor: Debtor) -> None:
+        debt = state.debt
+        debt.account_id = account_id
+        state.debtor = debtor
+        debt.moneda = spec.moneda
+        debt.monto_original = spec.monto_original
+        debt.saldo_pendiente = spec.saldo_pendiente
+        if spec.referencia_given or state.new:
+            debt.referencia = spec.referencia
+        if spec.auto_send is not None:
+            debt.auto_send = spec.auto_send
+        if spec.tipo is not None:
+            debt.tipo = spec.tipo
+        elif spec.cuotas:
+            debt.tipo = "installments"
+        # Only overwrite an ordering field with a value: a write without one keeps the last known.
+        if spec.external_version is not None:
+            debt.external_version = spec.external_version
+        if spec.external_updated_at is not None:
+            debt.external_updated_at = spec.external_updated_at
+        debt.updated_at = self.now
+
+    def _apply_schedule(self, state: _DebtState, spec: DebtSpec) -> None:
+        """The three installment rules: absent keeps; [] cancels the open ones; a snapshot updates
+        the installments it lists and cancels the open ones it does not. Paid ones always stay."""
+        if spec.cuotas is None:
+            return
+        if not state.installments:
+            # Nothing stored to match or cancel: a new debt, the import's common case.
+            state.installments = [_NewInstallment(item.external_id, item.numero, item.monto, item.vence,
+                                                  item.estado or "pending") for item in spec.cuotas]
+            return
+        received = {item.external_id: item for item in spec.cuotas}
+        known = {item.external_id: item for item in state.installments}
+        for item in state.installments:
+            if item.external_id not in received and item.estado in OPEN_INSTALLMENT:
+                item.declared_estado = "cancelled"
+                if item.id is not None:
+                    state.changed_installments[item.id] = item
+        for incoming in spec.cuotas:
+            item = known.get(incoming.external_id)
+            declared = incoming.estado or "pending"
+            if item is None:
+                item = _NewInstallment(incoming.external_id, incoming.numero, incoming.monto, incoming.vence, declared)
+                state.installments.append(item)
+                continue
+            item.numero, item.monto, item.vence = incoming.numero, incoming.monto, incoming.vence
+            item.declared_estado = declared
+            if item.id is not None:
+                state.changed_installments[item.id] = item
+
+    def _flush(self) -> None:
+        if self.new_debtors:
+            self._insert_debtors()
+        for debtor in self.changed_debtors.values():
+            debtor.save(only=[Debtor.nombre, Debtor.documento, Debtor.telefono, Debtor.updated_at])
+        touched = [state for state in self.debts.values() if state.touched]
+        for state in touched:
+            state.debt.debtor_id = state.debtor.id
+        new_states = [state for state in touched if state.new]
+        for debt, debtor, _installments in self.new_rows:
+            debt.debtor_id = debtor.id
+        if new_states or self.new_rows:
+            self._insert_debts([state.debt for state in new_states] + [debt for debt, _d, _i in self.new_rows])
+        for state in touched:
+            if not state.new:
+                state.debt.save(only=_DEBT_UPDATE_FIELDS)
+        rows = []
+        for state in touched:
+            debt_id = state.debt.id
+            for item in state.installments:
+                if item.id is None:
+                    rows.append((debt_id, item.external_id, item.numero, item.monto, item.pagado, item.vence,
+                                 item.estado, item.declared_estado))
+            for item in state.changed_installments.values():
+                item.save(only=[Installment.numero, Installment.monto, Installment.vence, Installment.estado,
+                                Installment.declared_estado])
+        for debt, _debtor, installments in self.new_rows:
+            debt_id = debt.id
+            for row in installments:
+                row[0] = debt_id
+            rows.extend(installments)
+        if rows:
+            bulk_insert(Installment, _INSTALLMENT_COLUMNS, rows)
+        stop_collection(self.settled)
+
+    def _insert_debtors(self) -> None:
+        now = _bound_once(self.now)
+        rows = [(self.tenant_id, d.nombre, d.documento, d.telefono, now, now) for d in self.new_debtors]
+        returned = bulk_insert(Debtor, [Debtor.tenant, Debtor.nombre, Debtor.documento, Debtor.telefono,
+                                        Debtor.created_at, Debtor.updated_at], rows,
+                               returning=[Debtor.id, Debtor.documento, Debtor.telefono])
+        # Matched by natural key rather than by position: RETURNING promises no order.
+        ids_by_key = {("d", documento) if documento else ("t", telefono): debtor_id
+                      for debtor_id, documento, telefono in returned}
+        for debtor in self.new_debtors:
+            debtor.id = ids_by_key[("d", debtor.documento) if debtor.documento else ("t", debtor.telefono)]
+
+    def _insert_debts(self, debts: list[_NewDebt]) -> None:
+        # A new debt's created_at and updated_at are the batch's moment.
+        row_of, stamps = _DEBT_INSERT_ROW, (_bound_once(self.now),) * 2
+        rows = [row_of(debt) + stamps for debt in debts]
+        returned = bulk_insert(Debt, _DEBT_INSERT_COLUMNS, rows, returning=[Debt.id, Debt.external_id])
+        ids = {external_id: debt_id for debt_id, external_id in returned}
+        for debt in debts:
+            debt.id = ids[debt.external_id]
+
+
+_ACCOUNT_TABLE = MessagingAccount._meta.table_name
+_EXTERNAL_ID, _ACCOUNT_NAME = operator.attrgetter("external_id"), operator.attrgetter("account_id")
+_DOCUMENTO, _TELEFONO = operator.attrgetter("deudor.documento"), operator.attrgetter("deudor.telefono")
+_DEBT_INSERT_COLUMNS = [Debt.tenant, Debt.external_id, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia,
+                        Debt.monto_original, Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status,
+                        Debt.external_version, Debt.external_updated_at, Debt.resolution, Debt.row_version,
+                        Debt.created_at, Debt.updated_at]
+# Every column but the two timestamps, which come last.
+_DEBT_INSERT_ROW = operator.attrgetter(*(field.column_name for field in _DEBT_INSERT_COLUMNS[:-2]))
+# A new debt's columns (no resolution) with the unique key last, for `_insert_new`.
+_NEW_DEBT_COLUMNS = [Debt.tenant, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia, Debt.monto_original,
+                     Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status, Debt.external_version,
+                     Debt.external_updated_at, Debt.row_version, Debt.created_at, Debt.updated_at, Debt.external_id]
+_INSTALLMENT_COLUMNS = [Installment.debt, Installment.external_id, Installment.numero, Installment.monto,
+                        Installment.pagado, Installment.vence, Installment.estado, Installment.declared_estado]
+_DEBT_UPDATE_FIELDS = [Debt.account, Debt.debtor, Debt.moneda, Debt.referencia, Debt.monto_original,
+                       Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status, Debt.external_version,
+                       Debt.external_updated_at, Debt.updated_at]
+
+
+def upsert_debts(tenant_id: int, specs: list[DebtSpec], *, today: dt.date | None = None) -> list[UpsertResult]:
+    """Create or update debts from ERP snapshots, one result per spec, in the caller's order.
+
+    Elements are independent: a business error rejects that element and the others are saved.
+    The batch is planned and written together (fast); if the database refuses the combined
+    write (a concurrent writer created the same debt or debtor meanwhile), the batch is undone
+    and each element is applied alone in its own savepoint.
+    """
+    if not specs:
+        return []
+    today = today or tenant_today(tenant_id)
+    with atomic():
+        try:
+            with atomic():
+                return _Batch(tenant_id, today).apply(specs)
+        except IntegrityError:
+            log.info("batch of %d debts conflicted with a concurrent write; applying one by one", len(specs))
+        return [_upsert_alone(tenant_id, spec, today) for spec in specs]
+
+
+# An installment's declared estado from its CSV cell: an empty cell declares it pending.
+_DECLARED = {"": "pending", **{estado: estado for estado in INSTALLMENT_STATES}}
+_PENDING = frozenset(("", "pending"))
+
+
+class _NotAllNew(Exception):
+    """A block of new debts names a stored debt or debtor (see `insert_new_debts`)."""
+
+
+def insert_new_debts(tenant_id: int, columns: DebtColumns, *, today: dt.date | None = None) -> bool:
+    """`upsert_debts(tenant_id, columns.specs())` for a block of debts of which none is stored, each
+    with a debtor of its own that is not stored either: the import's common case, written a
+    column at a time in one transaction. Anything else (a stored debt or debtor, a debtor named
+    twice, an unknown account, a concurrent writer) writes nothing and gives False: the caller
+    then upserts the specs, which decides each case as the API does.
+    """
+    documentos = list(filter(None, columns.documentos))
+    telefonos = list(filter(None, columns.telefonos))
+    if len(set(documentos)) != len(documentos) or len(set(telefonos)) != len(telefonos):
+        return False
+    today = today or tenant_today(tenant_id)
+    try:
+        with atomic():
+            _insert_new_debts(tenant_id, columns, today)
+    except _NotAllNew:
+        return False
+    return True
+
+
+def _insert_new_debts(tenant_id: int, columns: DebtColumns, today: dt.date) -> None:
+    names = list(set(columns.account_ids))
+    accounts = dict(execute(f'SELECT "public_id", "id" FROM "{_ACCOUNT_TABLE}" WHERE "tenant_id" = ? '
+                            f'AND "public_id" IN ({_marks(names)})', [tenant_id, *names]).fetchall())
+    if len(accounts) != len(names):
+        raise _NotAllNew
+    # Nothing to lock: a debt or debtor stored already (even by a concurrent writer) is a row
+    # the INSERT leaves out, and then the block is not all new.
+    external_ids = columns.external_ids
+    now = _bound_once(utcnow())
+    size = len(external_ids)
+    debtor_ids = _insert_new(Debtor, [Debtor.tenant, Debtor.nombre, Debtor.created_at, Debtor.updated_at,
+                                      Debtor.documento, Debtor.telefono],
+                             [repeat(tenant_id, size), columns.nombres, repeat(now, size), repeat(now, size),
+                              columns.documentos, columns.telefonos], 2)
+
+    # A new installment has nothing paid: its estado follows from what is declared and its due
+    # date alone, worked out once for each pair in the block.
+    vences, estados = columns.vences, columns.estados
+    if _PENDING.issuperset(estados):  # an import's usual case: nothing declared but pending
+        declared = repeat("pending")
+        estado_of_day = {day: "overdue" if day < today else "pending" for day in set(vences)}
+        estados = list(map(estado_of_day.__getitem__, vences))
+    else:
+        declared = list(map(_DECLARED.__getitem__, estados))
+        pairs = list(zip(declared, vences, strict=True))
+        estado_of = {pair: installment_estado(pair[0], 1, 0, pair[1], today) for pair in set(pairs)}
+        estados = list(map(estado_of.__getitem__, pairs))
+    debt_overdue = set(itertools.compress(columns.row_debts, map(operator.eq, estados, repeat("overdue"))))
+    saldos, originals = columns.saldos, columns.montos_originales
+    if not debt_overdue and 0 not in saldos and all(map(operator.ge, saldos, originals)):
+        statuses = repeat("pending", size)  # nothing paid, nothing overdue
+    else:
+        statuses = [debt_status(None, saldo, original, external_id in debt_overdue)
+                    for external_id, saldo, original in zip(external_ids, saldos, originals, strict=True)]
+    tipos = columns.tipos
+    debt_ids = _insert_new(Debt, _NEW_DEBT_COLUMNS, [
+        repeat(tenant_id, size), map(accounts.__getitem__, columns.account_ids), debtor_ids, columns.currencies,
+        columns.referencias, originals, saldos, [tipo or "installments" for tipo in tipos] if None in tipos else tipos,
+        map(operator.is_, columns.auto_sends, repeat(True)), statuses, columns.versions, columns.updated_ats,
+        repeat(0, size), repeat(now, size), repeat(now, size), external_ids], 1)
+    days = {day: _bound_once(day) for day in set(vences)}
+    bulk_insert(Installment, _INSTALLMENT_COLUMNS, list(zip(
+        itertools.chain.from_iterable(map(repeat, debt_ids, columns.counts)), columns.cuota_ids, columns.numeros,
+        columns.montos, repeat(0), map(days.__getitem__, vences), estados, declared)))
+
+
+def _upsert_alone(tenant_id: int, spec: DebtSpec, today: dt.date) -> UpsertResult:
+    for _attempt in range(2):
+        try:
+            with atomic():
+                return _Batch(tenant_id, today).apply([spec])[0]
+        except IntegrityError:
+            continue  # the concurrent row is committed now: the next plan sees it
+    return UpsertResult(spec.external_id, error=Conflict(
+        "the debt changed concurrently; retry", code="concurrent_update"))
+
+
+def upsert_debt(tenant_id: int, spec: DebtSpec, *, today: dt.date | None = None) -> UpsertResult:
+    """One debt; a business error is raised (404 account_not_found, 409 debtor_identity_conflict)."""
+    result = upsert_debts(tenant_id, [spec], today=today)[0]
+    if result.error is not None:
+        raise result.error
+    return result

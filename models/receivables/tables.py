@@ -1,0 +1,249 @@
+"""Receivables' tables: the replica of the ERP's debtors, debts, installments and payments,
+collection's reminders, and the payment gateway's side (credentials, links, notifications,
+reversals, the ERP's export), with the statuses that describe them. Amounts are integers in
+the currency's minor units (money.py)."""
+
+from __future__ import annotations
+
+from peewee import (
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DateField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    TextField,
+)
+
+from models.clock import utcnow
+from models.numbers.tables import MessagingAccount
+from models.receivables.money import amount_json
+from models.store.base import BaseModel
+from models.store.secrets import EncryptedText
+from models.tenancy.tables import Tenant
+
+# The replica and collection (debts.py, snapshots.py, reminders.py, collection.py).
+
+OPEN_INSTALLMENT = ("pending", "partial", "overdue")
+OPEN_DEBT = ("pending", "partial", "overdue")
+RESOLVED_DEBT = ("paid", "cancelled", "written_off")
+DEBT_STATUSES = OPEN_DEBT + ("paid", "cancelled", "written_off")
+# Collection's reminder stages: (stage, days from the due date when it starts), in order.
+STAGES = (("before", -3), ("due", 0), ("after", 3))
+
+
+class Debtor(BaseModel):
+    """A person who owes, identified per tenant by document and, second, by phone."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    nombre = CharField(max_length=255)
+    documento = CharField(max_length=64, null=True)
+    telefono = CharField(max_length=32, null=True)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        # NULLs are distinct in both engines: debtors known by only one key do not collide.
+        indexes = ((("tenant", "documento"), True), (("tenant", "telefono"), True))
+
+    def as_dict(self) -> dict:
+        return {"nombre": self.nombre, "documento": self.documento, "telefono": self.telefono}
+
+
+class Debt(BaseModel):
+    # Indexed as the first column of (tenant, id) below, not on its own (migration 0020).
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE", index=False)
+    external_id = CharField(max_length=160)
+    account = ForeignKeyField(MessagingAccount)
+    debtor = ForeignKeyField(Debtor)
+    moneda = CharField(max_length=3)
+    referencia = CharField(max_length=500, null=True)
+    monto_original = BigIntegerField()
+    saldo_pendiente = BigIntegerField()
+    tipo = CharField(max_length=16, default="single")
+    auto_send = BooleanField(default=False)
+    status = CharField(max_length=16, default="pending")
+    external_version = BigIntegerField(null=True)
+    external_updated_at = DateTimeField(null=True)
+    resolution = CharField(max_length=16, null=True)
+    resolution_reason = CharField(max_length=500, null=True)
+    resolved_at = DateTimeField(null=True)
+    row_version = IntegerField(default=0)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        # (tenant, id): a page of a company's debts newest first is a seek from the last id shown.
+        indexes = ((("tenant", "external_id"), True), (("tenant", "status"), False), (("tenant", "id"), False))
+
+    def summary(self) -> dict:
+        return debt_summary(self)
+
+
+def debt_summary(debt) -> dict:
+    """What a write answers about a debt (a Debt row, or one just inserted by a batch)."""
+    return {"external_id": debt.external_id, "saldo_pendiente": amount_json(debt.saldo_pendiente, debt.moneda),
+            "status": debt.status, "external_version": debt.external_version}
+
+
+class Installment(BaseModel):
+    debt = ForeignKeyField(Debt, backref="installments", on_delete="CASCADE")
+    external_id = CharField(max_length=160)
+    numero = IntegerField()
+    monto = BigIntegerField()
+    pagado = BigIntegerField(default=0)  # allocated by payments recorded here
+    vence = DateField()
+    estado = CharField(max_length=16)
+    # What the ERP last declared (pending, partial, paid, overdue, cancelled), or `cancelled` when
+    # the service cancelled it; `estado` is derived from it, the allocations and the date.
+    declared_estado = CharField(max_length=16, default="pending")
+
+    class Meta:
+        table_name = "debt_installment"
+        indexes = ((("debt", "external_id"), True), (("estado", "vence"), False))
+
+
+class Payment(BaseModel):
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, backref="payments", on_delete="CASCADE")
+    public_id = CharField(max_length=40, unique=True, null=True)  # bpay_: payments made in the service
+    external_id = CharField(max_length=160, null=True)  # the ERP's id: payments it reports
+    transaction_id = CharField(max_length=255, null=True)  # the gateway's id, when there is one
+    origin = CharField(max_length=8)  # erp or service
+    monto = BigIntegerField()
+    moneda = CharField(max_length=3)
+    metodo = CharField(max_length=16)
+    pagado_en = DateTimeField()
+    monto_sin_asignar = BigIntegerField(default=0)
+    saldo_after = BigIntegerField()  # the debt's balance right after: replays answer the original result
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debt_payment"
+        indexes = ((("tenant", "external_id"), True), (("tenant", "transaction_id"), True))
+
+
+class Allocation(BaseModel):
+    payment = ForeignKeyField(Payment, backref="allocations", on_delete="CASCADE")
+    installment = ForeignKeyField(Installment, on_delete="CASCADE")
+    monto = BigIntegerField()
+
+    class Meta:
+        table_name = "payment_allocation"
+
+
+class Reminder(BaseModel):
+    """One collection reminder per installment and stage: the unique key makes a second impossible."""
+
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    installment = ForeignKeyField(Installment, on_delete="CASCADE")
+    stage = CharField(max_length=8)  # before, due, after
+    status = CharField(max_length=16, default="queued")  # queued (handed to a campaign), cancelled
+    campaign_id = CharField(max_length=40, null=True)  # the cmp_ id that carries it
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debt_reminder"
+        indexes = ((("installment", "stage"), True),)
+
+
+# The payment gateway's side (payments.py, export.py).
+
+PROVIDER = "mercadopago"
+
+
+class PaymentGateway(BaseModel):
+    """A company's gateway account: its credentials, encrypted at rest."""
+
+    tenant = ForeignKeyField(Tenant, unique=True, on_delete="CASCADE")
+    provider = CharField(max_length=32, default=PROVIDER)
+    access_token_ciphertext = EncryptedText()
+    webhook_secret_ciphertext = EncryptedText()
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "payment_gateway"
+
+
+class PaymentLink(BaseModel):
+    public_id = CharField(max_length=40, unique=True)  # plk_: also the gateway's external_reference
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    installment = ForeignKeyField(Installment, null=True, on_delete="CASCADE")
+    monto = BigIntegerField()
+    moneda = CharField(max_length=3)
+    origin = CharField(max_length=16)  # api or reminder
+    checkout_id = CharField(max_length=255, null=True)  # the gateway's preference, once created
+    checkout_url = TextField(null=True)
+    status = CharField(max_length=16, default="active")  # active, paid
+    expires_at = DateTimeField()
+    paid_at = DateTimeField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "payment_link"
+        indexes = ((("tenant", "debt"), False),)
+
+
+class GatewayNotification(BaseModel):
+    """A verified notification, kept once per (tenant, request id): redeliveries are dropped."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    request_id = CharField(max_length=255)
+    topic = CharField(max_length=64)
+    action = CharField(max_length=64, null=True)
+    resource_id = CharField(max_length=255, null=True)
+    claimed_amount = CharField(max_length=64, null=True)  # what the body said, if anything
+    claimed_currency = CharField(max_length=3, null=True)
+    # received, then recorded (something written), unchanged, ignored, refused or failed
+    status = CharField(max_length=16, default="received")
+    outcome = CharField(max_length=500, null=True)
+    attempts = IntegerField(default=0)
+    received_at = DateTimeField(default=utcnow)
+    processed_at = DateTimeField(null=True)
+
+    class Meta:
+        table_name = "gateway_notification"
+        indexes = ((("tenant", "request_id"), True), (("status", "received_at"), False))
+
+
+class PaymentReversal(BaseModel):
+    """Money the gateway took back from a recorded payment: a refund or a chargeback."""
+
+    public_id = CharField(max_length=40, unique=True)  # brev_
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    payment = ForeignKeyField(Payment, on_delete="CASCADE")
+    kind = CharField(max_length=16)  # refund or chargeback
+    monto = BigIntegerField()
+    moneda = CharField(max_length=3)
+    unassigned = BigIntegerField(default=0)  # the part taken from the payment's monto_sin_asignar
+    saldo_after = BigIntegerField()
+    reversed_at = DateTimeField()
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "payment_reversal"
+
+
+class PaymentExport(BaseModel):
+    """The ERP's feed: one row per payment or reversal made in the service, numbered per tenant."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    seq = BigIntegerField()
+    payment = ForeignKeyField(Payment, on_delete="CASCADE")
+    reversal = ForeignKeyField(PaymentReversal, null=True, on_delete="CASCADE")
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "payment_export"
+        indexes = ((("tenant", "seq"), True), (("payment", "reversal"), True))
+
+
+class PaymentExportSequence(BaseModel):
+    tenant = ForeignKeyField(Tenant, primary_key=True, on_delete="CASCADE")
+    last = BigIntegerField(default=0)
+
+    class Meta:
+        table_name = "payment_export_sequence"

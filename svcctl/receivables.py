@@ -1,0 +1,248 @@
+"""svcctl cartera: import debts from the ERP, read them, record payments, resolve, collection."""
+
+from __future__ import annotations
+
+import csv
+import gc
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+import typer
+from rich.console import Group
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+from models.receivables import debts
+from models.receivables.collection import due_reminders, send_due_reminders
+from models.receivables.importer import CountingReader, ImportFormatError, RowError, import_debts, reader_for
+from models.receivables.money import amount_json
+from models.receivables.tables import DEBT_STATUSES
+from models.tenancy.tenants import get_tenant
+from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
+from svcctl.payments import export_app as payments_export_app
+
+app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True)
+endpoint_app = typer.Typer(help="Where debt.payment_received events are delivered.", no_args_is_help=True)
+app.add_typer(endpoint_app, name="endpoint")
+app.add_typer(payments_export_app, name="payments")
+
+# Bad rows echoed on stderr; the rest only go to --errors FILE (a big file can have thousands).
+SHOWN_ERRORS = 20
+# A spreadsheet opening the errors CSV runs a cell that starts with one of these as a formula.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: str) -> str:
+    """A cell of the errors CSV that a spreadsheet shows as text: a would-be formula gets a leading `'`."""
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
+
+
+class ErrorSink:
+    """Bad rows: the first few on stderr, all of them to --errors FILE (JSON lines, or CSV by suffix)."""
+
+    def __init__(self, path: Path | None):
+        self.shown = 0
+        self.total = 0
+        self.handle = path.open("w", encoding="utf-8", newline="") if path else None
+        self.writer = None
+        if self.handle is not None and path.suffix.lower() == ".csv":
+            self.writer = csv.writer(self.handle)
+            self.writer.writerow(["line", "external_id", "code", "message"])
+
+    def __call__(self, error: RowError) -> None:
+        self.total += 1
+        if self.shown < SHOWN_ERRORS:
+            self.shown += 1
+            # The row's own text (its id, the message quoting it) is printed as text, never markup.
+            label = styled(" (", error.external_id, ")") if error.external_id else ""
+            err.print(styled((f"line {error.line}", "red"), label, ": ", error.message), soft_wrap=True)
+        if self.writer is not None:
+            self.writer.writerow([error.line, csv_cell(error.external_id or ""), error.code, csv_cell(error.message)])
+        elif self.handle is not None:
+            self.handle.write(orjson.dumps(error.as_dict()).decode() + "\n")
+
+    def close(self) -> None:
+        if self.total > self.shown:
+            hint = "" if self.handle else " (use --errors FILE to keep them all)"
+            err.print(f"... and {self.total - self.shown} more bad rows{hint}")
+        if self.handle is not None:
+            self.handle.close()
+
+
+def _open_source(source: str) -> tuple[BinaryIO, int | None]:
+    if source == "-":
+        return sys.stdin.buffer, None
+    path = Path(source)
+    try:
+        return path.open("rb"), path.stat().st_size
+    except OSError as error:
+        fail(f"cannot read {source}: {error.strerror or error}")
+
+
+def _format_of(source: str, fmt: str | None) -> str:
+    if fmt:
+        return fmt.lower()
+    return "jsonl" if source.lower().endswith((".jsonl", ".ndjson", ".json")) else "csv"
+
+
+@app.command("import")
+@with_database
+def import_command(
+        source: str = typer.Argument(..., metavar="FILE|-", help="A CSV or JSON Lines file, or - for stdin."),
+        tenant: str = typer.Option(..., "--tenant"),
+        fmt: str = typer.Option(None, "--format", help="csv or jsonl (default: by file name, else csv)."),
+        errors_path: Path = typer.Option(None, "--errors", help="Write every bad row here (JSON lines; CSV "
+                                                                "when the name ends in .csv)."),
+        batch_size: int = typer.Option(500, "--batch-size", min=1, max=5000, help="Debts per transaction."),
+        as_json: bool = JSON_OPTION):
+    """Import debts from the ERP, streaming; exits 1 when any row was refused."""
+    tenant_id = get_tenant(tenant).id
+    try:
+        read = reader_for(_format_of(source, fmt), batch_size)
+    except ImportFormatError as error:
+        fail(str(error))
+    stream, size = _open_source(source)
+    counter = CountingReader(stream)
+    sink = ErrorSink(errors_path)
+    progress = Progress(TextColumn("[bold]importing[/bold] {task.fields[debts]} debts"), BarColumn(),
+                        DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn(), console=err, transient=False)
+    task = progress.add_task("import", total=size, debts=0)
+
+    def advance(summary) -> None:
+        progress.update(task, completed=counter.bytes_read, debts=summary.debts)
+
+    # An import builds and drops millions of objects, next to none of them in reference cycles;
+    # the collector's default pass every 700 new objects walked each batch's rows dozens of
+    # times, and the modules too. What exists by now (the modules, mostly) outlives the import:
+    # it is frozen out of the walks, and a pass waits for 20,000 more live objects.
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(20_000, *thresholds[1:])
+    try:
+        with progress:
+            summary = import_debts(tenant_id, read(counter), batch_size=batch_size, on_error=sink, on_batch=advance)
+            progress.update(task, completed=counter.bytes_read if size is None else size)
+    except ImportFormatError as error:
+        fail(str(error))
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+        sink.close()
+        if source != "-":
+            stream.close()
+    data = summary.as_dict()
+    show(data, as_json, lambda: table("import", ("created", "updated", "ignored as stale", "errors", "debts",
+                                                 "rows"),
+                                      [(data["created"], data["updated"], data["ignored_stale"], data["errors"],
+                                        data["debts"], data["rows"])]))
+    if summary.errors:
+        raise typer.Exit(1)
+
+
+@app.command("show")
+@with_database
+def show_debt(external_id: str, tenant: str = typer.Option(..., "--tenant"), as_json: bool = JSON_OPTION):
+    """Show a debt with its debtor, installments and payments."""
+    data = debts.debt_detail(debts.get_debt(get_tenant(tenant).id, external_id))
+
+    def render():
+        head = {key: value for key, value in data.items() if key not in ("cuotas", "pagos", "deudor")}
+        head.update({f"deudor.{key}": value for key, value in data["deudor"].items()})
+        cuotas = table("installments", ("external_id", "numero", "monto", "vence", "estado"),
+                       [(c["external_id"], c["numero"], c["monto"], c["vence"], c["estado"]) for c in data["cuotas"]])
+        pagos = table("payments", ("external_id", "boty_payment_id", "origin", "monto", "metodo", "pagado_en",
+                                   "allocated to"),
+                      [(p["external_id"], p["boty_payment_id"], p["origin"], p["monto"], p["metodo"], p["pagado_en"],
+                        ", ".join(f"{a['cuota_external_id']}={a['monto']}" for a in p["asignaciones"]))
+                       for p in data["pagos"]])
+        return Group(record(head, f"debt {external_id}"), cuotas, pagos)
+
+    show(data, as_json, render)
+
+
+@app.command("list")
+@with_database
+def list_command(tenant: str = typer.Option(..., "--tenant"),
+                 status: str = typer.Option(None, "--status", help=", ".join(DEBT_STATUSES)),
+                 limit: int = typer.Option(50, "--limit", min=1, max=10000), as_json: bool = JSON_OPTION):
+    """List a tenant's debts, newest first."""
+    if status is not None and status not in DEBT_STATUSES:
+        fail(f"unknown status {status!r}; one of {', '.join(DEBT_STATUSES)}")
+    data = [{"external_id": debt.external_id, "deudor": debt.debtor.nombre, "moneda": debt.moneda,
+             "monto_original": amount_json(debt.monto_original, debt.moneda),
+             "saldo_pendiente": amount_json(debt.saldo_pendiente, debt.moneda), "status": debt.status,
+             "auto_send": debt.auto_send, "external_version": debt.external_version}
+            for debt in debts.list_debts(get_tenant(tenant).id, status).limit(limit)]
+    show(data, as_json, lambda: table("debts", ("external_id", "debtor", "currency", "original", "balance", "status",
+                                                "auto_send"),
+                                      [(d["external_id"], d["deudor"], d["moneda"], d["monto_original"],
+                                        d["saldo_pendiente"], d["status"], d["auto_send"]) for d in data]))
+
+
+@app.command("pay")
+@with_database
+def pay(tenant: str = typer.Option(..., "--tenant"), debt: str = typer.Option(..., "--debt", help="EXTERNAL_ID"),
+        amount: str = typer.Option(..., "--amount", help="In the debt's currency, e.g. 1500 or 12.50."),
+        method: str = typer.Option(..., "--method", help="cash, transfer, card, deposit, check, gateway, other"),
+        transaction_id: str = typer.Option(None, "--transaction-id", help="Makes a retried command pay once."),
+        as_json: bool = JSON_OPTION):
+    """Record a payment made inside the service; emits debt.payment_received."""
+    from jobs.queue import load_tasks  # here: the queue reads the settings as it loads
+
+    load_tasks()  # the queue's hooks: the event is fanned out once committed
+    tenant_id = get_tenant(tenant).id
+    payment = debts.record_service_payment(tenant_id, debt, amount, method, transaction_id=transaction_id)
+    current = debts.get_debt(tenant_id, debt)
+    data = debts.payment_event_data(payment, current)
+    flat = {"boty_payment_id": payment.public_id, "deuda_external_id": debt,
+            **{key: value for key, value in data["pago"].items() if key != "boty_payment_id"},
+            "monto_sin_asignar": amount_json(payment.monto_sin_asignar, payment.moneda),
+            "saldo_pendiente": data["saldo_pendiente"], "status": data["status"]}
+    show(flat, as_json, lambda: record(flat, "payment recorded"))
+
+
+@app.command("resolve")
+@with_database
+def resolve(external_id: str, tenant: str = typer.Option(..., "--tenant"),
+            status: str = typer.Option(..., "--status", help="paid, cancelled or written_off"),
+            reason: str = typer.Option(None, "--reason"), as_json: bool = JSON_OPTION):
+    """Resolve a debt: cancels its open installments and reminders."""
+    debt = debts.resolve_debt(get_tenant(tenant).id, external_id, status, reason)
+    data = debt.summary()
+    show(data, as_json, lambda: record(data, "debt resolved"))
+
+
+@app.command("remind")
+@with_database
+def remind(dry_run: bool = typer.Option(False, "--dry-run", help="List what is due without sending."),
+           as_json: bool = JSON_OPTION):
+    """Send the payment reminders due now (the worker does this every 15 minutes)."""
+    if dry_run:
+        data = [{"tenant_id": item.tenant_id, "account_id": item.account_public_id,
+                 "deuda_external_id": item.debt_external_id, "cuota_external_id": item.cuota_external_id,
+                 "stage": item.stage, "wa_id": item.wa_id} for item in due_reminders()]
+        show(data, as_json, lambda: table("reminders due", ("account", "debt", "installment", "stage", "to"),
+                                          [(d["account_id"], d["deuda_external_id"], d["cuota_external_id"],
+                                            d["stage"], d["wa_id"]) for d in data]))
+        return
+    from jobs.queue import load_tasks  # here: the queue reads the settings as it loads
+
+    load_tasks()  # the queue's hooks: a created campaign wakes the sending engine
+    campaigns = send_due_reminders()
+    show({"campaigns": campaigns}, as_json, lambda: f"{len(campaigns)} collection campaign(s) created: "
+                                                   + (", ".join(campaigns) or "none"))
+
+
+@endpoint_app.command("set")
+@with_database
+def set_endpoint(tenant: str = typer.Option(..., "--tenant"), url: str = typer.Option(..., "--url"),
+                 as_json: bool = JSON_OPTION):
+    """Set the URL that receives debt.payment_received; prints its signing secret once."""
+    from models.events import webhooks
+
+    endpoint, secret = webhooks.set_payment_endpoint(get_tenant(tenant).id, url)
+    data = {**endpoint.as_dict(), "signing_secret": secret}
+    show(data, as_json, lambda: record(data, "payment endpoint (the signing secret is shown only now)"))
+
+

@@ -1,0 +1,83 @@
+"""Test data for receivables: numbers owned by a persona, debt bodies, and keyed requests."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+
+import pytest
+
+from models.clock import utcnow
+from models.ids import new_id
+from models.numbers.tables import MessagingAccount
+
+API = "/api/v1/cartera"
+
+
+def make_account(persona, phone: str = "56911112222", status: str = "active") -> MessagingAccount:
+    """A connected number of `persona`, as onboarding would leave it."""
+    return MessagingAccount.create(public_id=new_id("wacc_"), tenant=persona.id, phone_number=phone,
+                                   name="Cobranza", status=status, phone_id=f"pn-{uuid.uuid4().hex[:8]}",
+                                   access_token="token", connected_at=utcnow())
+
+
+def debt_body(account_id: str, external_id: str = "D-1", **changes) -> dict:
+    """A valid Debt in the API's shape: 3 installments of 100.00 USD, nothing paid."""
+    body = {
+        "external_id": external_id,
+        "account_id": account_id,
+        "deudor": {"nombre": "Ana Pérez", "documento": "11111111-1", "telefono": "56922223333"},
+        "moneda": "USD",
+        "referencia": "Factura 1001",
+        "monto_original": 300,
+        "saldo_pendiente": 300,
+        "auto_send": False,
+        "cuotas": [
+            {"external_id": f"{external_id}-1", "numero": 1, "monto": 100, "vence": "2031-01-10", "estado": "pending"},
+            {"external_id": f"{external_id}-2", "numero": 2, "monto": 100, "vence": "2031-02-10", "estado": "pending"},
+            {"external_id": f"{external_id}-3", "numero": 3, "monto": 100, "vence": "2031-03-10", "estado": "pending"},
+        ],
+    }
+    body = copy.deepcopy(body)
+    body.update(changes)
+    return body
+
+
+def payment_body(external_id: str = "P-1", debt: str = "D-1", monto=50, **changes) -> dict:
+    body = {"external_id": external_id, "deuda_external_id": debt, "monto": monto, "moneda": "USD",
+            "metodo": "transfer", "pagado_en": "2030-12-01T10:00:00-03:00"}
+    body.update(changes)
+    return body
+
+
+def keyed(persona, key: str | None = None) -> dict[str, str]:
+    return {**persona.headers, "Idempotency-Key": key or uuid.uuid4().hex}
+
+
+def post(client, persona, path: str, body, key: str | None = None, raw: bytes | None = None):
+    """POST with a fresh Idempotency-Key (or `key`); `raw` sends bytes as they are."""
+    headers = {**keyed(persona, key), "Content-Type": "application/json"}
+    payload = raw if raw is not None else json.dumps(body).encode()
+    return client.simulate_post(API + path, body=payload, headers=headers)
+
+
+def get_debt(client, persona, external_id: str):
+    return client.simulate_get(f"{API}/deudas/{external_id}", headers=persona.headers)
+
+
+def error_of(response) -> dict:
+    assert response.json["success"] is False, response.json
+    return response.json["error"]
+
+
+@pytest.fixture(name="storage")
+def sqlite_only(sqlite_storage):
+    """Overrides the two-engine `storage` where imported: for rules the engine cannot change
+    (validation, parsing, arithmetic), so they do not pay for a PostgreSQL database each."""
+    return sqlite_storage
+
+
+# For a test or class whose rule the engine cannot change (parsing, validation, the API's
+# common pipeline): it runs on SQLite only, saving a PostgreSQL database per test.
+sqlite_only_mark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
