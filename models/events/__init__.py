@@ -1,5 +1,7 @@
 """Events: what the service tells companies, and the webhooks that carry it.
 
+- `types.py`: every event the service posts, each as the model of the body it sends (the API
+  document's `webhooks` section is built from them).
 - `tables.py`: the tables: the outbox's events, webhook endpoints, their deliveries and every
   delivery attempt, with the event names and delivery statuses.
 - `outbox.py`: an event written in the transaction of the change it reports, and the prompt
