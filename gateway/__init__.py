@@ -57,7 +57,7 @@ class Notification:
     request_id: str
     topic: str  # "payment" for the ones that matter here
     action: str | None
-    resource_id: str | None
+    resource_id: str  # the resource the signature covers (the query's `data.id`)
     sent_at: dt.datetime
     # What the body says of the transaction, when it says anything: checked against the
     # gateway's record, never used in its place.

@@ -136,8 +136,10 @@ def parse_notification(headers: Mapping[str, str], query: Mapping[str, str], bod
                        ) -> Notification:
     """Check `x-signature` and the timestamp's freshness; raises InvalidNotification.
 
-    `headers` keys in lower case. The resource id comes from the query (`data.id`), as it is
-    signed there; a body that names another resource is refused.
+    `headers` keys in lower case. The resource id is the one the signature covers, the query's
+    (`data.id`): a notification whose query names none is refused, whatever its body says (a
+    signature made without an id would otherwise vouch for any id a body chose), and so is a
+    body that names another resource.
     """
     signature = headers.get("x-signature", "")
     request_id = headers.get("x-request-id", "")
@@ -156,6 +158,9 @@ def parse_notification(headers: Mapping[str, str], query: Mapping[str, str], bod
         raise InvalidNotification("stale_notification", "the notification's timestamp is outside the tolerance")
     if not request_id:
         raise InvalidNotification("invalid_notification", "the x-request-id header is missing")
+    if not resource_id:
+        raise InvalidNotification("invalid_notification",
+                                  "the notification's query names no resource (data.id), so its signature covers none")
     try:
         payload = _loads(body) if body else {}
     except ValueError:
@@ -164,7 +169,7 @@ def parse_notification(headers: Mapping[str, str], query: Mapping[str, str], bod
         raise InvalidNotification("invalid_notification", "the body is not a JSON object")
     data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
     body_id = data.get("id")
-    if body_id is not None and resource_id is not None and str(body_id) != resource_id:
+    if body_id is not None and str(body_id) != resource_id:
         raise InvalidNotification("invalid_notification", "the body names another resource than the signed one")
     topic = str(payload.get("type") or query.get("type") or query.get("topic") or "")
     action = payload.get("action")
@@ -174,7 +179,7 @@ def parse_notification(headers: Mapping[str, str], query: Mapping[str, str], bod
     except GatewayError:
         raise InvalidNotification("invalid_notification", "data.transaction_amount is not a number") from None
     return Notification(request_id=request_id, topic=topic, action=action if isinstance(action, str) else None,
-                        resource_id=resource_id or (str(body_id) if body_id is not None else None),
+                        resource_id=resource_id,
                         sent_at=sent_at,
                         claimed_amount=claimed,
                         claimed_currency=str(claimed_currency).upper() if claimed_currency is not None else None)

@@ -63,15 +63,19 @@ class Seller:
         return response.json()
 
     def notification(self, payment_id, *, request_id: str | None = None, ts: int | None = None,
-                     secret: str | None = None, data: dict | None = None) -> tuple[str, dict, bytes]:
-        """(path with query, headers, body) of a notification signed as the gateway signs it."""
+                     secret: str | None = None, data: dict | None = None,
+                     id_in_query: bool = True) -> tuple[str, dict, bytes]:
+        """(path with query, headers, body) of a notification signed as the gateway signs it;
+        without `id_in_query`, the id is only in the body and the signature covers none."""
         request_id = request_id or str(uuid.uuid4())
         stamp = str(ts if ts is not None else int(time.time() * 1000))
         body = {"id": 1, "live_mode": False, "type": "payment", "action": "payment.updated", "api_version": "v1",
                 "data": {"id": str(payment_id), **(data or {})}}
-        headers = {"x-signature": sign(secret or self.secret, str(payment_id), request_id, stamp),
+        signed_id = str(payment_id) if id_in_query else None
+        headers = {"x-signature": sign(secret or self.secret, signed_id, request_id, stamp),
                    "x-request-id": request_id, "Content-Type": "application/json"}
-        path = f"{payments.WEBHOOK_PATH}/{self.persona.tenant.public_id}?data.id={payment_id}&type=payment"
+        query = f"data.id={payment_id}&type=payment" if id_in_query else "type=payment"
+        path = f"{payments.WEBHOOK_PATH}/{self.persona.tenant.public_id}?{query}"
         return path, headers, json.dumps(body).encode()
 
 

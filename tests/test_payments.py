@@ -147,6 +147,18 @@ class TestNotifications:
         assert client.simulate_post(path, body=body, headers=other_headers).status_code == 401
         assert Payment.select().count() == 0 and GatewayNotification.select().count() == 0
 
+    def test_a_notification_signed_without_an_id_is_refused_whatever_its_body_names(self, client, alice, debt,
+                                                                                    gateway):
+        paid = gateway.pay(link_for(client, alice).json["data"])
+        # Signed with the company's own secret, but over no id: the body's id is the attacker's choice.
+        refused = notify(client, gateway, paid["id"], id_in_query=False)
+        assert refused.status_code == 400 and error_of(refused)["code"] == "invalid_notification"
+        assert "data.id" in error_of(refused)["message"]
+        assert Payment.select().count() == 0 and GatewayNotification.select().count() == 0
+        # The gateway's own notification, the id in its signed query, still records the payment.
+        assert notify(client, gateway, paid["id"]).json["data"]["status"] == "accepted"
+        assert [p.transaction_id for p in Payment.select()] == [str(paid["id"])]
+
     def test_a_replayed_notification_is_refused(self, client, alice, debt, gateway):
         paid = gateway.pay(link_for(client, alice).json["data"])
         ten_minutes_ago = int((time.time() - 600) * 1000)
