@@ -1,11 +1,19 @@
-"""Sign-in, the two-factor step, sign-out, and accepting an invitation."""
+"""Sign-in, the two-factor step, sign-out, and accepting an invitation; every password or code
+goes through the throttle (`models/tenancy/sign_in_throttle.py`) first, counted in the metrics."""
 
 from __future__ import annotations
 
-import falcon
+import functools
+import math
+import threading
+import time
 
+import falcon
+from prometheus_client import Counter, Histogram
+
+from config import get_settings
 from models.errors import Invalid
-from models.tenancy import portal
+from models.tenancy import portal, sign_in_throttle
 from models.tenancy.tables import PortalSession, PortalUser
 from portal.web import (
     BASE,
@@ -19,8 +27,53 @@ from portal.web import (
     set_session_cookie,
 )
 
-THROTTLED = Refused(429, "Too many attempts", "Too many sign-in attempts for this email or from this address. "
-                                              "Wait 15 minutes and try again.")
+ATTEMPTS = Counter("svc_portal_sign_in_attempts_total",
+                   "Portal sign-in attempts (passwords, two-factor codes, a password change's current password), "
+                   "by step and outcome", ["step", "outcome"])
+DELAYS = Histogram("svc_portal_sign_in_delay_seconds", "How long slowed sign-in attempts waited before their check",
+                   buckets=(1, 2, 4, 8))
+WAITING_SHARE = 4  # at most one request thread in four waits to check a slowed sign-in
+_REFUSALS = {"address": "Too many sign-in attempts from this address.",
+             "address_email": "Too many sign-in attempts for this email from this address."}
+
+
+@functools.cache
+def _waiting_places() -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(max(1, get_settings().web_threads // WAITING_SHARE))
+
+
+def _throttled(message: str, retry_after: int) -> Refused:
+    minutes = math.ceil(retry_after / 60)
+    return Refused(429, "Too many attempts",
+                   f"{message} Try again in {minutes} minute{'s' if minutes > 1 else ''}.",
+                   {"Retry-After": str(retry_after)})
+
+
+def throttle(req: falcon.Request, email: str, step: str) -> None:
+    """Before a password or code of `email` is checked: 429 once the address has used up its
+    attempts (for every email, or for this one), else a wait while the email is being guessed at
+    from elsewhere. Waiting holds a thread, so at most a share of them wait; past it, 429 too."""
+    verdict = sign_in_throttle.check(email, ctx(req).ip, step)
+    if verdict.refused:
+        ATTEMPTS.labels(step, f"refused_{verdict.refused}").inc()
+        raise _throttled(_REFUSALS[verdict.refused], verdict.retry_after)
+    if verdict.delay:
+        places = _waiting_places()
+        if not places.acquire(blocking=False):
+            ATTEMPTS.labels(step, "refused_busy").inc()
+            raise _throttled("Too many sign-ins are being slowed down right now.", math.ceil(verdict.delay))
+        try:
+            time.sleep(verdict.delay)
+        finally:
+            places.release()
+        DELAYS.observe(verdict.delay)
+
+
+def checked(req: falcon.Request, email: str, step: str, accepted: bool) -> None:
+    """Count what the check said; a failure also counts against the email and reaches the audit log."""
+    ATTEMPTS.labels(step, "accepted" if accepted else "failed").inc()
+    if not accepted:
+        sign_in_throttle.failed(email, ctx(req).ip, step)
 
 
 def _next(value: str | None) -> str:
@@ -54,9 +107,9 @@ class Login:
     @page(public=True)
     def on_post(self, req, resp):
         email, target = form(req).get("email"), _next(form(req).get("next"))
-        if not portal.login_allowed(email, ctx(req).ip):
-            raise THROTTLED
+        throttle(req, email, "password")
         user = portal.authenticate(email, form(req).raw("password"))
+        checked(req, email, "password", user is not None)
         if user is None:
             render(req, resp, "login.html", status=401, email=email, next=target,
                    error="Wrong email or password.")
@@ -78,9 +131,9 @@ class TwoFactor:
         if not session.pending_totp:
             redirect(resp, target)
             return
-        if not portal.login_allowed(session.user.email, ctx(req).ip):
-            raise THROTTLED
+        throttle(req, session.user.email, "two_factor")
         completed = portal.complete_totp(session, form(req).get("code"), ctx(req).ip)
+        checked(req, session.user.email, "two_factor", completed is not None)
         if completed is None:
             render(req, resp, "two_factor.html", status=401, next=target, error="That code is not valid.")
             return

@@ -6,7 +6,7 @@ from __future__ import annotations
 from models.errors import Invalid
 from models.tenancy import portal
 from models.tenancy.tables import ROLES, PortalUser
-from portal.signin import THROTTLED
+from portal.signin import checked, throttle
 from portal.web import BASE, ctx, form, page, paginate_by_keyset, redirect, render, require
 
 
@@ -93,14 +93,14 @@ class PasswordChange:
         if fields.raw("new_password") != fields.raw("new_password_again"):
             _security(req, resp, status=422, password_error="The two new passwords differ.")
             return
-        if not portal.login_allowed(context.user.email, context.ip):
-            raise THROTTLED
+        throttle(req, context.user.email, "password_change")
         try:
             changed = portal.change_password(context.user, fields.raw("current_password"), fields.raw("new_password"),
                                              context.session, context.ip)
         except Invalid as error:
             _security(req, resp, status=422, password_error=error.message)
             return
+        checked(req, context.user.email, "password_change", changed)
         if not changed:
             _security(req, resp, status=401, password_error="The current password is wrong.")
             return

@@ -77,9 +77,9 @@ templates.filters["number"] = lambda value: f"{value:,}" if isinstance(value, in
 class Refused(Exception):
     """An answer that is a page of its own: 403 (role, CSRF), 429 (throttled)."""
 
-    def __init__(self, status: int, title: str, message: str):
+    def __init__(self, status: int, title: str, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.title, self.message = status, title, message
+        self.status, self.title, self.message, self.headers = status, title, message, headers or {}
 
 
 class Form:
@@ -193,6 +193,7 @@ def page(write: str | None = None, public: bool = False, pending: bool = False, 
                 if _admit(req, resp, write, public, pending, setup):
                     handler(resource, req, resp, **params)
             except Refused as refused:
+                resp.set_headers(refused.headers)
                 error_page(req, resp, refused.status, refused.title, refused.message)
             except DomainError as error:
                 title = {404: "Not found", 409: "Not possible now"}.get(error.status, "Check the form")

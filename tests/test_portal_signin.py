@@ -10,7 +10,7 @@ import pyotp
 
 from jobs.portal import prune_portal_sessions
 from models.clock import utcnow
-from models.tenancy import portal
+from models.tenancy import portal, sign_in_throttle
 from models.tenancy.tables import ApiKey, PortalInvitation, PortalSession, PortalUser
 from tests.portal_fixtures import *  # noqa: F403
 from tests.portal_fixtures import PASSWORD, PortalClient, make_user, signed_in
@@ -113,21 +113,39 @@ def test_forms_without_or_with_a_wrong_csrf_token_are_refused(client, owner):
     assert fresh.post("/portal/login", {"email": owner.email, "password": PASSWORD}).status_code == 403
 
 
-def test_repeated_wrong_passwords_are_throttled(client, owner):
+def test_repeated_wrong_passwords_are_throttled_from_their_address(client, owner):
     browser = PortalClient(client)
     browser.get("/portal/login")
-    for _ in range(portal.LOGIN_ATTEMPTS_PER_EMAIL):
+    for _ in range(sign_in_throttle.LOGIN_ATTEMPTS_PER_ADDRESS_EMAIL):
         wrong = browser.post("/portal/login", {"email": owner.email, "password": "not the password!"})
         assert wrong.status_code == 401 and "Wrong email or password" in wrong.text
-    # Past the limit even the right password waits, from this or any other address.
+    # Past the limit even the right password waits, from this address.
     throttled = browser.post("/portal/login", {"email": owner.email, "password": PASSWORD})
     assert throttled.status_code == 429 and "Too many sign-in attempts" in throttled.text
-    elsewhere = PortalClient(client, remote_addr="198.51.100.20")
-    assert elsewhere.sign_in(owner.email.upper()).status_code == 429
+    assert 0 < int(throttled.headers["retry-after"]) <= sign_in_throttle.LOGIN_WINDOW
     assert "svc_portal" not in browser.cookies
-    # Another user is not held up by it.
+    # Not from another (tests/test_security_sign_in.py runs the attack on a live server).
+    elsewhere = PortalClient(client, remote_addr="198.51.100.20")
+    assert elsewhere.sign_in(owner.email.upper()).status_code == 303
+    # Another user is not held up by it, from this address either.
     colleague = make_user(owner.tenant_id, "viewer")
-    assert PortalClient(client).sign_in(colleague.email).status_code == 303
+    assert browser.sign_in(colleague.email).status_code == 303
+
+
+def test_wrong_two_factor_codes_and_current_passwords_are_throttled_too(client, owner):
+    browser = signed_in(client, owner)
+    for _ in range(sign_in_throttle.LOGIN_ATTEMPTS_PER_ADDRESS_EMAIL - 1):  # the sign-in was one
+        wrong = browser.post("/portal/security/password", {"current_password": "nope nope nope",
+                                                           "new_password": PASSWORD + "!",
+                                                           "new_password_again": PASSWORD + "!"})
+        assert wrong.status_code == 401
+    refused = browser.post("/portal/security/password", {"current_password": PASSWORD,
+                                                         "new_password": PASSWORD + "!",
+                                                         "new_password_again": PASSWORD + "!"})
+    assert refused.status_code == 429
+    failed = [entry for entry in portal.audit_log(owner.tenant_id) if entry.action == "session.sign_in_failed"]
+    assert len(failed) == sign_in_throttle.LOGIN_ATTEMPTS_PER_ADDRESS_EMAIL - 1
+    assert {(entry.actor, entry.details["step"]) for entry in failed} == {(owner.email, "password_change")}
 
 
 def test_an_unknown_email_and_a_wrong_password_read_the_same(client, owner):

@@ -9,6 +9,7 @@
 - `access_requests.py`: a company asks for access; an administrator approves or rejects.
 - `idempotency.py`: Idempotency-Key claims and the responses stored for replay.
 - `portal.py`: the company portal's people: users, invitations, sign-in, two-factor, the audit log.
+- `sign_in_throttle.py`: how fast a portal email may be tried, per address and per email.
 
 This module imports none of them, so importing one stays cheap.
 """

@@ -26,7 +26,6 @@ from models.clock import utcnow
 from models.errors import Conflict, Invalid, NotFound
 from models.ids import new_id
 from models.store import secrets
-from models.store.counters import counters
 from models.store.db import atomic
 from models.tenancy.tables import (
     MAX_EMAIL,
@@ -47,10 +46,6 @@ PENDING_TTL = dt.timedelta(minutes=5)
 MIN_PASSWORD = 12
 MAX_PASSWORD = 256
 TOTP_ISSUER = "Messaging service"
-# Sign-in throttling, in the counters the API's rate limits use: attempts per 15-minute window.
-LOGIN_WINDOW = 900
-LOGIN_ATTEMPTS_PER_EMAIL = 10
-LOGIN_ATTEMPTS_PER_IP = 50
 
 _hasher = argon2.PasswordHasher()  # argon2id with the library's current recommended parameters
 
@@ -84,8 +79,10 @@ def check_role(role: str) -> str:
 
 
 def audit(tenant_id: int, user: PortalUser | None, action: str, target: str | None = None,
-          details: dict | None = None, ip: str | None = None) -> None:
-    AuditEntry.create(tenant=tenant_id, user=user.id if user else None, actor=user.email if user else "svcctl",
+          details: dict | None = None, ip: str | None = None, actor: str | None = None) -> None:
+    """Written as `actor` when given, else as the user, else as `svcctl` (an administrator's command)."""
+    AuditEntry.create(tenant=tenant_id, user=user.id if user else None,
+                      actor=actor or (user.email if user else "svcctl"),
                       action=action, target=target, details=details or None, ip=ip)
 
 
@@ -193,19 +190,6 @@ def generated_password() -> str:
 
 
 # --- sign-in -------------------------------------------------------------------------------
-
-
-def login_allowed(email: str, ip: str | None) -> bool:
-    """Count a sign-in attempt for this email and this address; False past either limit.
-
-    Every attempt counts, not only failures: the counter store only counts up, and a check
-    that did not count would let a burst of parallel guesses through before any failure landed.
-    """
-    limits = {f"portal-login:email:{_digest(email.strip().lower())}": LOGIN_ATTEMPTS_PER_EMAIL}
-    if ip:
-        limits[f"portal-login:ip:{ip}"] = LOGIN_ATTEMPTS_PER_IP
-    counts = counters().incr(list(limits), LOGIN_WINDOW)
-    return all(counts.get(key, 0) <= limit for key, limit in limits.items())
 
 
 def authenticate(email: str, password: str) -> PortalUser | None:
