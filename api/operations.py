@@ -6,12 +6,12 @@ log line, HTTP metrics, and the endpoints outside /api/v1 that a load balancer a
 - `GET /readyz`: the database, the queue and Redis answer and every migration is applied; 503
   with the failing checks otherwise.
 - `GET /metrics`: the Prometheus text format, every gunicorn worker counted (config/metrics.py),
-  plus the state gauges read at scrape time; behind `SVC_METRICS_TOKEN` when it is set.
+  plus the state gauges read at scrape time; behind `SVC_METRICS_TOKEN` when it is set, and
+  without it only on loopback (config/metrics_access.py).
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 
@@ -19,9 +19,11 @@ import falcon
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 
+from api.errors import ApiError
 from api.operation import Reply, ok, operation
 from api.schemas import Output, Success
-from config import get_settings, logs
+from config import get_settings, logs, metrics_access
+from config.client_address import client_ip
 from config.metrics import multiprocess_dir
 
 log = logging.getLogger("api")
@@ -149,12 +151,10 @@ class _ThisProcess:
 
 class Metrics:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        token = get_settings().metrics_token
-        if token:
-            offered = req.get_header("Authorization") or ""
-            if not hmac.compare_digest(offered.encode(), f"Bearer {token}".encode()):
-                _json(resp, 401, {"status": "unauthorized"})
-                return
+        refused = metrics_access.refusal(get_settings().metrics_token, req.get_header("Authorization"),
+                                         client_ip(req), metrics_access.listening())
+        if refused is not None:
+            raise ApiError(refused.status, refused.code, refused.message)
         from jobs.operations import StateCollector
 
         registry = CollectorRegistry(auto_describe=False)

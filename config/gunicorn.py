@@ -6,7 +6,7 @@ connection is ever shared across a fork.
 
 import os
 
-from config import metrics
+from config import metrics, metrics_access
 from config.access_log import TEXT_ACCESS_FORMAT
 from config.settings import get_settings
 
@@ -34,6 +34,18 @@ loglevel = "info"
 def on_starting(server):
     # Before any worker imports prometheus_client (config/metrics.py).
     metrics.prepare_multiprocess_dir()
+
+
+def when_ready(server):
+    level, line = metrics_access.startup_line("/metrics", _settings.metrics_token,
+                                              [metrics_access.host_of(listener.getsockname())
+                                               for listener in server.LISTENERS])
+    server.log.log(level, line)
+
+
+def post_fork(server, worker):
+    # What this worker is bound to, every --bind included, decides who may read /metrics.
+    metrics_access.listening_on(listener.getsockname() for listener in worker.sockets)
 
 
 def child_exit(server, worker):

@@ -8,12 +8,19 @@ classes. No recipient, event id, URL or secret is ever a label value.
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 import time
+from http import HTTPStatus
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
+import orjson
 from huey import signals
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 
+from config import metrics_access
 from jobs.queue import huey, task_name
 from models.operations import heartbeats
 from models.operations import state as service_state
@@ -150,10 +157,37 @@ class StateCollector:
 # --- the consumer's metrics port ----------------------------------------------------------
 
 
-def serve_metrics(host: str, port: int) -> None:
-    """This consumer's own metrics: its tasks, sends and deliveries. (The state gauges come from
-    the API's /metrics: read once per API node rather than once per process.)"""
-    from prometheus_client import start_http_server
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format, *args) -> None:
+        pass  # a line per scrape would drown the consumer's log
 
-    start_http_server(port, addr=host)
-    log.info("metrics on http://%s:%s/metrics", host, port)
+
+def _guarded(app, token: str, hosts: tuple[str, ...]):
+    """The metrics app behind config/metrics_access.py's rule, refusals in the error envelope."""
+
+    def guarded(environ: dict, start_response):
+        refused = metrics_access.refusal(token, environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR", ""),
+                                         hosts)
+        if refused is None:
+            return app(environ, start_response)
+        start_response(f"{refused.status} {HTTPStatus(refused.status).phrase}",
+                       [("Content-Type", "application/json")])
+        return [orjson.dumps({"success": False,
+                              "error": {"message": refused.message, "code": refused.code, "details": {}}})]
+
+    return guarded
+
+
+def serve_metrics(host: str, port: int, token: str) -> ThreadingWSGIServer:
+    """This consumer's own metrics: its tasks, sends and deliveries, served the way the API's are
+    (`token`: SVC_METRICS_TOKEN). (The state gauges come from the API's /metrics: read once per API
+    node rather than once per process.)"""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+    server = make_server(host, port, None, server_class=server_class, handler_class=_Quiet)
+    hosts = (metrics_access.host_of(server.socket.getsockname()),)
+    server.set_app(_guarded(make_wsgi_app(), token, hosts))
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    level, line = metrics_access.startup_line(f"metrics on http://{host}:{port}/metrics", token, hosts)
+    log.log(level, line)
+    return server

@@ -53,7 +53,8 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
            no_periodic: bool = typer.Option(False, "--no-periodic",
                                             help="Do not schedule periodic tasks (all consumers but one)."),
            metrics_port: str = typer.Option(None, "--metrics-port",
-                                            help="[HOST:]PORT of its /metrics (default SVC_METRICS_PORT).")):
+                                            help="[HOST:]PORT of its /metrics (default SVC_METRICS_PORT); "
+                                                 "beyond loopback it needs SVC_METRICS_TOKEN.")):
     """Run the queue consumer (thread workers) in the foreground."""
     try:
         settings = get_settings()
@@ -76,7 +77,7 @@ def worker(threads: int = typer.Option(None, "--threads", help="Worker threads (
                                     periodic=not no_periodic, check_worker_health=True, backoff=1.15,
                                     max_delay=0.5, initial_delay=0.05)
     if metrics_bind:
-        serve_metrics(*metrics_bind)
+        serve_metrics(*metrics_bind, settings.metrics_token)
     heartbeat = Heartbeat(WORKER, workers, periodic=not no_periodic).start()
     try:
         consumer.run()

@@ -104,17 +104,20 @@ class LiveService:
         wait_until(lambda: self._answers(f"{self.sim_url}/_sim/health"), message="the simulator")
         return self
 
-    def start_api(self) -> subprocess.Popen:
-        return self._spawn("api", ["serve", "--bind", f"127.0.0.1:{self.api_port}"])
+    def start_api(self, host: str = "127.0.0.1") -> subprocess.Popen:
+        return self._spawn("api", ["serve", "--bind", f"{host}:{self.api_port}"])
 
     def start_sim(self) -> None:
         self._spawn("sim", ["sim", "--bind", f"127.0.0.1:{self.sim_port}",
                             "--webhook-url", f"{self.api_url}/platform/webhook", *self.sim_options])
 
-    def start_worker(self, name: str = "worker", periodic: bool = True) -> subprocess.Popen:
+    def start_worker(self, name: str = "worker", periodic: bool = True,
+                     metrics_port: str | None = None) -> subprocess.Popen:
         args = ["worker", "--threads", str(self.worker_threads)]
         if not periodic:
             args.append("--no-periodic")
+        if metrics_port:
+            args += ["--metrics-port", metrics_port]
         return self._spawn(name, args)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

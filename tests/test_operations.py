@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import io
+import ipaddress
 import json
 import logging
 import os
@@ -29,10 +30,12 @@ from models.tenancy import portal
 from models.tenancy.tables import IdempotencyRecord, PortalUser
 from tests.campaigns_fixtures import campaign_body, make_number
 from tests.live import env_for
+from tests.operations_fixtures import *  # noqa: F403  (served_on_loopback)
 from tests.operations_fixtures import parse, total
 from tests.webhooks_fixtures import configure
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.usefixtures("served_on_loopback")
 
 
 def metric(client, name: str, **labels) -> float:
@@ -72,11 +75,23 @@ def test_readyz_names_a_migration_not_applied(client, storage):
 
 def test_metrics_are_behind_the_token_when_one_is_set(client, storage):
     configure(storage, metrics_token="s3cret-scrape")
-    assert client.simulate_get("/metrics").status_code == 401
-    assert client.simulate_get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        refused = client.simulate_get("/metrics", headers=headers)
+        assert refused.status_code == 401 and refused.json["error"]["code"] == "unauthorized"
     answer = client.simulate_get("/metrics", headers={"Authorization": "Bearer s3cret-scrape"})
     assert answer.status_code == 200 and "svc_state_up 1.0" in answer.text
     assert "s3cret-scrape" not in answer.text
+
+
+def test_without_a_token_metrics_are_served_to_loopback_clients_only(client, storage):
+    assert client.simulate_get("/metrics", remote_addr="::1").status_code == 200
+    refused = client.simulate_get("/metrics", remote_addr="192.0.2.10")
+    assert refused.status_code == 403 and refused.json["success"] is False
+    assert refused.json["error"]["code"] == "metrics_loopback_only"
+    # A proxy on this host that says whom it forwards for does not make that client local.
+    configure(storage, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),))
+    assert client.simulate_get("/metrics", headers={"X-Forwarded-For": "198.51.100.4"}).status_code == 403
+    assert client.simulate_get("/metrics").status_code == 200
 
 
 def test_requests_and_rate_limit_refusals_are_counted_by_route_template(client, alice, storage):

@@ -11,13 +11,15 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.operations_fixtures import *  # noqa: F403  (served_on_loopback)
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 METRIC = re.compile(r"\bsvc_[a-z_]+\b")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
 @pytest.fixture
-def exported(client) -> set[str]:
+def exported(client, served_on_loopback) -> set[str]:
     text = client.simulate_get("/metrics").text
     names = set()
     for family in text_string_to_metric_families(text):

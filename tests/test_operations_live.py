@@ -58,7 +58,8 @@ def test_metrics_count_a_campaign_across_workers_and_the_consumer(service, stora
     token = {"Authorization": "Bearer scrape-token"}
     assert requests.get(f"{service.api_url}/metrics", timeout=5).status_code == 401
     api_before = scrape(f"{service.api_url}/metrics", headers=token)
-    consumer_before = scrape(service.consumer_metrics)
+    assert requests.get(service.consumer_metrics, timeout=5).status_code == 401  # the same token, both places
+    consumer_before = scrape(service.consumer_metrics, headers=token)
 
     alice = Persona("Alice Metrics", credits=1000)
     phone_id, access_token = sim_signup(service.sim_url, service.env["SVC_APP_SECRET"], 1000)
@@ -90,7 +91,7 @@ def test_metrics_count_a_campaign_across_workers_and_the_consumer(service, stora
                timeout=30, message="every delivery recorded")
 
     api_after = scrape(f"{service.api_url}/metrics", headers=token)
-    consumer_after = scrape(service.consumer_metrics)
+    consumer_after = scrape(service.consumer_metrics, headers=token)
 
     def moved(before, after, name, **labels) -> float:
         return total(after, name, **labels) - total(before, name, **labels)
