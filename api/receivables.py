@@ -165,7 +165,7 @@ class DebtBatchResource:
                            "others fail. A failed element reads {external_id, success: false, error: "
                            "{code, message, details}}.")
     def on_post(self, req, resp) -> Reply:
-        elements = req.context.body.deudas
+        elements = req.context.body.debts
         results: list[dict | None] = [None] * len(elements)
         specs, positions = [], []
         for index, element in enumerate(elements):
