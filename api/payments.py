@@ -87,7 +87,7 @@ EXPORT_QUERY = (
 
 
 class PaymentLinkResource:
-    @operation("Create a payment link for a debt", scope="cartera:write", body=PaymentLinkInput, cartera=True,
+    @operation("Create a payment link for a debt", scope="cartera:write", body=PaymentLinkInput, receivables=True,
                responses={201: Success[PaymentLinkItem]}, errors=(401, 403, 404, 409, 422, 429, 502), tags=TAGS,
                description="The amount defaults to what the installment `cuota_external_id` still owes, else to "
                            "the next open installment's remainder, else to the open balance; a given `monto` is at "
