@@ -128,7 +128,7 @@ def build_document() -> dict[str, Any]:
             for name, schema, description in op.query
         ]
         if method != "get" and op.scope is not None:
-            header = dict(IDEMPOTENCY_HEADER, required=op.cartera)
+            header = dict(IDEMPOTENCY_HEADER, required=op.receivables)
             parameters.append(header)
         responses: dict[str, Any] = {}
         for status, model in op.responses.items():

@@ -61,7 +61,7 @@ class Operation:
     responses: dict[int, Any] = field(default_factory=dict)
     errors: tuple[int, ...] = ()
     rate_limit: int | None = None
-    cartera: bool = False
+    receivables: bool = False  # the area's rules: Idempotency-Key required, its own conflict code
     query: tuple[tuple[str, dict, str], ...] = ()
     tags: tuple[str, ...] = ()
     description: str | None = None
@@ -71,12 +71,12 @@ class Operation:
 
 
 def operation(summary: str, *, scope: str | None, body=None, responses=None, errors=(),
-              rate_limit=None, cartera=False, query=(), tags=(), description=None, secret_response=False):
+              rate_limit=None, receivables=False, query=(), tags=(), description=None, secret_response=False):
     """Declare a responder. `scope=None` makes it public; `scope=""` needs a key but no scope.
 
     The handler returns a `Reply`; domain errors raised inside it are rendered in the envelope.
     """
-    op = Operation(summary, scope, body, responses or {}, tuple(errors), rate_limit, cartera,
+    op = Operation(summary, scope, body, responses or {}, tuple(errors), rate_limit, receivables,
                    tuple(query), tuple(tags), description, secret_response)
 
     def decorate(handler: Callable) -> Callable:
@@ -127,7 +127,7 @@ def validate(model: type[pydantic.BaseModel], raw: bytes) -> pydantic.BaseModel:
 def _idempotency_key(req: falcon.Request, op: Operation) -> str | None:
     key = req.get_header("Idempotency-Key")
     if key is None or not key.strip():
-        if op.cartera:
+        if op.receivables:
             raise ApiError(422, "idempotency_key_required",
                            "receivables writes require an Idempotency-Key header")
         if key is not None:  # sent, but blank: a client bug, not a request to skip deduplication
@@ -223,7 +223,7 @@ CONFLICT_MESSAGES = {
 
 
 def _conflict_code(op: Operation) -> str:
-    return "idempotency_key_conflict" if op.cartera else "idempotency_conflict"
+    return "idempotency_key_conflict" if op.receivables else "idempotency_conflict"
 
 
 def _finish(op: Operation, record, status: int, body: bytes, headers: dict[str, str]) -> None:

@@ -14,6 +14,7 @@ import html
 import logging
 
 import falcon
+from pydantic import Field
 
 from api.errors import ApiError, validation_error
 from api.operation import Reply, ok, operation, read_body
@@ -32,8 +33,8 @@ TAGS = ("cartera",)
 
 
 class PaymentLinkInput(ExactInput):
-    monto: PositiveAmount | None = None
-    cuota_external_id: text(160, 1) | None = None
+    amount: PositiveAmount | None = Field(None, alias="monto")
+    installment_external_id: text(160, 1) | None = Field(None, alias="cuota_external_id")
 
 
 class PaymentLinkItem(Output):
@@ -86,7 +87,7 @@ EXPORT_QUERY = (
 
 
 class PaymentLinkResource:
-    @operation("Create a payment link for a debt", scope="cartera:write", body=PaymentLinkInput, cartera=True,
+    @operation("Create a payment link for a debt", scope="cartera:write", body=PaymentLinkInput, receivables=True,
                responses={201: Success[PaymentLinkItem]}, errors=(401, 403, 404, 409, 422, 429, 502), tags=TAGS,
                description="The amount defaults to what the installment `cuota_external_id` still owes, else to "
                            "the next open installment's remainder, else to the open balance; a given `monto` is at "
@@ -97,8 +98,8 @@ class PaymentLinkResource:
                            "`payment_gateway_unavailable` when the gateway cannot make the checkout.")
     def on_post(self, req, resp, external_id: str) -> Reply:
         body = req.context.body
-        link = payments.create_link(req.context.tenant_id, external_id, monto=body.monto,
-                                    cuota_external_id=body.cuota_external_id)
+        link = payments.create_link(req.context.tenant_id, external_id, amount=body.amount,
+                                    installment_external_id=body.installment_external_id)
         return ok(link, status=201)
 
 

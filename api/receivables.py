@@ -1,6 +1,6 @@
 """Receivables (section 4, `/cartera`): debt sync from the ERP, payments, resolution.
 
-Every write requires an Idempotency-Key (`cartera=True`). Bodies are parsed with exact
+Every write requires an Idempotency-Key (`receivables=True`). Bodies are parsed with exact
 decimals (models.receivables.inputs), and the handlers call the same domain operations as
 `svcctl cartera import`, so the API and the importer cannot disagree on a rule.
 """
@@ -147,7 +147,7 @@ def _error_body(error: DomainError) -> dict:
 
 
 class DebtsResource:
-    @operation("Create or update a debt from the ERP", scope="cartera:write", body=DebtInput, cartera=True,
+    @operation("Create or update a debt from the ERP", scope="cartera:write", body=DebtInput, receivables=True,
                responses={200: Success[DebtWritten], 201: Success[DebtWritten]}, errors=WRITE_ERRORS, tags=TAGS,
                description="201 when created, 200 when updated. A snapshot older than the stored one "
                            "(lower external_version, else older external_updated_at) is not applied: 200 with "
@@ -159,13 +159,13 @@ class DebtsResource:
 
 
 class DebtBatchResource:
-    @operation("Create or update up to 500 debts", scope="cartera:write", body=DebtBatchInput, cartera=True,
+    @operation("Create or update up to 500 debts", scope="cartera:write", body=DebtBatchInput, receivables=True,
                responses={200: Success[BatchWritten]}, errors=(401, 403, 409, 422, 429), tags=TAGS,
                description="Each element succeeds or fails on its own: valid elements are saved even when "
                            "others fail. A failed element reads {external_id, success: false, error: "
                            "{code, message, details}}.")
     def on_post(self, req, resp) -> Reply:
-        elements = req.context.body.deudas
+        elements = req.context.body.debts
         results: list[dict | None] = [None] * len(elements)
         specs, positions = [], []
         for index, element in enumerate(elements):
@@ -197,7 +197,7 @@ class DebtResource:
 
 
 class PaymentsResource:
-    @operation("Record a payment the ERP received", scope="cartera:write", body=PaymentInput, cartera=True,
+    @operation("Record a payment the ERP received", scope="cartera:write", body=PaymentInput, receivables=True,
                responses={200: Success[PaymentWritten], 201: Success[PaymentWritten]}, errors=WRITE_ERRORS,
                tags=TAGS,
                description="Applied once per external_id, first-in-first-out over the open installments. "
@@ -219,7 +219,7 @@ class PaymentsResource:
 
 class ResolveResource:
     @operation("Resolve a debt: paid, cancelled or written off", scope="cartera:write", body=ResolveInput,
-               cartera=True, responses={200: Success[DebtResolved]}, errors=WRITE_ERRORS, tags=TAGS,
+               receivables=True, responses={200: Success[DebtResolved]}, errors=WRITE_ERRORS, tags=TAGS,
                description="Cancels the open installments and their pending reminders; collection stops.")
     def on_post(self, req, resp, external_id: str) -> Reply:
         body = req.context.body

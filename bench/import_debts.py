@@ -114,8 +114,8 @@ DEBTOR = [Debtor.id, Debtor.tenant, Debtor.nombre, Debtor.documento, Debtor.tele
 DEBT = [Debt.id, Debt.tenant, Debt.external_id, Debt.external_version, Debt.account, Debt.debtor, Debt.moneda,
         Debt.referencia, Debt.monto_original, Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status,
         Debt.row_version, Debt.created_at, Debt.updated_at]
-INSTALLMENT = [Installment.debt, Installment.external_id, Installment.numero, Installment.monto, Installment.pagado,
-               Installment.vence, Installment.estado, Installment.declared_estado]
+INSTALLMENT = [Installment.debt, Installment.external_id, Installment.numero, Installment.monto,
+               Installment.amount_paid, Installment.vence, Installment.status, Installment.declared_status]
 
 
 def insert_orm(model, fields, rows):

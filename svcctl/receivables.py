@@ -149,14 +149,16 @@ def show_debt(external_id: str, tenant: str = typer.Option(..., "--tenant"), as_
     def render():
         head = {key: value for key, value in data.items() if key not in ("cuotas", "pagos", "deudor")}
         head.update({f"deudor.{key}": value for key, value in data["deudor"].items()})
-        cuotas = table("installments", ("external_id", "numero", "monto", "vence", "estado"),
-                       [(c["external_id"], c["numero"], c["monto"], c["vence"], c["estado"]) for c in data["cuotas"]])
-        pagos = table("payments", ("external_id", "boty_payment_id", "origin", "monto", "metodo", "pagado_en",
-                                   "allocated to"),
-                      [(p["external_id"], p["boty_payment_id"], p["origin"], p["monto"], p["metodo"], p["pagado_en"],
-                        ", ".join(f"{a['cuota_external_id']}={a['monto']}" for a in p["asignaciones"]))
-                       for p in data["pagos"]])
-        return Group(record(head, f"debt {external_id}"), cuotas, pagos)
+        installments = table("installments", ("external_id", "number", "amount", "due", "status"),
+                             [(c["external_id"], c["numero"], c["monto"], c["vence"], c["estado"])
+                              for c in data["cuotas"]])
+        payments = table("payments", ("external_id", "boty_payment_id", "origin", "amount", "method", "paid at",
+                                      "allocated to"),
+                         [(p["external_id"], p["boty_payment_id"], p["origin"], p["monto"], p["metodo"],
+                           p["pagado_en"],
+                           ", ".join(f"{a['cuota_external_id']}={a['monto']}" for a in p["asignaciones"]))
+                          for p in data["pagos"]])
+        return Group(record(head, f"debt {external_id}"), installments, payments)
 
     show(data, as_json, render)
 
@@ -197,7 +199,7 @@ def pay(tenant: str = typer.Option(..., "--tenant"), debt: str = typer.Option(..
     data = debts.payment_event_data(payment, current)
     flat = {"boty_payment_id": payment.public_id, "deuda_external_id": debt,
             **{key: value for key, value in data["pago"].items() if key != "boty_payment_id"},
-            "monto_sin_asignar": amount_json(payment.monto_sin_asignar, payment.moneda),
+            "monto_sin_asignar": amount_json(payment.unassigned, payment.moneda),
             "saldo_pendiente": data["saldo_pendiente"], "status": data["status"]}
     show(flat, as_json, lambda: record(flat, "payment recorded"))
 
@@ -220,7 +222,7 @@ def remind(dry_run: bool = typer.Option(False, "--dry-run", help="List what is d
     """Send the payment reminders due now (the worker does this every 15 minutes)."""
     if dry_run:
         data = [{"tenant_id": item.tenant_id, "account_id": item.account_public_id,
-                 "deuda_external_id": item.debt_external_id, "cuota_external_id": item.cuota_external_id,
+                 "deuda_external_id": item.debt_external_id, "cuota_external_id": item.installment_external_id,
                  "stage": item.stage, "wa_id": item.wa_id} for item in due_reminders()]
         show(data, as_json, lambda: table("reminders due", ("account", "debt", "installment", "stage", "to"),
                                           [(d["account_id"], d["deuda_external_id"], d["cuota_external_id"],

@@ -40,7 +40,7 @@ def link_for(client, persona, external_id="D-1", **body):
     return post(client, persona, f"/deudas/{external_id}/payment-link", body)
 
 
-def deuda(client, persona, external_id="D-1") -> dict:
+def read_debt(client, persona, external_id="D-1") -> dict:
     return get_debt(client, persona, external_id).json["data"]["deuda"]
 
 
@@ -62,7 +62,7 @@ class TestLinks:
         assert link["url"].endswith(f"/pay/{link['id']}") and link["checkout_url"].startswith(gateway.sim.base_url)
         expires = dt.datetime.fromisoformat(link["expires_at"])
         assert dt.timedelta(hours=71) < expires - dt.datetime.now(dt.UTC) <= dt.timedelta(hours=72)
-        assert [item["id"] for item in deuda(client, alice)["links_de_pago"]] == [link["id"]]
+        assert [item["id"] for item in read_debt(client, alice)["links_de_pago"]] == [link["id"]]
         # The public page sends the payer to the gateway's checkout.
         page = client.simulate_get(f"/pay/{link['id']}")
         assert page.status_code == 302 and page.headers["location"] == link["checkout_url"]
@@ -104,7 +104,7 @@ class TestLinks:
         link = link_for(client, alice).json["data"]
         PaymentLink.update(expires_at=dt.datetime(2020, 1, 1)).execute()
         assert client.simulate_get(f"/pay/{link['id']}").status_code == 410
-        assert deuda(client, alice)["links_de_pago"][0]["status"] == "expired"
+        assert read_debt(client, alice)["links_de_pago"][0]["status"] == "expired"
 
     def test_without_a_gateway_there_is_no_link(self, client, alice, debt):
         assert error_of(link_for(client, alice))["code"] == "payment_gateway_not_configured"
@@ -119,7 +119,7 @@ class TestNotifications:
         paid = gateway.pay(link)
         answer = notify(client, gateway, paid["id"])
         assert answer.status_code == 200 and answer.json["data"]["status"] == "accepted"
-        debt_now = deuda(client, alice)
+        debt_now = read_debt(client, alice)
         assert debt_now["saldo_pendiente"] == 200 and debt_now["status"] == "partial"
         assert debt_now["links_de_pago"][0]["status"] == "paid"
         [payment] = Payment.select().where(Payment.transaction_id == str(paid["id"]))
@@ -181,7 +181,7 @@ class TestNotifications:
         [note] = GatewayNotification.select()
         assert note.status == "refused" and "the gateway records" in note.outcome
         assert "refused" in caplog.text
-        assert Payment.select().count() == 0 and deuda(client, alice)["saldo_pendiente"] == 300
+        assert Payment.select().count() == 0 and read_debt(client, alice)["saldo_pendiente"] == 300
 
     def test_a_payment_in_another_currency_is_refused_and_logged(self, client, alice, debt, gateway, caplog):
         paid = gateway.pay(link_for(client, alice).json["data"], currency="MXN")
@@ -199,13 +199,13 @@ class TestNotifications:
         link = link_for(client, alice, monto=300).json["data"]
         first = gateway.pay(link, amount="40.25")
         notify(client, gateway, first["id"])
-        assert deuda(client, alice)["saldo_pendiente"] == 259.75
+        assert read_debt(client, alice)["saldo_pendiente"] == 259.75
         second = gateway.pay(link, amount="400")
         notify(client, gateway, second["id"])
-        debt_now = deuda(client, alice)
+        debt_now = read_debt(client, alice)
         assert debt_now["saldo_pendiente"] == 0 and debt_now["status"] == "paid"
         over = Payment.get(Payment.transaction_id == str(second["id"]))
-        assert (over.monto, over.monto_sin_asignar) == (40000, 14025)
+        assert (over.monto, over.unassigned) == (40000, 14025)
 
 
 class TestReversals:
@@ -213,17 +213,17 @@ class TestReversals:
         link = link_for(client, alice, monto=300).json["data"]
         paid = gateway.pay(link)
         notify(client, gateway, paid["id"])
-        assert deuda(client, alice)["status"] == "paid"
+        assert read_debt(client, alice)["status"] == "paid"
         gateway.control(f"payments/{paid['id']}/refund", amount="50")
         notify(client, gateway, paid["id"])
-        debt_now = deuda(client, alice)
+        debt_now = read_debt(client, alice)
         assert debt_now["saldo_pendiente"] == 50 and debt_now["status"] == "partial"
         assert [c["estado"] for c in debt_now["cuotas"]] == ["paid", "paid", "partial"]
         gateway.control(f"payments/{paid['id']}/chargeback")
         notify(client, gateway, paid["id"])
         notify(client, gateway, paid["id"])
-        assert deuda(client, alice)["saldo_pendiente"] == 300
-        assert [(r.kind, r.monto) for r in PaymentReversal.select().order_by(PaymentReversal.id)] == [
+        assert read_debt(client, alice)["saldo_pendiente"] == 300
+        assert [(r.kind, r.amount) for r in PaymentReversal.select().order_by(PaymentReversal.id)] == [
             ("refund", 5000), ("chargeback", 25000)]
         rows = list(export.export_rows(alice.id))
         assert [(row["tipo"], row["monto"], row["motivo"]) for row in rows] == [
@@ -238,7 +238,7 @@ class TestReconciliation:
         paid = gateway.pay(link)
         assert reconcile_payments.call_local() == 1  # the periodic task, over every connected company
         assert GatewayNotification.select().count() == 0 and Payment.get().transaction_id == str(paid["id"])
-        assert deuda(client, alice)["saldo_pendiente"] == 200 and len(events(alice.id)) == 1
+        assert read_debt(client, alice)["saldo_pendiente"] == 200 and len(events(alice.id)) == 1
         assert payments.reconcile(alice.id) == []
         # The late notification finds it recorded.
         notify(client, gateway, paid["id"])

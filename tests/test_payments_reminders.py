@@ -37,14 +37,14 @@ def sent_to(sim, number) -> list[dict]:
 def test_a_reminder_carries_its_link_in_the_button_and_the_link_opens_the_checkout(client, alice, sim, gateway):
     row = add_link_template(sim.base_url)
     number = make_number(alice.id, sim, templates=[*TEMPLATES, row])
-    sync(alice, number, "A", [NOON.date()], telefono="56911120001")
+    sync(alice, number, "A", [NOON.date()], phone="56911120001")
     [campaign] = send_due_reminders(NOON)
     assert Campaign.get(Campaign.public_id == campaign).template_name == "payment_reminder_link"
     reminder = recipients(campaign)["A"]
     link = PaymentLink.get()
     assert reminder.vars == ["Cliente A", "USD 100,00"]
     assert reminder.buttons == [{"index": 0, "type": "url", "text": link.public_id}]
-    assert (link.origin, link.monto, link.checkout_url) == ("reminder", 10000, None)
+    assert (link.origin, link.amount, link.checkout_url) == ("reminder", 10000, None)
 
     # What the platform got: two body parameters without the link, and the link as the button's suffix.
     [message] = sent_to(sim, number)
@@ -74,9 +74,9 @@ def test_a_reminder_carries_its_link_in_the_button_and_the_link_opens_the_checko
 def test_without_the_template_or_a_gateway_the_reminder_has_no_link(alice, sim, gateway, charlie):
     row = add_link_template(sim.base_url)
     number = make_number(alice.id, sim)  # the plain templates only
-    sync(alice, number, "A", [NOON.date()], telefono="56911120002")
+    sync(alice, number, "A", [NOON.date()], phone="56911120002")
     other = make_number(charlie.id, sim, templates=[*TEMPLATES, row])  # charlie has no gateway
-    sync(charlie, other, "B", [NOON.date()], telefono="56911120003")
+    sync(charlie, other, "B", [NOON.date()], phone="56911120003")
     created = send_due_reminders(NOON)
     assert len(created) == 2
     assert {Campaign.get(Campaign.public_id == c).template_name for c in created} == {"payment_reminder"}
@@ -105,7 +105,7 @@ def test_a_link_template_a_reminder_cannot_fill_sends_the_plain_reminder(alice, 
     response = requests.post(f"{sim.base_url}/_sim/templates", json=shape, timeout=5)
     response.raise_for_status()
     number = make_number(alice.id, sim, templates=[*TEMPLATES, template_row(response.json())])
-    sync(alice, number, "A", [NOON.date()], telefono="56911120004")
+    sync(alice, number, "A", [NOON.date()], phone="56911120004")
 
     [campaign] = send_due_reminders(NOON)
 

@@ -29,15 +29,15 @@ from tests.webhooks_fixtures import *  # noqa: F403
 from tests.webhooks_fixtures import Reply, configure, verify
 
 
-def debt_body(external_id: str, account_id: str, documento: str = "CC-1") -> dict:
-    return {"external_id": external_id, "account_id": account_id, "deudor": {"nombre": "Ana", "documento": documento},
+def debt_body(external_id: str, account_id: str, document: str = "CC-1") -> dict:
+    return {"external_id": external_id, "account_id": account_id, "deudor": {"nombre": "Ana", "documento": document},
             "moneda": "COP", "monto_original": "1000", "saldo_pendiente": "1000",
             "cuotas": [{"external_id": f"{external_id}-1", "numero": 1, "monto": "1000", "vence": "2031-01-10",
                         "estado": "pending"}]}
 
 
-def make_debt(client, persona, account, external_id: str, documento: str = "CC-1") -> None:
-    made = client.simulate_post("/api/v1/cartera/deudas", json=debt_body(external_id, account.public_id, documento),
+def make_debt(client, persona, account, external_id: str, document: str = "CC-1") -> None:
+    made = client.simulate_post("/api/v1/cartera/deudas", json=debt_body(external_id, account.public_id, document),
                                 headers={**persona.headers, "Idempotency-Key": f"debt-{external_id}"})
     assert made.status_code == 201, made.text
 
@@ -303,8 +303,8 @@ def test_credits_ledger_pages_and_exports_csv(client, alice, owner):
 
 def test_receivables_search_and_a_manual_payment_by_an_owner(client, alice, owner, sim):
     account = make_number(alice.id, sim)
-    make_debt(client, alice, account, "FAC-1", documento="CC-777")
-    make_debt(client, alice, account, "FAC-2", documento="CC-888")
+    make_debt(client, alice, account, "FAC-1", document="CC-777")
+    make_debt(client, alice, account, "FAC-2", document="CC-888")
     browser = signed_in(client, owner)
     found = browser.get("/portal/receivables", q="CC-777")
     assert "FAC-1" in found.text and "FAC-2" not in found.text

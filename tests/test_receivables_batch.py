@@ -24,7 +24,7 @@ def test_valid_elements_are_saved_when_others_fail(client, alice, charlie, accou
     post(client, alice, "/deudas", debt_body(account.public_id, "X", deudor={
         "nombre": "Flor", "documento": "8-8", "telefono": "56977778888"}))
     foreign = make_account(charlie, phone="56900009999")
-    deudas = [
+    debts = [
         debt_body(account.public_id, "NEW-1", deudor={"nombre": "Gil", "documento": "7-7"}),
         debt_body(account.public_id, "BAD-MONEY", moneda="USD", monto_original="1.005"),
         debt_body(account.public_id, "UPD", saldo_pendiente=10, deudor={"nombre": "Eva", "documento": "9-9"}),
@@ -36,7 +36,7 @@ def test_valid_elements_are_saved_when_others_fail(client, alice, charlie, accou
         {"external_id": "HALF"},
         debt_body(account.public_id, "NEW-2", deudor={"nombre": "Hugo", "telefono": "56966665555"}),
     ]
-    response = post(client, alice, "/deudas/lote", {"deudas": deudas})
+    response = post(client, alice, "/deudas/lote", {"deudas": debts})
     assert response.status_code == 200
     data = response.json["data"]
     assert data["summary"] == {"created": 2, "updated": 1, "ignored_stale": 1, "errors": 5}
@@ -58,10 +58,10 @@ def test_valid_elements_are_saved_when_others_fail(client, alice, charlie, accou
 
 
 def test_a_later_element_sees_an_earlier_one(client, alice, account):
-    deudas = [debt_body(account.public_id, "D-1", external_version=1, saldo_pendiente=300),
+    debts = [debt_body(account.public_id, "D-1", external_version=1, saldo_pendiente=300),
               debt_body(account.public_id, "D-1", external_version=3, saldo_pendiente=100),
               debt_body(account.public_id, "D-1", external_version=2, saldo_pendiente=200)]
-    data = post(client, alice, "/deudas/lote", {"deudas": deudas}).json["data"]
+    data = post(client, alice, "/deudas/lote", {"deudas": debts}).json["data"]
     assert [r["action"] for r in data["results"]] == ["created", "updated", "ignored_stale"]
     assert Debt.get().saldo_pendiente == 10000
     assert get_debt(client, alice, "D-1").json["data"]["deuda"]["cuotas"][0]["estado"] == "pending"
@@ -69,8 +69,8 @@ def test_a_later_element_sees_an_earlier_one(client, alice, account):
 
 @sqlite_only_mark
 def test_it_takes_1_to_500_elements(client, alice, account):
-    for deudas in ([], [debt_body(account.public_id, f"D-{i}") for i in range(501)]):
-        response = post(client, alice, "/deudas/lote", {"deudas": deudas})
+    for debts in ([], [debt_body(account.public_id, f"D-{i}") for i in range(501)]):
+        response = post(client, alice, "/deudas/lote", {"deudas": debts})
         assert response.status_code == 422
         assert "deudas" in error_of(response)["details"]["errors"]
     assert post(client, alice, "/deudas/lote", {"deudas": "x"}).status_code == 422
@@ -89,12 +89,12 @@ def test_the_batch_replays_under_its_key(client, alice, account):
 
 
 def test_five_hundred_new_debts_in_one_batch(client, alice, account):
-    deudas = [debt_body(account.public_id, f"D-{i}", deudor={"nombre": f"P{i}", "documento": f"{i}-K"})
+    debts = [debt_body(account.public_id, f"D-{i}", deudor={"nombre": f"P{i}", "documento": f"{i}-K"})
               for i in range(500)]
-    data = post(client, alice, "/deudas/lote", {"deudas": deudas}).json["data"]
+    data = post(client, alice, "/deudas/lote", {"deudas": debts}).json["data"]
     assert data["summary"] == {"created": 500, "updated": 0, "ignored_stale": 0, "errors": 0}
-    deuda = get_debt(client, alice, "D-499").json["data"]["deuda"]
-    assert (deuda["deudor"]["documento"], len(deuda["cuotas"])) == ("499-K", 3)
+    debt = get_debt(client, alice, "D-499").json["data"]["deuda"]
+    assert (debt["deudor"]["documento"], len(debt["cuotas"])) == ("499-K", 3)
 
 
 def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, account, storage, caplog):
@@ -106,7 +106,7 @@ def test_a_batch_that_meets_a_concurrent_insert_is_redone_one_by_one(alice, acco
     from models.receivables.inputs import parse_debt
     from models.store.db import atomic, connection, db
 
-    caplog.set_level(logging.INFO, logger="cartera")
+    caplog.set_level(logging.INFO, logger="receivables")
     specs = [parse_debt(debt_body(account.public_id, f"D-{i}", deudor={"nombre": "Ana", "documento": f"{i}-K"}))
              for i in range(40)]
     holding, release = threading.Event(), threading.Event()
@@ -153,25 +153,26 @@ def test_new_debts_planned_straight_to_rows_match_those_planned_as_state(alice, 
     from models.receivables.tables import Installment
     from models.store.db import connection
 
-    def cuota(external_id, numero, vence, estado=None, monto=100):
-        item = {"external_id": external_id, "numero": numero, "monto": monto, "vence": vence}
-        return item | ({"estado": estado} if estado else {})
+    def installment(external_id, number, due_date, status=None, amount=100):
+        item = {"external_id": external_id, "numero": number, "monto": amount, "vence": due_date}
+        return item | ({"estado": status} if status else {})
 
     def bodies(prefix):
         return [
             debt_body(account.public_id, f"{prefix}open", deudor={"nombre": "Ana", "documento": f"{prefix}1-K"}),
             debt_body(account.public_id, f"{prefix}late", saldo_pendiente=250, tipo="installments",
                       external_version=4, deudor={"nombre": "Bea", "telefono": f"569{len(prefix)}1234567"},
-                      cuotas=[cuota("a", 1, "2001-01-10"), cuota("b", 2, "2001-02-10", "partial"),
-                              cuota("c", 3, "2031-01-10", "partial"), cuota("d", 4, "2001-01-10", "cancelled"),
-                              cuota("e", 5, "2001-01-10", "paid")]),
+                      cuotas=[installment("a", 1, "2001-01-10"), installment("b", 2, "2001-02-10", "partial"),
+                              installment("c", 3, "2031-01-10", "partial"),
+                              installment("d", 4, "2001-01-10", "cancelled"),
+                              installment("e", 5, "2001-01-10", "paid")]),
             debt_body(account.public_id, f"{prefix}part", saldo_pendiente=120, auto_send=True, referencia=None,
                       external_updated_at="2030-05-01T10:00:00Z",
                       deudor={"nombre": "Ana", "documento": f"{prefix}1-K"},
-                      cuotas=[cuota("x", 1, "2031-01-10", "pending"), cuota("y", 2, "2031-02-10", "paid")]),
+                      cuotas=[installment("x", 1, "2031-01-10", "pending"), installment("y", 2, "2031-02-10", "paid")]),
             debt_body(account.public_id, f"{prefix}paid", saldo_pendiente=0, cuotas=[],
                       deudor={"nombre": "Cid", "documento": f"{prefix}3-K"}),
-            debt_body(account.public_id, f"{prefix}bare", tipo="single", cuotas=[cuota("z", 1, "2031-01-10")],
+            debt_body(account.public_id, f"{prefix}bare", tipo="single", cuotas=[installment("z", 1, "2031-01-10")],
                       deudor={"nombre": "Cid",
                                                                                  "documento": f"{prefix}3-K"}),
             debt_body("wacc_missing", f"{prefix}lost", deudor={"nombre": "Dan", "documento": f"{prefix}4-K"}),
@@ -197,14 +198,14 @@ def test_new_debts_planned_straight_to_rows_match_those_planned_as_state(alice, 
     def stored(prefix):
         debts = {}
         for debt in Debt.select().where(Debt.external_id.startswith(prefix)).order_by(Debt.id):
-            cuotas = [(i.external_id.removeprefix(prefix), i.numero, i.monto, i.pagado, i.vence, i.estado,
-                       i.declared_estado)
+            installments = [(i.external_id.removeprefix(prefix), i.numero, i.monto, i.amount_paid, i.vence, i.status,
+                             i.declared_status)
                       for i in Installment.select().where(Installment.debt == debt.id).order_by(Installment.id)]
             debts[debt.external_id.removeprefix(prefix)] = (
                 debt.moneda, debt.referencia, debt.monto_original, debt.saldo_pendiente, debt.tipo, debt.auto_send,
                 debt.status, debt.external_version, debt.external_updated_at, debt.resolution, debt.row_version,
                 debt.debtor.nombre, debt.debtor.documento is not None, debt.debtor.telefono is not None,
-                debt.created_at == debt.updated_at, cuotas)
+                debt.created_at == debt.updated_at, installments)
         return debts
 
     rows = stored("R-")

@@ -25,12 +25,12 @@ def account(alice):
     return make_account(alice)
 
 
-def csv_row(account_id: str, external_id: str, cuota: str = "", numero: str = "", monto: str = "",
-            vence: str = "", estado: str = "", *, documento: str | None = None, saldo: str = "300.00",
-            version: str = "1", moneda: str = "USD", nombre: str = "Ana Pérez", auto_send: str = "true") -> str:
-    documento = documento if documento is not None else f"doc-{external_id}"
-    return (f"{external_id},{version},{account_id},{nombre},{documento},,{moneda},Factura {external_id},300.00,"
-            f"{saldo},,{auto_send},{cuota},{numero},{monto},{vence},{estado}")
+def csv_row(account_id: str, external_id: str, installment_id: str = "", number: str = "", amount: str = "",
+            due_date: str = "", status: str = "", *, document: str | None = None, balance: str = "300.00",
+            version: str = "1", currency: str = "USD", name: str = "Ana Pérez", auto_send: str = "true") -> str:
+    document = document if document is not None else f"doc-{external_id}"
+    return (f"{external_id},{version},{account_id},{name},{document},,{currency},Factura {external_id},300.00,"
+            f"{balance},,{auto_send},{installment_id},{number},{amount},{due_date},{status}")
 
 
 def three_installments(account_id: str, external_id: str, **options) -> list[str]:
@@ -70,7 +70,7 @@ class TestCsvImport:
         lines = [HEADER,
                  *three_installments(account.public_id, "D-1"),       # lines 2-4
                  *d2,                                                 # lines 5-7
-                 csv_row(account.public_id, "D-3", moneda="XXQ"),     # line 8
+                 csv_row(account.public_id, "D-3", currency="XXQ"),     # line 8
                  "D-4,1,only,three",                                  # line 9
                  csv_row(account.public_id, "D-5", "c1", "1", "300.00", "2031-13-01"),  # line 10
                  *three_installments(account.public_id, "D-6")]       # lines 11-13
@@ -116,7 +116,7 @@ class TestCsvImport:
         resend[3] = resend[3].replace("2031-03-10", "someday")
         result = run("cartera", "import", "--tenant", alice.tenant.public_id, write(tmp_path, "b.csv", resend))
         assert result.exit_code == 1
-        assert {i.estado for i in Installment.select()} == {"pending"}
+        assert {i.status for i in Installment.select()} == {"pending"}
         assert Debt.get().external_version == 1
 
     @sqlite_only_mark
@@ -136,8 +136,8 @@ class TestCsvImport:
         source = write(tmp_path, "v2.csv", [HEADER, *three_installments(account.public_id, "D-1", version="2"),
                                             *three_installments(account.public_id, "D-2", version="2")])
         run("cartera", "import", "--tenant", alice.tenant.public_id, source)
-        lines = [HEADER, *three_installments(account.public_id, "D-1", version="1", saldo="1.00"),
-                 *three_installments(account.public_id, "D-2", version="3", saldo="200.00")]
+        lines = [HEADER, *three_installments(account.public_id, "D-1", version="1", balance="1.00"),
+                 *three_installments(account.public_id, "D-2", version="3", balance="200.00")]
         result = run("cartera", "import", "--tenant", alice.tenant.public_id, write(tmp_path, "mix.csv", lines),
                      "--json")
         assert json.loads(result.stdout)["ignored_stale"] == 1
@@ -147,9 +147,9 @@ class TestCsvImport:
 
     def test_the_importer_applies_the_apis_rules(self, alice, charlie, account, tmp_path):
         foreign = make_account(charlie, phone="56900001111")
-        lines = [HEADER, csv_row(account.public_id, "D-1", documento="1-9"),
+        lines = [HEADER, csv_row(account.public_id, "D-1", document="1-9"),
                  csv_row(foreign.public_id, "D-2"),
-                 csv_row(account.public_id, "D-3", documento="1-9", nombre="Ana María")]
+                 csv_row(account.public_id, "D-3", document="1-9", name="Ana María")]
         errors_file = tmp_path / "errors.jsonl"
         result = run("cartera", "import", "--tenant", alice.tenant.public_id, write(tmp_path, "d.csv", lines),
                      "--errors", str(errors_file))
@@ -177,7 +177,7 @@ class TestCsvImport:
     @sqlite_only_mark
     def test_undecodable_bytes_refuse_only_their_row(self, alice, account, tmp_path):
         path = tmp_path / "latin1.csv"
-        lines = [HEADER, csv_row(account.public_id, "D-1"), csv_row(account.public_id, "D-2", nombre="Ana Pérez")]
+        lines = [HEADER, csv_row(account.public_id, "D-1"), csv_row(account.public_id, "D-2", name="Ana Pérez")]
         path.write_bytes("\n".join(lines[:2]).encode() + b"\n" + lines[2].encode("latin-1") + b"\n")
         result = run("cartera", "import", "--tenant", alice.tenant.public_id, str(path), "--json")
         assert json.loads(result.stdout)["errors"] == 1

@@ -29,8 +29,8 @@ DAY = dt.timedelta(days=1)
 @pytest.mark.parametrize("days_from_due,stage", [(-5, None), (-4, None), (-3, "before"), (-1, "before"),
                                                   (0, "due"), (2, "due"), (3, "after"), (40, "after")])
 def test_the_stage_follows_the_due_date(days_from_due, stage):
-    vence = dt.date(2031, 3, 10)
-    assert stage_for(vence, vence + dt.timedelta(days=days_from_due)) == stage
+    due_date = dt.date(2031, 3, 10)
+    assert stage_for(due_date, due_date + dt.timedelta(days=days_from_due)) == stage
 
 
 @pytest.mark.parametrize("now,start,end,inside", [
@@ -54,19 +54,19 @@ def number(sim, alice):
     return make_number(alice.id, sim)
 
 
-def sync(persona, account, external_id: str, vence: list[dt.date], **changes):
-    cuotas = [{"external_id": f"{external_id}-{n}", "numero": n, "monto": 100, "vence": day.isoformat()}
-              for n, day in enumerate(vence, start=1)]
-    telefono = changes.pop("telefono", f"5691{zlib.crc32(external_id.encode()) % 10**7:07d}")
-    fields = {"auto_send": True, "monto_original": 100 * len(vence), "saldo_pendiente": 100 * len(vence),
-              "cuotas": cuotas, "deudor": {"nombre": f"Cliente {external_id}", "documento": f"doc-{external_id}",
-                                           "telefono": telefono}}
+def sync(persona, account, external_id: str, due_dates: list[dt.date], *, phone: str | None = None, **changes):
+    installments = [{"external_id": f"{external_id}-{n}", "numero": n, "monto": 100, "vence": day.isoformat()}
+                    for n, day in enumerate(due_dates, start=1)]
+    phone = phone or f"5691{zlib.crc32(external_id.encode()) % 10**7:07d}"
+    fields = {"auto_send": True, "monto_original": 100 * len(due_dates), "saldo_pendiente": 100 * len(due_dates),
+              "cuotas": installments, "deudor": {"nombre": f"Cliente {external_id}", "documento": f"doc-{external_id}",
+                                                 "telefono": phone}}
     body = debt_body(account.public_id, external_id, **{**fields, **changes})
     return snapshots.upsert_debt(persona.id, parse_debt(body), today=(NOON - 10 * DAY).date())
 
 
 def due(now=NOON):
-    return sorted((item.debt_external_id, item.cuota_external_id, item.stage) for item in due_reminders(now))
+    return sorted((item.debt_external_id, item.installment_external_id, item.stage) for item in due_reminders(now))
 
 
 class TestWhatIsDue:
@@ -111,8 +111,8 @@ class TestWhatIsDue:
 class TestSending:
     def test_reminders_go_out_once_as_a_collection_campaign(self, alice, number, sim):
         today = NOON.date()
-        sync(alice, number, "A", [today], telefono="56911110001")
-        sync(alice, number, "B", [today + 2 * DAY, today + 4 * DAY], telefono="56911110002")
+        sync(alice, number, "A", [today], phone="56911110001")
+        sync(alice, number, "B", [today + 2 * DAY, today + 4 * DAY], phone="56911110002")
         created = send_due_reminders(NOON)
         assert len(created) == 1
         campaign = Campaign.get(Campaign.public_id == created[0])
@@ -153,9 +153,9 @@ class TestSending:
 
     def test_paying_or_resolving_withdraws_reminders_not_yet_sent(self, alice, number, immediate_queue):
         today = NOON.date()
-        sync(alice, number, "A", [today], telefono="56911110001")
-        sync(alice, number, "B", [today], telefono="56911110002")
-        sync(alice, number, "C", [today], telefono="56911110003")
+        sync(alice, number, "A", [today], phone="56911110001")
+        sync(alice, number, "B", [today], phone="56911110002")
+        sync(alice, number, "C", [today], phone="56911110003")
         immediate_queue.immediate = False  # the dispatch is queued, not run: the messages wait
         try:
             [campaign_id] = send_due_reminders(NOON)

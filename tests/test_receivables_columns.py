@@ -175,8 +175,8 @@ def stored(tenant_id: int) -> dict[str, tuple]:
                for debtor in Debtor.select().where(Debtor.tenant == tenant_id)}
     debts = {}
     for debt in Debt.select().where(Debt.tenant == tenant_id):
-        installments = sorted((item.external_id, item.numero, item.monto, item.pagado, item.vence, item.estado,
-                               item.declared_estado) for item in Installment.select().where(Installment.debt == debt))
+        installments = sorted((item.external_id, item.numero, item.monto, item.amount_paid, item.vence, item.status,
+                               item.declared_status) for item in Installment.select().where(Installment.debt == debt))
         debts[debt.external_id] = (debt.moneda, debt.referencia, debt.monto_original, debt.saldo_pendiente,
                                    debt.tipo, debt.auto_send, debt.status, debt.external_version,
                                    debt.external_updated_at, debt.resolution, debt.row_version,

@@ -13,13 +13,13 @@ def account(alice):
     return make_account(alice)
 
 
-def cuota(external_id: str, numero: int, monto, vence: str, estado: str = "pending") -> dict:
-    return {"external_id": external_id, "numero": numero, "monto": monto, "vence": vence, "estado": estado}
+def installment(external_id: str, number: int, amount, due_date: str, status: str = "pending") -> dict:
+    return {"external_id": external_id, "numero": number, "monto": amount, "vence": due_date, "estado": status}
 
 
-def estados(client, persona, external_id: str = "D-1") -> dict[str, str]:
-    cuotas = get_debt(client, persona, external_id).json["data"]["deuda"]["cuotas"]
-    return {item["external_id"]: item["estado"] for item in cuotas}
+def installment_statuses(client, persona, external_id: str = "D-1") -> dict[str, str]:
+    installments = get_debt(client, persona, external_id).json["data"]["deuda"]["cuotas"]
+    return {item["external_id"]: item["estado"] for item in installments}
 
 
 class TestCreateAndRead:
@@ -33,8 +33,8 @@ class TestCreateAndRead:
         post(client, alice, "/deudas", debt_body(account.public_id, external_version=3))
         response = get_debt(client, alice, "D-1")
         assert response.status_code == 200
-        deuda = response.json["data"]["deuda"]
-        assert deuda == {
+        debt = response.json["data"]["deuda"]
+        assert debt == {
             "external_id": "D-1", "account_id": account.public_id,
             "deudor": {"nombre": "Ana Pérez", "documento": "11111111-1", "telefono": "56922223333"},
             "moneda": "USD", "referencia": "Factura 1001", "monto_original": 300, "saldo_pendiente": 300,
@@ -48,7 +48,7 @@ class TestCreateAndRead:
             "pagos": [],
             "links_de_pago": [],
         }
-        assert "id" not in deuda and "debt_id" not in str(deuda)
+        assert "id" not in debt and "debt_id" not in str(debt)
 
     @sqlite_only_mark
     def test_an_unknown_debt_is_404(self, client, alice):
@@ -62,8 +62,8 @@ class TestCreateAndRead:
                                                              referencia="Factura 1001-B"))
         assert response.status_code == 200
         assert response.json["data"]["action"] == "updated"
-        deuda = get_debt(client, alice, "D-1").json["data"]["deuda"]
-        assert (deuda["saldo_pendiente"], deuda["status"], deuda["referencia"]) == (250, "partial", "Factura 1001-B")
+        debt = get_debt(client, alice, "D-1").json["data"]["deuda"]
+        assert (debt["saldo_pendiente"], debt["status"], debt["referencia"]) == (250, "partial", "Factura 1001-B")
         assert Debt.select().count() == 1
 
     @sqlite_only_mark
@@ -71,8 +71,8 @@ class TestCreateAndRead:
         body = debt_body(account.public_id)
         del body["cuotas"]
         assert post(client, alice, "/deudas", body).status_code == 201
-        deuda = get_debt(client, alice, "D-1").json["data"]["deuda"]
-        assert (deuda["tipo"], deuda["cuotas"]) == ("single", [])
+        debt = get_debt(client, alice, "D-1").json["data"]["deuda"]
+        assert (debt["tipo"], debt["cuotas"]) == ("single", [])
 
     @sqlite_only_mark
     def test_a_single_debt_refuses_several_installments(self, client, alice, account):
@@ -90,8 +90,8 @@ class TestCreateAndRead:
         body = debt_body(account.public_id)
         del body["referencia"], body["auto_send"]
         post(client, alice, "/deudas", body)
-        deuda = get_debt(client, alice, "D-1").json["data"]["deuda"]
-        assert (deuda["referencia"], deuda["auto_send"]) == ("Factura 1001", True)
+        debt = get_debt(client, alice, "D-1").json["data"]["deuda"]
+        assert (debt["referencia"], debt["auto_send"]) == ("Factura 1001", True)
 
 
 class TestOrdering:
@@ -139,39 +139,39 @@ class TestInstallmentRules:
         body = debt_body(account.public_id, saldo_pendiente=250)
         del body["cuotas"]
         post(client, alice, "/deudas", body)
-        assert estados(client, alice) == {"D-1-1": "pending", "D-1-2": "pending", "D-1-3": "pending"}
+        assert installment_statuses(client, alice) == {"D-1-1": "pending", "D-1-2": "pending", "D-1-3": "pending"}
 
     def test_an_empty_list_cancels_open_installments_and_keeps_paid_ones(self, client, alice, account):
         body = debt_body(account.public_id)
         body["cuotas"][0]["estado"] = "paid"
         post(client, alice, "/deudas", body)
         post(client, alice, "/deudas", debt_body(account.public_id, cuotas=[]))
-        assert estados(client, alice) == {"D-1-1": "paid", "D-1-2": "cancelled", "D-1-3": "cancelled"}
+        assert installment_statuses(client, alice) == {"D-1-1": "paid", "D-1-2": "cancelled", "D-1-3": "cancelled"}
 
     def test_a_snapshot_updates_received_and_cancels_open_ones_not_received(self, client, alice, account):
         body = debt_body(account.public_id)
         body["cuotas"][0]["estado"] = "paid"
         post(client, alice, "/deudas", body)
-        snapshot = [cuota("D-1-2", 2, 150, "2031-02-20"), cuota("D-1-4", 3, 50, "2031-04-10")]
+        snapshot = [installment("D-1-2", 2, 150, "2031-02-20"), installment("D-1-4", 3, 50, "2031-04-10")]
         post(client, alice, "/deudas", debt_body(account.public_id, cuotas=snapshot))
-        cuotas = {c["external_id"]: c for c in get_debt(client, alice, "D-1").json["data"]["deuda"]["cuotas"]}
-        assert {k: c["estado"] for k, c in cuotas.items()} == {
+        installments = {c["external_id"]: c for c in get_debt(client, alice, "D-1").json["data"]["deuda"]["cuotas"]}
+        assert {k: c["estado"] for k, c in installments.items()} == {
             "D-1-1": "paid", "D-1-2": "pending", "D-1-3": "cancelled", "D-1-4": "pending"}
-        assert (cuotas["D-1-2"]["monto"], cuotas["D-1-2"]["vence"]) == (150, "2031-02-20")
+        assert (installments["D-1-2"]["monto"], installments["D-1-2"]["vence"]) == (150, "2031-02-20")
         assert Installment.select().count() == 4
 
     def test_a_cancelled_installment_received_again_reopens(self, client, alice, account):
         post(client, alice, "/deudas", debt_body(account.public_id))
         post(client, alice, "/deudas", debt_body(account.public_id, cuotas=[]))
         post(client, alice, "/deudas", debt_body(account.public_id))
-        assert set(estados(client, alice).values()) == {"pending"}
+        assert set(installment_statuses(client, alice).values()) == {"pending"}
 
     def test_the_erp_can_declare_an_installment_cancelled_or_partial(self, client, alice, account):
         body = debt_body(account.public_id)
         body["cuotas"][1]["estado"] = "cancelled"
         body["cuotas"][2]["estado"] = "partial"
         post(client, alice, "/deudas", body)
-        assert estados(client, alice) == {"D-1-1": "pending", "D-1-2": "cancelled", "D-1-3": "partial"}
+        assert installment_statuses(client, alice) == {"D-1-1": "pending", "D-1-2": "cancelled", "D-1-3": "partial"}
 
 
 class TestOverdue:
@@ -180,7 +180,7 @@ class TestOverdue:
         body["cuotas"][0]["vence"] = "2020-01-10"
         response = post(client, alice, "/deudas", body)
         assert response.json["data"]["deuda"]["status"] == "overdue"
-        assert estados(client, alice)["D-1-1"] == "overdue"
+        assert installment_statuses(client, alice)["D-1-1"] == "overdue"
 
     @sqlite_only_mark
     def test_the_due_date_itself_is_not_overdue_in_the_tenants_day(self, client, alice, account):
@@ -191,10 +191,10 @@ class TestOverdue:
         Tenant.update(timezone="Pacific/Kiritimati").where(Tenant.id == alice.id).execute()  # UTC+14
         today_there = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=14)).date()
         yesterday_there = today_there - dt.timedelta(days=1)
-        body = debt_body(account.public_id, cuotas=[cuota("A", 1, 100, today_there.isoformat()),
-                                                    cuota("B", 2, 100, yesterday_there.isoformat())])
+        body = debt_body(account.public_id, cuotas=[installment("A", 1, 100, today_there.isoformat()),
+                                                    installment("B", 2, 100, yesterday_there.isoformat())])
         post(client, alice, "/deudas", body)
-        assert estados(client, alice) == {"A": "pending", "B": "overdue"}
+        assert installment_statuses(client, alice) == {"A": "pending", "B": "overdue"}
 
 
 class TestOverdueJob:

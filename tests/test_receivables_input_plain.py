@@ -64,15 +64,15 @@ def _replaced(obj: dict, name: str, value) -> dict:
     return changed
 
 
-VALID_DEUDOR = st.builds(
-    lambda nombre, keys: {"nombre": nombre, **keys}, st.sampled_from(ACCEPTED_TEXT),
+VALID_DEBTOR = st.builds(
+    lambda name, keys: {"nombre": name, **keys}, st.sampled_from(ACCEPTED_TEXT),
     st.sampled_from([{"documento": "11111111-1"}, {"telefono": "56922223333"}, {"documento": " é ", "telefono": None},
                      {"documento": None, "telefono": "+56 9 2222 3333"},
                      {"documento": "11111111-1", "telefono": "56922223333"}]))
 VALID = {
     "external_id": st.sampled_from(ACCEPTED_TEXT),
     "account_id": st.sampled_from(["wacc_1", "x" * 64]),
-    "deudor": VALID_DEUDOR,
+    "deudor": VALID_DEBTOR,
     "moneda": st.sampled_from(["USD", "usd", "CLP", "BHD", "CLF"]),
     "monto_original": st.sampled_from(["300", "1", 300, Decimal("300")]),
     "saldo_pendiente": st.sampled_from(["300", "0", 0, 300, Decimal("0")]),
@@ -85,7 +85,7 @@ VALID = {
 ANY = {
     "external_id": ANY_TEXT | OTHER,
     "account_id": ANY_TEXT | OTHER,
-    "deudor": st.one_of(*(st.builds(_replaced, VALID_DEUDOR, st.just(name), values) for name, values in (
+    "deudor": st.one_of(*(st.builds(_replaced, VALID_DEBTOR, st.just(name), values) for name, values in (
         ("nombre", ANY_TEXT | OTHER | st.just(MISSING)), ("documento", ANY_TEXT | OTHER | st.just(MISSING)),
         ("telefono", st.sampled_from(PHONES) | OTHER | st.just(MISSING)), ("otro", OTHER))), OTHER),
     "moneda": st.sampled_from(CURRENCIES) | OTHER,
@@ -112,11 +112,11 @@ INSTALLMENT_ANY = {
 
 
 @st.composite
-def installment(draw, numero: int, wrong: bool):
-    """Installment `numero` of a debt; when `wrong`, up to two fields replaced by anything."""
+def installment(draw, number: int, wrong: bool):
+    """Installment `number` of a debt; when `wrong`, up to two fields replaced by anything."""
     changed = draw(st.sets(st.sampled_from([*INSTALLMENT_ANY, "missing", "extra"]), min_size=1, max_size=2)) \
         if wrong else set()
-    item = {"external_id": f"C-{numero}", "numero": numero}
+    item = {"external_id": f"C-{number}", "numero": number}
     for name, anything in INSTALLMENT_ANY.items():
         if name in changed:
             value = draw(anything)
@@ -152,12 +152,12 @@ def debts(draw):
         value = draw((ANY if name in wrong else VALID)[name])
         if value is not MISSING:
             body[name] = value
-    cuotas = draw(st.sampled_from([MISSING, None]) | schedules())
+    installments = draw(st.sampled_from([MISSING, None]) | schedules())
     if "cuotas" in wrong:
-        cuotas = draw(OTHER | st.just([{"external_id": f"C-{n}", "numero": n, "monto": "1", "vence": "2031-01-10"}
+        installments = draw(OTHER | st.just([{"external_id": f"C-{n}", "numero": n, "monto": "1", "vence": "2031-01-10"}
                                        for n in range(1, 1002)]))
-    if cuotas is not MISSING:
-        body["cuotas"] = cuotas
+    if installments is not MISSING:
+        body["cuotas"] = installments
     if "missing" in wrong:
         body.pop(draw(st.sampled_from(sorted(body))), None)
     if "extra" in wrong:
@@ -218,14 +218,14 @@ def test_each_field_changed_alone_builds_the_same_spec_or_gives_up():
             "cuotas": [{"external_id": "C-1", "numero": 1, "monto": "100", "vence": "2031-01-10"},
                        {"external_id": "C-2", "numero": 2, "monto": "200", "vence": "2031-02-10"}]}
     taken = 0
-    for moneda in ("USD", "CLP", "BHD", "CLF"):
+    for currency in ("USD", "CLP", "BHD", "CLF"):
         for path, values in SINGLE_CHANGES.items():
             for value in values:
-                body = _with(_with(base, "moneda", moneda), path, value)
+                body = _with(_with(base, "moneda", currency), path, value)
                 plain = plain_debt_spec(body)
                 if plain is not None:
                     taken += 1
-                    assert plain == verdict(body), (moneda, path, value)
+                    assert plain == verdict(body), (currency, path, value)
     assert taken > 300
     one_of_each = _with(_with(base, "deudor.documento", MISSING), "deudor.telefono", None)
     assert plain_debt_spec(one_of_each) is None and isinstance(verdict(one_of_each), Invalid)
@@ -342,4 +342,4 @@ def test_plain_debts_take_the_short_road():
            "F-2,,wacc_1,Luis,,56911112222,USD,,99.90,0,single,no,,,,,\n")
     records = list(read_csv(io.BytesIO(csv.encode())))
     assert [record.errors for record in records] == [[], []]
-    assert records[0].spec.cuotas[1].monto == 200000 and records[1].spec.saldo_pendiente == 0
+    assert records[0].spec.installments[1].amount == 200000 and records[1].spec.balance == 0

@@ -32,7 +32,7 @@ def pay(client, persona, key=None, **fields):
     return post(client, persona, "/pagos", payment_body(**fields), key=key)
 
 
-def deuda(client, persona, external_id="D-1") -> dict:
+def read_debt(client, persona, external_id="D-1") -> dict:
     return get_debt(client, persona, external_id).json["data"]["deuda"]
 
 
@@ -46,16 +46,16 @@ class TestErpPayments:
                 {"cuota_external_id": "D-1-1", "numero": 1, "monto": 100},
                 {"cuota_external_id": "D-1-2", "numero": 2, "monto": 50}]},
             "saldo_pendiente": 150, "monto_sin_asignar": 0}}
-        state = deuda(client, alice)
+        state = read_debt(client, alice)
         assert state["status"] == "partial"
         assert [c["estado"] for c in state["cuotas"]] == ["paid", "partial", "pending"]
 
     def test_the_order_is_due_date_then_number(self, client, alice, account):
-        cuotas = [{"external_id": "late", "numero": 1, "monto": 10, "vence": "2031-05-01"},
+        installments = [{"external_id": "late", "numero": 1, "monto": 10, "vence": "2031-05-01"},
                   {"external_id": "b", "numero": 3, "monto": 10, "vence": "2031-01-01"},
                   {"external_id": "a", "numero": 2, "monto": 10, "vence": "2031-01-01"}]
         post(client, alice, "/deudas", debt_body(account.public_id, monto_original=30, saldo_pendiente=30,
-                                                 cuotas=cuotas))
+                                                 cuotas=installments))
         data = pay(client, alice, monto=25).json["data"]
         assert [(a["cuota_external_id"], a["monto"]) for a in data["pago"]["asignaciones"]] == [
             ("a", 10), ("b", 10), ("late", 5)]
@@ -65,7 +65,7 @@ class TestErpPayments:
         data = pay(client, alice, external_id="P-2", monto="200.50").json["data"]
         assert [a["monto"] for a in data["pago"]["asignaciones"]] == [80, 100]
         assert (data["monto_sin_asignar"], data["saldo_pendiente"]) == (20.5, 0)
-        state = deuda(client, alice)
+        state = read_debt(client, alice)
         assert state["status"] == "paid"
         assert {c["estado"] for c in state["cuotas"]} == {"paid"}
 
@@ -85,7 +85,7 @@ class TestErpPayments:
         assert again.status_code == 200
         assert again.json["data"] == dict(first, action="already_applied")
         assert Payment.select().count() == 2
-        assert deuda(client, alice)["saldo_pendiente"] == 140
+        assert read_debt(client, alice)["saldo_pendiente"] == 140
 
     @pytest.mark.parametrize("change", [{"monto": 151}, {"debt": "D-2"}])
     def test_the_id_reused_with_another_amount_or_debt_conflicts(self, client, alice, account, debt, change):
@@ -133,7 +133,7 @@ class TestErpPayments:
 
     def test_payments_read_back_with_their_allocations(self, client, alice, debt):
         pay(client, alice, monto=150)
-        pago = deuda(client, alice)["pagos"]
+        pago = read_debt(client, alice)["pagos"]
         assert pago == [{"external_id": "P-1", "boty_payment_id": None, "origin": "erp", "monto": 150,
                          "moneda": "USD", "metodo": "transfer", "pagado_en": "2030-12-01T13:00:00Z",
                          "asignaciones": [{"cuota_external_id": "D-1-1", "numero": 1, "monto": 100},
@@ -151,7 +151,7 @@ class TestErpPayments:
     def test_a_new_sync_after_payments_takes_the_erps_balance(self, client, alice, account, debt):
         pay(client, alice, monto=150)
         post(client, alice, "/deudas", debt_body(account.public_id, saldo_pendiente=140))
-        state = deuda(client, alice)
+        state = read_debt(client, alice)
         assert (state["saldo_pendiente"], [c["estado"] for c in state["cuotas"]]) == (140, ["paid", "partial",
                                                                                            "pending"])
 
@@ -174,7 +174,7 @@ class TestServicePayments:
             "saldo_pendiente": 179.5,
             "status": "partial",
         }
-        state = deuda(client, alice)
+        state = read_debt(client, alice)
         assert state["pagos"][0]["origin"] == "service"
         assert state["pagos"][0]["boty_payment_id"] == payment.public_id
         assert [a["monto"] for a in state["pagos"][0]["asignaciones"]] == [100, 20.5]
@@ -233,7 +233,7 @@ class TestResolution:
         assert response.status_code == 200
         assert response.json == {"success": True, "data": {"deuda": {
             "external_id": "D-1", "saldo_pendiente": 200, "status": "written_off"}}}
-        state = deuda(client, alice)
+        state = read_debt(client, alice)
         assert [c["estado"] for c in state["cuotas"]] == ["paid", "cancelled", "cancelled"]
         stages = {(r.installment.external_id, r.stage, r.status) for r in Reminder.select()}
         assert stages == {(c, s, "cancelled") for c in ("D-1-2", "D-1-3") for s in ("before", "due", "after")}
@@ -246,7 +246,7 @@ class TestResolution:
         post(client, alice, "/deudas/D-1/resolver", {"status": "cancelled"})
         response = post(client, alice, "/deudas", debt_body(account.public_id, saldo_pendiente=250))
         assert response.json["data"]["deuda"]["status"] == "cancelled"
-        assert {c["estado"] for c in deuda(client, alice)["cuotas"]} == {"cancelled"}
+        assert {c["estado"] for c in read_debt(client, alice)["cuotas"]} == {"cancelled"}
 
     @sqlite_only_mark
     @pytest.mark.parametrize("body,field", [({"status": "forgiven"}, "status"), ({}, "status"),

@@ -74,7 +74,7 @@ def test_an_erp_row_with_markup_and_escapes_is_reported_and_every_valid_row_save
     account = make_account(alice).public_id
     hostile = [f"=HYPERLINK(\"https://evil.example\")[/]{ESCAPES}", "+1[/]", "@SUM(A1)", "-2+3"]
     lines = [HEADER, csv_row(account, "D-1")]
-    lines += [csv_row(account, external_id, moneda="[/]") for external_id in hostile]
+    lines += [csv_row(account, external_id, currency="[/]") for external_id in hostile]
     lines += [csv_row(account, f"D-{n}") for n in range(2, 6)]
     source = tmp_path / "debts.csv"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")

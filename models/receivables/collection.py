@@ -41,16 +41,16 @@ from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
 from models.store.db import atomic
 from models.tenancy.tables import Tenant
 
-log = logging.getLogger("cartera.collection")
+log = logging.getLogger("receivables.collection")
 
 TEMPLATE_NAME = "payment_reminder"
 TEMPLATE_LANGUAGE = "es"
 LOOKAHEAD = dt.timedelta(days=-STAGES[0][1])
 
 
-def stage_for(vence: dt.date, today: dt.date) -> str | None:
-    """The stage an installment due on `vence` is in on `today`, or None before the first."""
-    offset = (today - vence).days
+def stage_for(due_date: dt.date, today: dt.date) -> str | None:
+    """The stage an installment due on `due_date` is in on `today`, or None before the first."""
+    offset = (today - due_date).days
     current = None
     for stage, starts in STAGES:
         if offset >= starts:
@@ -79,12 +79,12 @@ class DueReminder:
     debt_id: int
     debt_external_id: str
     installment_id: int
-    cuota_external_id: str
+    installment_external_id: str
     stage: str
     wa_id: str
-    nombre: str
-    saldo_pendiente: int
-    moneda: str
+    debtor_name: str
+    balance: int  # minor units
+    currency: str
 
 
 def due_reminders(now: dt.datetime | None = None, settings=None) -> list[DueReminder]:
@@ -115,17 +115,17 @@ def _due_for(tenant_ids: list[int], today: dt.date) -> list[DueReminder]:
              .join(Debt).join(Debtor).switch(Debt).join(MessagingAccount)
              .where(Debt.tenant.in_(tenant_ids) & (Debt.auto_send == True)  # noqa: E712
                     & Debt.status.in_(OPEN_DEBT) & Debt.resolution.is_null() & (Debt.saldo_pendiente > 0)
-                    & Installment.estado.in_(OPEN_INSTALLMENT) & (Installment.vence <= today + LOOKAHEAD)
+                    & Installment.status.in_(OPEN_INSTALLMENT) & (Installment.vence <= today + LOOKAHEAD)
                     & Debtor.telefono.is_null(False) & ~already_finished)
              .order_by(Debt.id, Installment.vence, Installment.numero)
              .tuples())
     candidates = []
-    for (installment_id, cuota_external_id, vence, debt_id, debt_external_id, tenant_id, saldo, moneda, nombre,
-         telefono, account_public_id) in query:
-        stage = stage_for(vence, today)
+    for (installment_id, installment_external_id, due_date, debt_id, debt_external_id, tenant_id, balance, currency,
+         name, phone, account_public_id) in query:
+        stage = stage_for(due_date, today)
         if stage is not None:
             candidates.append(DueReminder(tenant_id, account_public_id, debt_id, debt_external_id, installment_id,
-                                          cuota_external_id, stage, telefono, nombre, saldo, moneda))
+                                          installment_external_id, stage, phone, name, balance, currency))
     recorded: set[tuple[int, str]] = set()
     ids = [item.installment_id for item in candidates]
     for start in range(0, len(ids), 500):
@@ -140,9 +140,9 @@ def recipient_for(reminders: list[DueReminder]) -> dict:
     return {
         "wa_id": first.wa_id,
         "external_contact_id": first.debt_external_id,
-        "vars": [first.nombre, format_amount(first.saldo_pendiente, first.moneda)],
+        "vars": [first.debtor_name, format_amount(first.balance, first.currency)],
         "payload": {"deuda_external_id": first.debt_external_id,
-                    "recordatorios": [{"cuota_external_id": item.cuota_external_id, "stage": item.stage}
+                    "recordatorios": [{"cuota_external_id": item.installment_external_id, "stage": item.stage}
                                       for item in reminders]},
     }
 
@@ -192,7 +192,7 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
         claimed = [item for item in items if (item.installment_id, item.stage) in ours]
         if claimed:
             recipients.append(recipient_for(claimed))
-            balances[debt_id] = (claimed[0].saldo_pendiente, claimed[0].moneda)
+            balances[debt_id] = (claimed[0].balance, claimed[0].currency)
     if not recipients:
         return None
     # With a payment gateway, the reminder carries a link to pay in its URL button (payments.py).

@@ -28,8 +28,8 @@ from models.receivables.inputs import (
     MINOR_SCALE,
     PLAIN_CURRENCIES,
     PLAIN_DATES,
+    DebtorSpec,
     DebtSpec,
-    DeudorSpec,
     InstallmentSpec,
     plain_cells_text,
     plain_currency,
@@ -40,8 +40,8 @@ from models.receivables.inputs import (
 )
 from models.receivables.money import MAX_MINOR
 
-_TIPOS = frozenset(("", *DEBT_TYPES))
-_ESTADOS = frozenset(("", *INSTALLMENT_STATES))
+_KINDS = frozenset(("", *DEBT_TYPES))
+_STATUSES = frozenset(("", *INSTALLMENT_STATES))
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 # Columns of free text, stripped here; every other column's check refuses a cell with spaces around it.
 _STRIPPED = frozenset(("external_id", "account_id", "deudor_nombre", "deudor_documento", "referencia",
@@ -57,24 +57,24 @@ class DebtColumns:
     counts: list[int]  # each debt's rows
     external_ids: list[str]
     account_ids: list[str]
-    nombres: list[str]
-    documentos: list[str | None]
-    telefonos: list[str | None]  # as stored
+    names: list[str]
+    documents: list[str | None]
+    phones: list[str | None]  # as stored
     currencies: list[str]
-    montos_originales: list[int]  # minor units
-    saldos: list[int]
+    original_amounts: list[int]  # minor units
+    balances: list[int]
     versions: list[int | None]
     updated_ats: list[dt.datetime | None]  # naive UTC
-    referencias: list[str | None]
-    tipos: list[str | None]
+    references: list[str | None]
+    kinds: list[str | None]
     auto_sends: list[bool | None]
 
     row_debts: list[str]  # the external_id of the row's debt
-    cuota_ids: list[str]
-    numeros: list[int]
-    montos: list[int]
-    vences: list[dt.date]
-    estados: list[str]  # as declared, "" when the cell is empty
+    installment_ids: list[str]
+    numbers: list[int]
+    amounts: list[int]
+    due_dates: list[dt.date]
+    statuses: list[str]  # as declared, "" when the cell is empty
 
     # Where the rows end in the file, for `lines`: the line each row ends on, and the line before.
     ends: list[int]
@@ -91,17 +91,17 @@ class DebtColumns:
 
     def specs(self) -> list[DebtSpec]:
         """Each debt's spec, as `plain_csv_spec` builds it from the debt's cells."""
-        cuotas = list(map(InstallmentSpec, self.cuota_ids, self.numeros, self.montos, self.vences,
-                          [estado or None for estado in self.estados]))
+        installments = list(map(InstallmentSpec, self.installment_ids, self.numbers, self.amounts, self.due_dates,
+                                [status or None for status in self.statuses]))
         specs, start = [], 0
-        for (external_id, account_id, nombre, documento, telefono, currency, original, saldo, version, updated_at,
-             referencia, tipo, auto_send, rows) in zip(
-                self.external_ids, self.account_ids, self.nombres, self.documentos, self.telefonos, self.currencies,
-                self.montos_originales, self.saldos, self.versions, self.updated_ats, self.referencias, self.tipos,
+        for (external_id, account_id, name, document, phone, currency, original, balance, version, updated_at,
+             reference, kind, auto_send, rows) in zip(
+                self.external_ids, self.account_ids, self.names, self.documents, self.phones, self.currencies,
+                self.original_amounts, self.balances, self.versions, self.updated_ats, self.references, self.kinds,
                 self.auto_sends, self.counts, strict=True):
-            specs.append(DebtSpec(external_id, account_id, DeudorSpec(nombre, documento, telefono), currency, original,
-                                  saldo, version, updated_at, referencia, True, tipo, auto_send,
-                                  cuotas[start:start + rows]))
+            specs.append(DebtSpec(external_id, account_id, DebtorSpec(name, document, phone), currency, original,
+                                  balance, version, updated_at, reference, True, kind, auto_send,
+                                  installments[start:start + rows]))
             start += rows
         return specs
 
@@ -155,15 +155,15 @@ def csv_columns(rows: list[list[str]], ends: list[int], before: int, index: dict
             and _lengths_within(debt["deudor_nombre"], 1, 255) and _lengths_within(debt["deudor_documento"], 0, 64)
             and _lengths_within(debt["deudor_telefono"], 0, 32) and _lengths_within(debt["referencia"], 0, 500)):
         return None
-    documentos, phones = debt["deudor_documento"], debt["deudor_telefono"]
-    if "" in documentos and "" in map(add, documentos, phones):  # a debtor needs a document or a phone
+    documents, phone_cells = debt["deudor_documento"], debt["deudor_telefono"]
+    if "" in documents and "" in map(add, documents, phone_cells):  # a debtor needs a document or a phone
         return None
-    telefonos = _telefonos(phones)
+    phones = _phones(phone_cells)
     currencies = _currencies(debt["moneda"])
-    tipos = debt["tipo"]
-    if telefonos is None or currencies is None or not _TIPOS.issuperset(tipos):
+    kinds = debt["tipo"]
+    if phones is None or currencies is None or not _KINDS.issuperset(kinds):
         return None
-    if "single" in tipos and any(tipo == "single" and rows > 1 for tipo, rows in zip(tipos, counts, strict=True)):
+    if "single" in kinds and any(kind == "single" and rows > 1 for kind, rows in zip(kinds, counts, strict=True)):
         return None
     auto_sends = _auto_sends(debt["auto_send"])
     versions = _versions(debt["external_version"])
@@ -175,36 +175,37 @@ def csv_columns(rows: list[list[str]], ends: list[int], before: int, index: dict
     if one_currency:  # a block's usual case: one currency scales every amount alike
         code, decimals = currencies[0]
         originals = _minor_units(debt["monto_original"], code, decimals, 1)
-        saldos = _minor_units(debt["saldo_pendiente"], code, decimals, 0)
+        balances = _minor_units(debt["saldo_pendiente"], code, decimals, 0)
     else:
         digits = list(map(_SECOND, currencies))
         originals = _minor_units(debt["monto_original"], codes, digits, 1)
-        saldos = _minor_units(debt["saldo_pendiente"], codes, digits, 0)
-    if originals is None or saldos is None:
+        balances = _minor_units(debt["saldo_pendiente"], codes, digits, 0)
+    if originals is None or balances is None:
         return None
 
     # Installments: every row is one, and none repeats its debt's external_id or number.
     def column(name: str) -> list[str]:
         return list(map(itemgetter(index[name]), rows))
 
-    cuota_ids, estados = list(map(str.strip, column("cuota_external_id"))), column("cuota_estado")
-    numeros = _numeros(column("cuota_numero"))
-    if not _lengths_within(cuota_ids, 1, 160) or numeros is None or not _ESTADOS.issuperset(estados) \
-            or not (_rising_within(cuota_ids, same) or len(set(zip(external_ids, cuota_ids, strict=True))) == size) \
-            or not (_rising_within(numeros, same) or len(set(zip(external_ids, numeros, strict=True))) == size):
+    installment_ids, statuses = list(map(str.strip, column("cuota_external_id"))), column("cuota_estado")
+    numbers = _numbers(column("cuota_numero"))
+    if not _lengths_within(installment_ids, 1, 160) or numbers is None or not _STATUSES.issuperset(statuses) \
+            or not (_rising_within(installment_ids, same)
+                    or len(set(zip(external_ids, installment_ids, strict=True))) == size) \
+            or not (_rising_within(numbers, same) or len(set(zip(external_ids, numbers, strict=True))) == size):
         return None
     if one_currency:
-        montos = _minor_units(column("cuota_monto"), code, decimals, 1)
+        amounts = _minor_units(column("cuota_monto"), code, decimals, 1)
     else:
-        montos = _minor_units(column("cuota_monto"), list(chain.from_iterable(map(repeat, codes, counts))),
-                              list(chain.from_iterable(map(repeat, digits, counts))), 1)
-    vences = _days(column("cuota_vence"))
-    if montos is None or vences is None:
+        amounts = _minor_units(column("cuota_monto"), list(chain.from_iterable(map(repeat, codes, counts))),
+                               list(chain.from_iterable(map(repeat, digits, counts))), 1)
+    due_dates = _days(column("cuota_vence"))
+    if amounts is None or due_dates is None:
         return None
     return DebtColumns(starts, counts, debt["external_id"], debt["account_id"], debt["deudor_nombre"],
-                       _or_none(documentos), telefonos, codes, originals, saldos, versions, updated_ats,
-                       _or_none(debt["referencia"]), _or_none(tipos), auto_sends, external_ids, cuota_ids, numeros,
-                       montos, vences, estados, ends[:size], before)
+                       _or_none(documents), phones, codes, originals, balances, versions, updated_ats,
+                       _or_none(debt["referencia"]), _or_none(kinds), auto_sends, external_ids, installment_ids,
+                       numbers, amounts, due_dates, statuses, ends[:size], before)
 
 
 def _or_none(cells: list[str]) -> list[str | None]:
@@ -228,7 +229,7 @@ def _plain_digits(cells: list[str], most: int) -> bool:
     return text.isdigit() and text.isascii() and _lengths_within(cells, 1, most)
 
 
-def _telefonos(cells: list[str]) -> list[str | None] | None:
+def _phones(cells: list[str]) -> list[str | None] | None:
     """The phones as stored (None for an empty cell), or None when one is no phone number."""
     numbers = [cell for cell in cells if cell] if "" in cells else cells
     if not numbers or (_plain_digits(numbers, 15) and min(map(len, numbers)) >= 8):
@@ -292,11 +293,11 @@ def _minor_units(cells: list[str], codes: str | list[str], digits: int | list[in
     return None if None in amounts else amounts
 
 
-def _numeros(cells: list[str]) -> list[int] | None:
+def _numbers(cells: list[str]) -> list[int] | None:
     if not _plain_digits(cells, 6):
         return None
-    numeros = list(map(int, cells))
-    return numeros if min(numeros) >= 1 and max(numeros) <= 100_000 else None
+    numbers = list(map(int, cells))
+    return numbers if min(numbers) >= 1 and max(numbers) <= 100_000 else None
 
 
 def _days(cells: list[str]) -> list[dt.date] | None:

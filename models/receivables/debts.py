@@ -67,42 +67,42 @@ def tenant_today(tenant_id: int, now: dt.datetime | None = None) -> dt.date:
     return moment.astimezone(zone_of(timezone)).date()
 
 
-def installment_estado(declared: str, monto: int, pagado: int, vence: dt.date, today: dt.date) -> str:
+def installment_status(declared: str, amount: int, amount_paid: int, due_date: dt.date, today: dt.date) -> str:
     if declared == "cancelled":
         return "cancelled"
-    if declared == "paid" or pagado >= monto:
+    if declared == "paid" or amount_paid >= amount:
         return "paid"
-    if vence < today:
+    if due_date < today:
         return "overdue"
-    if pagado > 0 or declared == "partial":
+    if amount_paid > 0 or declared == "partial":
         return "partial"
     return "pending"
 
 
-def debt_status(resolution: str | None, saldo: int, monto_original: int, overdue: bool) -> str:
+def debt_status(resolution: str | None, balance: int, original_amount: int, overdue: bool) -> str:
     if resolution:
         return resolution
-    if saldo == 0:
+    if balance == 0:
         return "paid"
     if overdue:
         return "overdue"
-    if saldo < monto_original:
+    if balance < original_amount:
         return "partial"
     return "pending"
 
 
 def restate(debt: Debt, installments: list[Installment], today: dt.date) -> list[Installment]:
-    """Recompute the estados and the debt's status; returns the installments whose estado changed."""
+    """Recompute the installments' statuses and the debt's; returns the installments whose status changed."""
     changed = []
     for item in installments:
-        estado = installment_estado(item.declared_estado, item.monto, item.pagado, item.vence, today)
-        if debt.resolution and estado in OPEN_INSTALLMENT:
+        status = installment_status(item.declared_status, item.monto, item.amount_paid, item.vence, today)
+        if debt.resolution and status in OPEN_INSTALLMENT:
             # A resolved debt keeps nothing open, even when a later sync lists open installments.
-            item.declared_estado = estado = "cancelled"
-        if estado != item.estado:
-            item.estado = estado
+            item.declared_status = status = "cancelled"
+        if status != item.status:
+            item.status = status
             changed.append(item)
-    overdue = any(item.estado == "overdue" for item in installments)
+    overdue = any(item.status == "overdue" for item in installments)
     debt.status = debt_status(debt.resolution, debt.saldo_pendiente, debt.monto_original, overdue)
     return changed
 
@@ -130,14 +130,14 @@ def installments_of(debt: Debt) -> list[Installment]:
 
 def installment_dict(item: Installment, currency: str) -> dict:
     return {"external_id": item.external_id, "numero": item.numero, "monto": amount_json(item.monto, currency),
-            "vence": item.vence.isoformat(), "estado": item.estado}
+            "vence": item.vence.isoformat(), "estado": item.status}
 
 
 def allocations_of(payment_ids: list[int]) -> dict[int, list[dict]]:
     found: dict[int, list[dict]] = {payment_id: [] for payment_id in payment_ids}
     if not payment_ids:
         return found
-    query = (Allocation.select(Allocation.payment.alias("payment_id"), Allocation.monto.alias("monto"),
+    query = (Allocation.select(Allocation.payment.alias("payment_id"), Allocation.amount.alias("monto"),
                                Installment.external_id.alias("cuota_external_id"), Installment.numero.alias("numero"))
              .join(Installment).where(Allocation.payment.in_(payment_ids)).order_by(Allocation.id))
     for row in query.dicts():
@@ -203,8 +203,8 @@ class PaymentResult:
                      "monto": amount_json(payment.monto, payment.moneda),
                      "asignaciones": [dict(item, monto=amount_json(item["monto"], payment.moneda))
                                       for item in allocations]},
-            "saldo_pendiente": amount_json(payment.saldo_after, payment.moneda),
-            "monto_sin_asignar": amount_json(payment.monto_sin_asignar, payment.moneda),
+            "saldo_pendiente": amount_json(payment.balance_after, payment.moneda),
+            "monto_sin_asignar": amount_json(payment.unassigned, payment.moneda),
         }
 
 
@@ -244,21 +244,21 @@ def _apply_payment(debt: Debt, *, amount: int, currency: str, method: str, paid_
     checked `_check_payable`.
 
     1. walk the open installments by due date, then number, covering each in turn;
-    2. what covers no installment is `monto_sin_asignar`; for a debt without installments the
+    2. what covers no installment is left unassigned (`monto_sin_asignar`); for a debt without installments the
        balance itself is what gets covered, and only the excess is left unallocated;
     3. the balance drops by the amount (never below 0), statuses follow.
     """
     schedule = installments_of(debt)
-    live = [item for item in schedule if item.estado != "cancelled"]
+    live = [item for item in schedule if item.status != "cancelled"]
     remaining = amount
     allocations: list[tuple[Installment, int]] = []
-    for item in sorted((i for i in live if i.estado in OPEN_INSTALLMENT), key=lambda i: (i.vence, i.numero, i.id)):
+    for item in sorted((i for i in live if i.status in OPEN_INSTALLMENT), key=lambda i: (i.vence, i.numero, i.id)):
         if remaining == 0:
             break
-        share = min(item.monto - item.pagado, remaining)
+        share = min(item.monto - item.amount_paid, remaining)
         if share <= 0:
             continue
-        item.pagado += share
+        item.amount_paid += share
         remaining -= share
         allocations.append((item, share))
     unassigned = remaining if live else max(0, amount - debt.saldo_pendiente)
@@ -268,15 +268,15 @@ def _apply_payment(debt: Debt, *, amount: int, currency: str, method: str, paid_
     changed.update((item.id, item) for item in restate(debt, schedule, tenant_today(debt.tenant_id)))
     debt.save(only=[Debt.saldo_pendiente, Debt.status, Debt.updated_at])
     for item in changed.values():
-        item.save(only=[Installment.pagado, Installment.estado, Installment.declared_estado])
+        item.save(only=[Installment.amount_paid, Installment.status, Installment.declared_status])
     if debt.status == "paid":
         stop_collection([debt.id])
     payment = Payment.create(
         tenant=debt.tenant_id, debt=debt.id, public_id=new_id("bpay_") if origin == "service" else None,
         external_id=external_id, transaction_id=transaction_id, origin=origin, monto=amount, moneda=currency,
-        metodo=method, pagado_en=paid_at, monto_sin_asignar=unassigned, saldo_after=debt.saldo_pendiente)
+        metodo=method, pagado_en=paid_at, unassigned=unassigned, balance_after=debt.saldo_pendiente)
     if allocations:
-        Allocation.insert_many([{"payment": payment.id, "installment": item.id, "monto": share}
+        Allocation.insert_many([{"payment": payment.id, "installment": item.id, "amount": share}
                                 for item, share in allocations]).as_rowcount().execute()
     return payment
 
@@ -290,15 +290,15 @@ def record_erp_payment(tenant_id: int, spec: PaymentSpec) -> PaymentResult:
     for attempt in range(2):
         try:
             with atomic():
-                debt = _lock_debt(tenant_id, spec.deuda_external_id)
+                debt = _lock_debt(tenant_id, spec.debt_external_id)
                 existing = Payment.get_or_none(
                     (Payment.tenant == tenant_id) & (Payment.external_id == spec.external_id))
                 if existing is not None:
                     return _replayed(existing, spec, debt)
-                _check_payable(debt, spec.moneda)
-                amount = _minor(spec.monto, spec.moneda)
-                payment = _apply_payment(debt, amount=amount, currency=spec.moneda, method=spec.metodo,
-                                         paid_at=spec.pagado_en, origin="erp", external_id=spec.external_id)
+                _check_payable(debt, spec.currency)
+                amount = _minor(spec.amount, spec.currency)
+                payment = _apply_payment(debt, amount=amount, currency=spec.currency, method=spec.method,
+                                         paid_at=spec.paid_at, origin="erp", external_id=spec.external_id)
                 return PaymentResult("applied", payment, debt)
         except IntegrityError:
             # The same external_id was recorded concurrently (for another debt, or this one):
@@ -310,9 +310,9 @@ def record_erp_payment(tenant_id: int, spec: PaymentSpec) -> PaymentResult:
 
 def _replayed(existing: Payment, spec: PaymentSpec, debt: Debt) -> PaymentResult:
     same_amount = False
-    if spec.moneda == existing.moneda:
+    if spec.currency == existing.moneda:
         try:
-            same_amount = to_minor(spec.monto, existing.moneda) == existing.monto
+            same_amount = to_minor(spec.amount, existing.moneda) == existing.monto
         except MoneyError:
             same_amount = False
     if existing.debt_id != debt.id or not same_amount:
@@ -382,7 +382,7 @@ def resolve_debt(tenant_id: int, external_id: str, status: str, reason: str | No
     with atomic():
         debt = _lock_debt(tenant_id, external_id)
         schedule = installments_of(debt)
-        cancel_reminders(debt.id, [item.id for item in schedule if item.estado in OPEN_INSTALLMENT])
+        cancel_reminders(debt.id, [item.id for item in schedule if item.status in OPEN_INSTALLMENT])
         debt.resolution = status
         debt.resolution_reason = reason
         debt.resolved_at = utcnow()
@@ -390,7 +390,7 @@ def resolve_debt(tenant_id: int, external_id: str, status: str, reason: str | No
         if status == "paid":
             debt.saldo_pendiente = 0
         for item in restate(debt, schedule, tenant_today(tenant_id)):
-            item.save(only=[Installment.estado, Installment.declared_estado])
+            item.save(only=[Installment.status, Installment.declared_status])
         debt.save(only=[Debt.resolution, Debt.resolution_reason, Debt.resolved_at, Debt.saldo_pendiente,
                         Debt.status, Debt.updated_at])
         stop_collection([debt.id])
@@ -412,11 +412,11 @@ def refresh_overdue(now: dt.datetime | None = None) -> int:
         today = moment.astimezone(zone_of(timezone)).date()
         with atomic():
             open_debts = Debt.select(Debt.id).where(Debt.tenant.in_(tenant_ids) & Debt.status.in_(OPEN_DEBT))
-            changed += (Installment.update(estado="overdue")
-                        .where(Installment.estado.in_(("pending", "partial")) & (Installment.vence < today)
+            changed += (Installment.update(status="overdue")
+                        .where(Installment.status.in_(("pending", "partial")) & (Installment.vence < today)
                                & Installment.debt.in_(open_debts)).execute())
             has_overdue = fn.EXISTS(Installment.select(Installment.id).where(
-                (Installment.debt == Debt.id) & (Installment.estado == "overdue")))
+                (Installment.debt == Debt.id) & (Installment.status == "overdue")))
             (Debt.update(status="overdue", updated_at=utcnow())
              .where(Debt.tenant.in_(tenant_ids) & Debt.status.in_(("pending", "partial"))
                     & Debt.resolution.is_null() & (Debt.saldo_pendiente > 0) & has_overdue)

@@ -74,17 +74,17 @@ def _export_row(row) -> dict:
     reversal = row.reversal if row.reversal_id is not None else None
     currency = payment.moneda
     if reversal is None:
-        kind, amount, when, saldo, unassigned = "pago", payment.monto, payment.pagado_en, payment.saldo_after, \
-            payment.monto_sin_asignar
+        kind, amount, when, balance, unassigned = "pago", payment.monto, payment.pagado_en, payment.balance_after, \
+            payment.unassigned
     else:
-        kind, amount, when, saldo, unassigned = "reverso", -reversal.monto, reversal.reversed_at, \
-            reversal.saldo_after, -reversal.unassigned
+        kind, amount, when, balance, unassigned = "reverso", -reversal.amount, reversal.reversed_at, \
+            reversal.balance_after, -reversal.unassigned
     return {
         "cursor": row.seq, "tipo": kind, "boty_payment_id": payment.public_id,
         "reverso_id": reversal.public_id if reversal else None, "motivo": reversal.kind if reversal else None,
         "deuda_external_id": payment.debt.external_id, "transaction_id": payment.transaction_id,
         "monto": from_minor(amount, currency), "moneda": currency, "metodo": payment.metodo,
-        "ocurrido_en": isoformat(when), "saldo_pendiente": from_minor(saldo, currency),
+        "ocurrido_en": isoformat(when), "saldo_pendiente": from_minor(balance, currency),
         "monto_sin_asignar": from_minor(unassigned, currency), "registrado_en": isoformat(row.created_at),
     }
 

@@ -325,27 +325,27 @@ def _plain_csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> DebtR
     debt_cells = layout.debt_cells
     head = debt_cells(first)
     installment_cells = layout.installment_cells
-    cuotas = []
+    installments = []
     for _line, row in rows:
         if len(row) != width or debt_cells(row) != head:
             return None
-        cuotas.append(installment_cells(row))
+        installments.append(installment_cells(row))
     if not plain_cells_text("".join(["".join(row) for _line, row in rows])):
         return None
-    if not all(map(any, cuotas)):
-        if any(map(any, cuotas)):
+    if not all(map(any, installments)):
+        if any(map(any, installments)):
             return None
-        cuotas = []
+        installments = []
     # `head` holds the DEBT_COLUMNS this file has, in that order: external_updated_at last, if at all.
-    (external_id, version, account_id, nombre, documento, telefono, moneda, referencia, monto_original,
-     saldo_pendiente, tipo, auto_send, *updated_at) = head
+    (external_id, version, account_id, name, document, phone, currency, reference, original_amount,
+     balance, kind, auto_send, *updated_at) = head
     send = None
     if auto_send:
         send = CSV_BOOLEANS.get(auto_send.lower())
         if send is None:
             return None
-    spec = plain_csv_spec(external_id, account_id, nombre, documento, telefono, moneda, referencia, monto_original,
-                          saldo_pendiente, version, updated_at[0] if updated_at else "", tipo, send, cuotas)
+    spec = plain_csv_spec(external_id, account_id, name, document, phone, currency, reference, original_amount,
+                          balance, version, updated_at[0] if updated_at else "", kind, send, installments)
     if spec is None:
         return None
     return DebtRecord(first_line, external_id, spec=spec, rows=len(rows))
@@ -393,21 +393,22 @@ def _checked_csv_debt(rows: list[tuple[int, list[str]]], layout: _Layout) -> Deb
 def _csv_fields(first: list[str], layout: _Layout, installment_rows: list[list[str]]) -> tuple:
     """The CSV debt's fields as the API's body would hold them, in `plain_fields_spec`'s order;
     None for a field the body leaves out (an empty optional cell)."""
-    (external_id, account_id, nombre, documento, telefono, moneda, referencia, monto_original, saldo_pendiente,
-     version, tipo, auto_send) = layout.head_cells(first)
+    (external_id, account_id, name, document, phone, currency, reference, original_amount, balance,
+     version, kind, auto_send) = layout.head_cells(first)
     updated_at = first[layout.updated_at] if layout.updated_at is not None else ""
-    cuotas = []
+    installments = []
     cells = layout.installment_cells
     for row in installment_rows:
-        cuota_id, numero, monto, vence, estado = cells(row)
-        cuotas.append((cuota_id or None, _csv_int(numero), monto or None, vence or None, estado or None))
-    return (external_id, account_id, nombre, documento or None, telefono or None, moneda,
+        installment_id, number, amount, due_date, status = cells(row)
+        installments.append((installment_id or None, _csv_int(number), amount or None, due_date or None,
+                             status or None))
+    return (external_id, account_id, name, document or None, phone or None, currency,
             # A CSV debt always states its referencia: an empty cell clears it.
-            referencia or None, True, monto_original, saldo_pendiente, _csv_int(version), updated_at or None,
-            tipo or None, CSV_BOOLEANS.get(auto_send.lower(), auto_send) if auto_send else None,
+            reference or None, True, original_amount, balance, _csv_int(version), updated_at or None,
+            kind or None, CSV_BOOLEANS.get(auto_send.lower(), auto_send) if auto_send else None,
             # A CSV debt is a whole snapshot: a debt written without installment cells has none, so
             # its open installments are cancelled (the API's `cuotas: []`).
-            cuotas)
+            installments)
 
 
 def _csv_int(cell: str) -> int | str | None:
@@ -422,22 +423,22 @@ def _csv_int(cell: str) -> int | str | None:
 
 def _csv_body(fields: tuple) -> dict[str, Any]:
     """The CSV debt in the API's shape, from its `_csv_fields`: for `parse_debt` and its errors."""
-    (external_id, account_id, nombre, documento, telefono, moneda, referencia, _referencia_given, monto_original,
-     saldo_pendiente, version, updated_at, tipo, auto_send, cuotas) = fields
-    deudor: dict[str, Any] = {"nombre": nombre}
-    if documento is not None:
-        deudor["documento"] = documento
-    if telefono is not None:
-        deudor["telefono"] = telefono
-    body: dict[str, Any] = {"external_id": external_id, "account_id": account_id, "deudor": deudor,
-                            "moneda": moneda, "referencia": referencia, "monto_original": monto_original,
-                            "saldo_pendiente": saldo_pendiente}
-    for name, value in (("external_version", version), ("external_updated_at", updated_at), ("tipo", tipo),
-                        ("auto_send", auto_send)):
+    (external_id, account_id, name, document, phone, currency, reference, _reference_given, original_amount,
+     balance, version, updated_at, kind, auto_send, installments) = fields
+    debtor: dict[str, Any] = {"nombre": name}
+    if document is not None:
+        debtor["documento"] = document
+    if phone is not None:
+        debtor["telefono"] = phone
+    body: dict[str, Any] = {"external_id": external_id, "account_id": account_id, "deudor": debtor,
+                            "moneda": currency, "referencia": reference, "monto_original": original_amount,
+                            "saldo_pendiente": balance}
+    for key, value in (("external_version", version), ("external_updated_at", updated_at), ("tipo", kind),
+                       ("auto_send", auto_send)):
         if value is not None:
-            body[name] = value
+            body[key] = value
     body["cuotas"] = [{key: value for key, value in zip(_INSTALLMENT_KEYS, item, strict=True) if value is not None}
-                      for item in cuotas]
+                      for item in installments]
     return body
 
 

@@ -5,7 +5,8 @@ row turned into the same shape), so the rules cannot differ between them:
 
 1. bytes → Python with `loads_exact`: JSON numbers become `Decimal`, never `float`
    (pydantic's JSON mode goes through a double: 1.0000000000000000001 would become 1);
-2. the pydantic models below (strict, unknown fields refused) check types and shapes;
+2. the pydantic models below (strict, unknown fields refused; English attributes, the wire's
+   keys as their aliases) check types and shapes;
 3. `debt_spec` / `payment_spec` apply what depends on several fields (decimals allowed by the
    currency, the debtor's keys, the installment numbering) and yield plain specs in minor units.
 
@@ -152,25 +153,25 @@ class ExactInput(BaseModel):
         return cls.model_validate(data, strict=options.get("strict"), context=options.get("context"))
 
 
-class DeudorInput(ExactInput):
-    nombre: _text(255, 1)
-    documento: _text(64, 1) | None = None
-    telefono: _text(32, 1) | None = Field(None, description="digits; spaces, dashes, dots, parentheses and "
-                                                            "a leading + are removed")
+class DebtorInput(ExactInput):
+    name: _text(255, 1) = Field(alias="nombre")
+    document: _text(64, 1) | None = Field(None, alias="documento")
+    phone: _text(32, 1) | None = Field(None, alias="telefono", description="digits; spaces, dashes, dots, "
+                                                                         "parentheses and a leading + are removed")
 
     @model_validator(mode="after")
     def _one_key(self):
-        if self.documento is None and self.telefono is None:
+        if self.document is None and self.phone is None:
             raise PydanticCustomError("debtor_key", "needs documento or telefono (or both)")
         return self
 
 
 class InstallmentInput(ExactInput):
     external_id: _text(160, 1)
-    numero: Annotated[int, Field(ge=1, le=100_000)]
-    monto: PositiveAmount
-    vence: Day
-    estado: Literal[INSTALLMENT_STATES] | None = None  # type: ignore[valid-type]
+    number: Annotated[int, Field(ge=1, le=100_000)] = Field(alias="numero")
+    amount: PositiveAmount = Field(alias="monto")
+    due_date: Day = Field(alias="vence")
+    status: Literal[INSTALLMENT_STATES] | None = Field(None, alias="estado")  # type: ignore[valid-type]
 
 
 class DebtInput(ExactInput):
@@ -178,31 +179,32 @@ class DebtInput(ExactInput):
     account_id: _text(64, 1)
     external_version: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     external_updated_at: Timestamp | None = None
-    deudor: DeudorInput
-    moneda: _text(3, 3)
-    referencia: _text(500) | None = None
-    monto_original: PositiveAmount
-    saldo_pendiente: NonNegativeAmount
-    tipo: Literal[DEBT_TYPES] | None = None  # type: ignore[valid-type]
+    debtor: DebtorInput = Field(alias="deudor")
+    currency: _text(3, 3) = Field(alias="moneda")
+    reference: _text(500) | None = Field(None, alias="referencia")
+    original_amount: PositiveAmount = Field(alias="monto_original")
+    balance: NonNegativeAmount = Field(alias="saldo_pendiente")
+    kind: Literal[DEBT_TYPES] | None = Field(None, alias="tipo")  # type: ignore[valid-type]
     auto_send: bool | None = None
-    cuotas: Annotated[list[InstallmentInput], Field(max_length=MAX_INSTALLMENTS)] | None = None
+    installments: Annotated[list[InstallmentInput], Field(max_length=MAX_INSTALLMENTS)] | None = Field(
+        None, alias="cuotas")
 
 
 class DebtBatchInput(ExactInput):
     # Elements are validated one by one (a bad element is reported, the others are saved), so
     # the list itself only checks its size here; the document still shows the Debt schema.
-    deudas: Annotated[list[Any], Field(min_length=1, max_length=MAX_BATCH),
-                      WithJsonSchema({"type": "array", "minItems": 1, "maxItems": MAX_BATCH,
-                                      "items": {"$ref": "#/components/schemas/DebtInput"}})]
+    debts: Annotated[list[Any], Field(min_length=1, max_length=MAX_BATCH),
+                     WithJsonSchema({"type": "array", "minItems": 1, "maxItems": MAX_BATCH,
+                                     "items": {"$ref": "#/components/schemas/DebtInput"}})] = Field(alias="deudas")
 
 
 class PaymentInput(ExactInput):
     external_id: _text(160, 1)
-    deuda_external_id: _text(160, 1)
-    monto: PositiveAmount
-    moneda: _text(3, 3)
-    metodo: Literal[PAYMENT_METHODS]  # type: ignore[valid-type]
-    pagado_en: Timestamp
+    debt_external_id: _text(160, 1) = Field(alias="deuda_external_id")
+    amount: PositiveAmount = Field(alias="monto")
+    currency: _text(3, 3) = Field(alias="moneda")
+    method: Literal[PAYMENT_METHODS] = Field(alias="metodo")  # type: ignore[valid-type]
+    paid_at: Timestamp = Field(alias="pagado_en")
 
 
 class ResolveInput(ExactInput):
@@ -215,45 +217,45 @@ class ResolveInput(ExactInput):
 @dataclass(slots=True)
 class InstallmentSpec:
     external_id: str
-    numero: int
-    monto: int  # minor units
-    vence: dt.date
-    estado: str | None  # as the ERP states it; None = pending
+    number: int
+    amount: int  # minor units
+    due_date: dt.date
+    status: str | None  # as the ERP declares it; None = pending
 
 
 @dataclass(slots=True)
-class DeudorSpec:
-    nombre: str
-    documento: str | None
-    telefono: str | None
+class DebtorSpec:
+    name: str
+    document: str | None
+    phone: str | None
 
 
 @dataclass(slots=True)
 class DebtSpec:
     external_id: str
     account_id: str
-    deudor: DeudorSpec
-    moneda: str
-    monto_original: int
-    saldo_pendiente: int
+    debtor: DebtorSpec
+    currency: str
+    original_amount: int  # minor units, like the balance
+    balance: int
     external_version: int | None = None
     external_updated_at: dt.datetime | None = None  # naive UTC
-    # Optional fields: left out (the `None`s below, or `referencia_given=False`) keeps the stored value.
-    referencia: str | None = None
-    referencia_given: bool = False
-    tipo: str | None = None
+    # Optional fields: left out (the `None`s below, or `reference_given=False`) keeps the stored value.
+    reference: str | None = None
+    reference_given: bool = False
+    kind: str | None = None  # single or installments
     auto_send: bool | None = None
-    cuotas: list[InstallmentSpec] | None = None
+    installments: list[InstallmentSpec] | None = None
 
 
 @dataclass
 class PaymentSpec:
     external_id: str | None
-    deuda_external_id: str
-    monto: Any  # Decimal as received; converted with the debt's currency
-    moneda: str | None
-    metodo: str
-    pagado_en: dt.datetime | None  # naive UTC
+    debt_external_id: str
+    amount: Any  # Decimal as received; converted with the debt's currency
+    currency: str | None
+    method: str
+    paid_at: dt.datetime | None  # naive UTC
     transaction_id: str | None = None
     extra: dict = field(default_factory=dict)
 
@@ -289,7 +291,7 @@ def debt_spec(data: DebtInput) -> DebtSpec:
     """The rules that span fields; raises `Invalid` with every problem found, by field."""
     errors: dict[str, list[str]] = {}
     try:
-        currency = normalize_currency(data.moneda)
+        currency = normalize_currency(data.currency)
     except MoneyError as error:
         errors["moneda"] = [str(error)]
         currency = ""
@@ -302,44 +304,45 @@ def debt_spec(data: DebtInput) -> DebtSpec:
                 errors.setdefault(path, []).append(str(error))
         return 0
 
-    deudor = data.deudor
-    nombre = deudor.nombre.strip()
-    if not nombre:
+    debtor = data.debtor
+    name = debtor.name.strip()
+    if not name:
         errors["deudor.nombre"] = ["must not be blank"]
-    documento = None
-    if deudor.documento is not None:
-        documento = deudor.documento.strip()
-        if not documento:
+    document = None
+    if debtor.document is not None:
+        document = debtor.document.strip()
+        if not document:
             errors["deudor.documento"] = ["must not be blank"]
-    telefono = None
-    if deudor.telefono is not None:
+    phone = None
+    if debtor.phone is not None:
         try:
-            telefono = _normalize_phone(deudor.telefono)
+            phone = _normalize_phone(debtor.phone)
         except ValueError as error:
             errors["deudor.telefono"] = [str(error)]
 
-    cuotas = None
-    if data.cuotas is not None:
-        cuotas = []
+    installments = None
+    if data.installments is not None:
+        installments = []
         seen_ids: set[str] = set()
         seen_numbers: set[int] = set()
-        for index, item in enumerate(data.cuotas):
+        for index, item in enumerate(data.installments):
             if item.external_id in seen_ids:
                 errors.setdefault(f"cuotas.{index}.external_id", []).append("appears twice in this debt")
-            if item.numero in seen_numbers:
+            if item.number in seen_numbers:
                 errors.setdefault(f"cuotas.{index}.numero", []).append("appears twice in this debt")
             seen_ids.add(item.external_id)
-            seen_numbers.add(item.numero)
-            cuotas.append(InstallmentSpec(item.external_id, item.numero, minor(f"cuotas.{index}.monto", item.monto),
-                                          item.vence, item.estado))
-        if data.tipo == "single" and len(cuotas) > 1:
+            seen_numbers.add(item.number)
+            installments.append(InstallmentSpec(item.external_id, item.number,
+                                                minor(f"cuotas.{index}.monto", item.amount), item.due_date,
+                                                item.status))
+        if data.kind == "single" and len(installments) > 1:
             errors["tipo"] = ["a single debt has at most one installment; use installments"]
 
-    spec = DebtSpec(data.external_id, data.account_id, DeudorSpec(nombre, documento, telefono), currency,
-                    minor("monto_original", data.monto_original), minor("saldo_pendiente", data.saldo_pendiente),
+    spec = DebtSpec(data.external_id, data.account_id, DebtorSpec(name, document, phone), currency,
+                    minor("monto_original", data.original_amount), minor("saldo_pendiente", data.balance),
                     data.external_version,
                     to_utc_naive(data.external_updated_at) if data.external_updated_at else None,
-                    data.referencia, "referencia" in data.model_fields_set, data.tipo, data.auto_send, cuotas)
+                    data.reference, "reference" in data.model_fields_set, data.kind, data.auto_send, installments)
     if errors:
         raise invalid(errors)
     return spec
@@ -363,9 +366,15 @@ def parse_debt(obj: Any) -> DebtSpec:
 # It may give up on a valid debt (only slower) but must never accept what `parse_debt` refuses
 # nor build another spec: tests/test_receivables_input_plain.py checks both on generated bodies.
 
-_DEBT_FIELDS = frozenset(DebtInput.model_fields)
-_DEUDOR_FIELDS = frozenset(DeudorInput.model_fields)
-_INSTALLMENT_FIELDS = frozenset(InstallmentInput.model_fields)
+
+def _wire_keys(model: type[ExactInput]) -> frozenset[str]:
+    """The JSON keys a model takes: each field's alias, or its name where the two are the same."""
+    return frozenset(field.alias or name for name, field in model.model_fields.items())
+
+
+_DEBT_KEYS = _wire_keys(DebtInput)
+_DEBTOR_KEYS = _wire_keys(DebtorInput)
+_INSTALLMENT_KEYS = _wire_keys(InstallmentInput)
 # Plain amounts: up to 15 ASCII integer digits, and up to 4 decimals (no currency has more).
 # Exact in minor units and far from int()'s digit limit; anything else takes the Decimal road.
 _PLAIN_DECIMALS = re.compile(r"(\d{1,15})\.(\d{1,4})", re.ASCII)
@@ -442,60 +451,61 @@ def plain_timestamp(cell: str) -> dt.datetime | None:
 
 def plain_debt_spec(obj: Any) -> DebtSpec | None:
     """`parse_debt(obj)` for a debt that passes every rule at first sight; else None (see above)."""
-    if type(obj) is not dict or not obj.keys() <= _DEBT_FIELDS:
+    if type(obj) is not dict or not obj.keys() <= _DEBT_KEYS:
         return None
-    deudor = obj.get("deudor")
-    if type(deudor) is not dict or not deudor.keys() <= _DEUDOR_FIELDS:
+    debtor = obj.get("deudor")
+    if type(debtor) is not dict or not debtor.keys() <= _DEBTOR_KEYS:
         return None
-    cuotas = obj.get("cuotas")
-    if cuotas is not None:
-        if type(cuotas) is not list:
+    installments = obj.get("cuotas")
+    if installments is not None:
+        if type(installments) is not list:
             return None
         items = []
-        for item in cuotas:
-            if type(item) is not dict or not item.keys() <= _INSTALLMENT_FIELDS:
+        for item in installments:
+            if type(item) is not dict or not item.keys() <= _INSTALLMENT_KEYS:
                 return None
             get = item.get
             items.append((get("external_id"), get("numero"), get("monto"), get("vence"), get("estado")))
-        cuotas = items
+        installments = items
     get = obj.get
-    return plain_fields_spec(get("external_id"), get("account_id"), deudor.get("nombre"), deudor.get("documento"),
-                             deudor.get("telefono"), get("moneda"), get("referencia"), "referencia" in obj,
+    return plain_fields_spec(get("external_id"), get("account_id"), debtor.get("nombre"), debtor.get("documento"),
+                             debtor.get("telefono"), get("moneda"), get("referencia"), "referencia" in obj,
                              get("monto_original"), get("saldo_pendiente"), get("external_version"),
-                             get("external_updated_at"), get("tipo"), get("auto_send"), cuotas)
+                             get("external_updated_at"), get("tipo"), get("auto_send"), installments)
 
 
-def plain_fields_spec(external_id: Any, account_id: Any, nombre: Any, documento: Any, telefono: Any, moneda: Any,
-                      referencia: Any, referencia_given: bool, monto_original: Any, saldo_pendiente: Any,
-                      external_version: Any, external_updated_at: Any, tipo: Any, auto_send: Any,
-                      cuotas: list[tuple] | None) -> DebtSpec | None:
+def plain_fields_spec(external_id: Any, account_id: Any, name: Any, document: Any, phone: Any, currency_code: Any,
+                      reference: Any, reference_given: bool, original_amount: Any, balance: Any,
+                      external_version: Any, external_updated_at: Any, kind: Any, auto_send: Any,
+                      installments: list[tuple] | None) -> DebtSpec | None:
     """`plain_debt_spec` of a debt already taken apart (a CSV importer has no need of the dict).
 
-    Each argument is the field's value, None when it is left out or null; `cuotas` holds one
-    (external_id, numero, monto, vence, estado) tuple per installment, None for the same.
+    Each argument is the field's value, None when it is left out or null; `installments` holds
+    one (external_id, numero, monto, vence, estado) tuple per item of `cuotas`.
     """
-    if not (_plain_text(external_id, 1, 160) and _plain_text(account_id, 1, 64) and _plain_text(moneda, 3, 3)):
+    if not (_plain_text(external_id, 1, 160) and _plain_text(account_id, 1, 64)
+            and _plain_text(currency_code, 3, 3)):
         return None
     # An upper-cased code that is active had nothing to strip: normalize_currency would agree.
-    currency = moneda.upper()
+    currency = currency_code.upper()
     if currency not in ACTIVE_CODES:
         return None
     digits = MINOR_UNITS_EXCEPTIONS.get(currency, 2)
 
-    if not _plain_text(nombre, 1, 255) or not (nombre := nombre.strip()):
+    if not _plain_text(name, 1, 255) or not (name := name.strip()):
         return None
-    if documento is not None and (not _plain_text(documento, 1, 64) or not (documento := documento.strip())):
+    if document is not None and (not _plain_text(document, 1, 64) or not (document := document.strip())):
         return None
-    if telefono is not None:
-        if not _plain_text(telefono, 1, 32) or (telefono := plain_phone(telefono)) is None:
+    if phone is not None:
+        if not _plain_text(phone, 1, 32) or (phone := plain_phone(phone)) is None:
             return None
-    elif documento is None:
+    elif document is None:
         return None
 
-    if (referencia is not None and not _plain_text(referencia, 0, 500)) \
+    if (reference is not None and not _plain_text(reference, 0, 500)) \
             or (external_version is not None
                 and (type(external_version) is not int or not 0 <= external_version <= MAX_VERSION)) \
-            or (tipo is not None and (type(tipo) is not str or tipo not in DEBT_TYPES)) \
+            or (kind is not None and (type(kind) is not str or kind not in DEBT_TYPES)) \
             or (auto_send is not None and type(auto_send) is not bool):
         return None
     if external_updated_at is not None:
@@ -505,48 +515,48 @@ def plain_fields_spec(external_id: Any, account_id: Any, nombre: Any, documento:
             external_updated_at = to_utc_naive(_timestamp(external_updated_at))
         except PydanticCustomError:
             return None
-    monto_original = plain_minor(monto_original, currency, digits, 1)
-    saldo_pendiente = plain_minor(saldo_pendiente, currency, digits, 0)
-    if monto_original is None or saldo_pendiente is None:
+    original_amount = plain_minor(original_amount, currency, digits, 1)
+    balance = plain_minor(balance, currency, digits, 0)
+    if original_amount is None or balance is None:
         return None
-    if cuotas is not None:
-        if len(cuotas) > MAX_INSTALLMENTS or (tipo == "single" and len(cuotas) > 1):
+    if installments is not None:
+        if len(installments) > MAX_INSTALLMENTS or (kind == "single" and len(installments) > 1):
             return None
-        cuotas = _plain_installments(cuotas, currency, digits)
-        if cuotas is None:
+        installments = _plain_installments(installments, currency, digits)
+        if installments is None:
             return None
-    return DebtSpec(external_id, account_id, DeudorSpec(nombre, documento, telefono), currency, monto_original,
-                    saldo_pendiente, external_version, external_updated_at, referencia, referencia_given, tipo,
-                    auto_send, cuotas)
+    return DebtSpec(external_id, account_id, DebtorSpec(name, document, phone), currency, original_amount, balance,
+                    external_version, external_updated_at, reference, reference_given, kind, auto_send,
+                    installments)
 
 
-def plain_phone(telefono: str) -> str | None:
+def plain_phone(phone: str) -> str | None:
     """The phone as stored: digits already in the stored form as they are, else normalized; None
     when it is no phone number."""
-    if telefono.isdigit() and telefono.isascii() and 8 <= len(telefono) <= 15:
-        return telefono
+    if phone.isdigit() and phone.isascii() and 8 <= len(phone) <= 15:
+        return phone
     try:
-        return _normalize_phone(telefono)
+        return _normalize_phone(phone)
     except ValueError:
         return None
 
 
-def _plain_installments(cuotas: list[tuple], currency: str, digits: int) -> list[InstallmentSpec] | None:
+def _plain_installments(installments: list[tuple], currency: str, digits: int) -> list[InstallmentSpec] | None:
     found = []
     seen_ids: set[str] = set()
     seen_numbers: set[int] = set()
-    for external_id, numero, monto, vence, estado in cuotas:
-        if not _plain_text(external_id, 1, 160) or type(numero) is not int or not 1 <= numero <= 100_000 \
-                or external_id in seen_ids or numero in seen_numbers \
-                or (estado is not None and (type(estado) is not str or estado not in INSTALLMENT_STATES)):
+    for external_id, number, amount, due_date, status in installments:
+        if not _plain_text(external_id, 1, 160) or type(number) is not int or not 1 <= number <= 100_000 \
+                or external_id in seen_ids or number in seen_numbers \
+                or (status is not None and (type(status) is not str or status not in INSTALLMENT_STATES)):
             return None
-        monto = plain_minor(monto, currency, digits, 1)
-        vence = plain_date(vence)
-        if monto is None or vence is None:
+        amount = plain_minor(amount, currency, digits, 1)
+        due_date = plain_date(due_date)
+        if amount is None or due_date is None:
             return None
         seen_ids.add(external_id)
-        seen_numbers.add(numero)
-        found.append(InstallmentSpec(external_id, numero, monto, vence, estado))
+        seen_numbers.add(number)
+        found.append(InstallmentSpec(external_id, number, amount, due_date, status))
     return found
 
 
@@ -570,50 +580,51 @@ def plain_cells_text(text: str) -> bool:
     return True
 
 
-def plain_currency(moneda: str) -> tuple[str, int] | None:
+def plain_currency(cell: str) -> tuple[str, int] | None:
     """A CSV's currency cell as (code, decimals) when it plainly names an active currency; else None."""
-    currency = moneda.upper()
-    if len(moneda) != 3 or currency not in ACTIVE_CODES:
+    currency = cell.upper()
+    if len(cell) != 3 or currency not in ACTIVE_CODES:
         return None
     found = (currency, MINOR_UNITS_EXCEPTIONS.get(currency, 2))
     if len(PLAIN_CURRENCIES) < 1000:
-        PLAIN_CURRENCIES[moneda] = found
+        PLAIN_CURRENCIES[cell] = found
     return found
 
 
-def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: str, telefono: str, moneda: str,
-                   referencia: str, monto_original: str, saldo_pendiente: str, external_version: str,
-                   external_updated_at: str, tipo: str, auto_send: bool | None,
-                   cuotas: list[tuple[str, str, str, str, str]]) -> DebtSpec | None:
+def plain_csv_spec(external_id: str, account_id: str, name: str, document: str, phone: str, currency_cell: str,
+                   reference: str, original_amount: str, balance: str, external_version: str,
+                   external_updated_at: str, kind: str, auto_send: bool | None,
+                   installments: list[tuple[str, str, str, str, str]]) -> DebtSpec | None:
     """`plain_fields_spec` of a CSV debt, straight from its cells: every argument but `auto_send`
     (already read as a boolean, None when empty) is a cell's text, "" when empty, and the caller
     has checked that the text encodes (no lone surrogate), as the CSV reader's decoding ensures.
-    `cuotas` holds each installment row's (external_id, numero, monto, vence, estado) cells.
+    `installments` holds each installment row's (cuota_external_id, cuota_numero, cuota_monto,
+    cuota_vence, cuota_estado) cells.
 
     The same verdicts as `plain_fields_spec(*_csv_fields(...))` without its type checks, which
     cannot fail on text, and with the repeated cells (currency, due dates) looked up once.
     """
-    if not (0 < len(external_id) <= 160 and 0 < len(account_id) <= 64 and 0 < len(nombre) <= 255):
+    if not (0 < len(external_id) <= 160 and 0 < len(account_id) <= 64 and 0 < len(name) <= 255):
         return None
-    found = PLAIN_CURRENCIES.get(moneda) or plain_currency(moneda)
+    found = PLAIN_CURRENCIES.get(currency_cell) or plain_currency(currency_cell)
     if found is None:
         return None
     currency, digits = found
-    if not (nombre := nombre.strip()):
+    if not (name := name.strip()):
         return None
-    if documento:
-        if len(documento) > 64 or not (documento := documento.strip()):
+    if document:
+        if len(document) > 64 or not (document := document.strip()):
             return None
     else:
-        documento = None
-    if telefono:
-        if len(telefono) > 32 or (telefono := plain_phone(telefono)) is None:
+        document = None
+    if phone:
+        if len(phone) > 32 or (phone := plain_phone(phone)) is None:
             return None
-    elif documento is None:
+    elif document is None:
         return None
     else:
-        telefono = None
-    if len(referencia) > 500 or (tipo and tipo not in DEBT_TYPES):
+        phone = None
+    if len(reference) > 500 or (kind and kind not in DEBT_TYPES):
         return None
     version = None
     if external_version:
@@ -625,44 +636,46 @@ def plain_csv_spec(external_id: str, account_id: str, nombre: str, documento: st
     updated_at = None
     if external_updated_at and (updated_at := plain_timestamp(external_updated_at)) is None:
         return None
-    original = plain_minor(monto_original, currency, digits, 1)
-    saldo = plain_minor(saldo_pendiente, currency, digits, 0)
-    if original is None or saldo is None or len(cuotas) > MAX_INSTALLMENTS or (tipo == "single" and len(cuotas) > 1):
+    original = plain_minor(original_amount, currency, digits, 1)
+    balance_minor = plain_minor(balance, currency, digits, 0)
+    if original is None or balance_minor is None or len(installments) > MAX_INSTALLMENTS \
+            or (kind == "single" and len(installments) > 1):
         return None
-    installments = []
+    specs = []
     seen_ids: set[str] = set()
     seen_numbers: set[int] = set()
     scale = MINOR_SCALE[digits]
-    for cuota_id, numero, monto, vence, estado in cuotas:
-        if not (0 < len(cuota_id) <= 160 and numero.isdigit() and numero.isascii() and len(numero) <= 6) \
-                or cuota_id in seen_ids or (estado and estado not in INSTALLMENT_STATES):
+    for installment_id, number_cell, amount_cell, due_cell, status in installments:
+        if not (0 < len(installment_id) <= 160 and number_cell.isdigit() and number_cell.isascii()
+                and len(number_cell) <= 6) \
+                or installment_id in seen_ids or (status and status not in INSTALLMENT_STATES):
             return None
-        number = int(numero)
-        day = PLAIN_DATES.get(vence) or plain_date(vence)
+        number = int(number_cell)
+        day = PLAIN_DATES.get(due_cell) or plain_date(due_cell)
         # plain_minor's first case written out: a schedule's amounts are whole numbers far more often than not.
-        if monto.isdigit() and monto.isascii() and len(monto) <= 15:
-            amount = int(monto) * scale
+        if amount_cell.isdigit() and amount_cell.isascii() and len(amount_cell) <= 15:
+            amount = int(amount_cell) * scale
             if amount > MAX_MINOR:
                 return None
         else:
-            amount = plain_minor(monto, currency, digits, 1)
+            amount = plain_minor(amount_cell, currency, digits, 1)
         if not 1 <= number <= 100_000 or number in seen_numbers or day is None or not amount:
             return None
-        seen_ids.add(cuota_id)
+        seen_ids.add(installment_id)
         seen_numbers.add(number)
-        installments.append(InstallmentSpec(cuota_id, number, amount, day, estado or None))
+        specs.append(InstallmentSpec(installment_id, number, amount, day, status or None))
     # A CSV debt always states its referencia (an empty cell clears it) and is a whole snapshot.
-    return DebtSpec(external_id, account_id, DeudorSpec(nombre, documento, telefono), currency, original, saldo,
-                    version, updated_at, referencia or None, True, tipo or None, auto_send, installments)
+    return DebtSpec(external_id, account_id, DebtorSpec(name, document, phone), currency, original, balance_minor,
+                    version, updated_at, reference or None, True, kind or None, auto_send, specs)
 
 
 def payment_spec(data: PaymentInput) -> PaymentSpec:
     try:
-        currency = normalize_currency(data.moneda)
+        currency = normalize_currency(data.currency)
     except MoneyError as error:
         raise invalid({"moneda": [str(error)]}) from None
-    return PaymentSpec(external_id=data.external_id, deuda_external_id=data.deuda_external_id, monto=data.monto,
-                       moneda=currency, metodo=data.metodo, pagado_en=to_utc_naive(data.pagado_en))
+    return PaymentSpec(external_id=data.external_id, debt_external_id=data.debt_external_id, amount=data.amount,
+                       currency=currency, method=data.method, paid_at=to_utc_naive(data.paid_at))
 
 
 def parse_amount(value: Any) -> Decimal:

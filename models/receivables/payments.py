@@ -122,21 +122,21 @@ def _expired(link: PaymentLink, now: dt.datetime | None = None) -> bool:
     return link.expires_at <= (now or utcnow())
 
 
-def link_dict(link: PaymentLink, cuota_external_id: str | None = None) -> dict:
+def link_dict(link: PaymentLink, installment_external_id: str | None = None) -> dict:
     status = "expired" if link.status == "active" and _expired(link) else link.status
     return {"id": link.public_id, "url": f"{_public_url()}{PAY_PATH}/{link.public_id}",
-            "checkout_url": link.checkout_url, "monto": amount_json(link.monto, link.moneda), "moneda": link.moneda,
-            "cuota_external_id": cuota_external_id, "origin": link.origin, "status": status,
-            "expires_at": isoformat(link.expires_at), "paid_at": isoformat(link.paid_at),
+            "checkout_url": link.checkout_url, "monto": amount_json(link.amount, link.currency),
+            "moneda": link.currency, "cuota_external_id": installment_external_id, "origin": link.origin,
+            "status": status, "expires_at": isoformat(link.expires_at), "paid_at": isoformat(link.paid_at),
             "created_at": isoformat(link.created_at)}
 
 
 def links_of(debt: Debt) -> list[dict]:
-    rows = (PaymentLink.select(PaymentLink, Installment.external_id.alias("cuota"))
+    rows = (PaymentLink.select(PaymentLink, Installment.external_id.alias("installment_external_id"))
             .join(Installment, join_type=JOIN.LEFT_OUTER, on=(PaymentLink.installment == Installment.id))
             .where((PaymentLink.tenant == debt.tenant_id) & (PaymentLink.debt == debt.id))
             .order_by(PaymentLink.id.desc()).objects())
-    return [link_dict(link, link.cuota) for link in rows]
+    return [link_dict(link, link.installment_external_id) for link in rows]
 
 
 def _check_payable(debt: Debt) -> None:
@@ -145,12 +145,12 @@ def _check_payable(debt: Debt) -> None:
                        details={"status": debt.status})
 
 
-def _link_amount(debt: Debt, installment: Installment | None, monto: Decimal | None) -> int:
+def _link_amount(debt: Debt, installment: Installment | None, requested: Decimal | None) -> int:
     """The amount asked: as given (at most the balance), else what the installment still owes,
     else the next open installment's remainder, else the whole balance."""
-    if monto is not None:
+    if requested is not None:
         try:
-            amount = to_minor(monto, debt.moneda)
+            amount = to_minor(requested, debt.moneda)
         except MoneyError as error:
             raise Invalid(str(error), details={"errors": {"monto": [str(error)]}}) from None
         if amount <= 0 or amount > debt.saldo_pendiente:
@@ -158,29 +158,29 @@ def _link_amount(debt: Debt, installment: Installment | None, monto: Decimal | N
             raise Invalid(f"monto {message}", details={"errors": {"monto": [message]}})
         return amount
     if installment is None:
-        schedule = [item for item in installments_of(debt) if item.estado in OPEN_INSTALLMENT]
+        schedule = [item for item in installments_of(debt) if item.status in OPEN_INSTALLMENT]
         installment = min(schedule, key=lambda item: (item.vence, item.numero), default=None)
     if installment is not None:
-        return min(installment.monto - installment.pagado, debt.saldo_pendiente)
+        return min(installment.monto - installment.amount_paid, debt.saldo_pendiente)
     return debt.saldo_pendiente
 
 
-def create_link(tenant_id: int, debt_external_id: str, *, monto: Decimal | None = None,
-                cuota_external_id: str | None = None) -> dict:
+def create_link(tenant_id: int, debt_external_id: str, *, amount: Decimal | None = None,
+                installment_external_id: str | None = None) -> dict:
     """A payment link for a debt (POST .../payment-link): the gateway's checkout is created now."""
     debt = get_debt(tenant_id, debt_external_id)
     _check_payable(debt)
     installment = None
-    if cuota_external_id is not None:
+    if installment_external_id is not None:
         installment = Installment.get_or_none((Installment.debt == debt.id)
-                                              & (Installment.external_id == cuota_external_id))
+                                              & (Installment.external_id == installment_external_id))
         if installment is None:
-            raise NotFound(f"no installment {cuota_external_id}", code="installment_not_found",
-                           details={"cuota_external_id": cuota_external_id})
-        if installment.estado not in OPEN_INSTALLMENT:
-            raise Conflict(f"installment {cuota_external_id} is {installment.estado}", code="debt_not_payable",
-                           details={"cuota_estado": installment.estado})
-    amount = _link_amount(debt, installment, monto)
+            raise NotFound(f"no installment {installment_external_id}", code="installment_not_found",
+                           details={"cuota_external_id": installment_external_id})
+        if installment.status not in OPEN_INSTALLMENT:
+            raise Conflict(f"installment {installment_external_id} is {installment.status}", code="debt_not_payable",
+                           details={"cuota_estado": installment.status})
+    minor = _link_amount(debt, installment, amount)
     client = client_for(tenant_id)
     tenant_public_id = Tenant.select(Tenant.public_id).where(Tenant.id == tenant_id).scalar()
     public_id = new_id("plk_")
@@ -188,17 +188,17 @@ def create_link(tenant_id: int, debt_external_id: str, *, monto: Decimal | None 
     # The gateway is called outside any transaction; a link whose checkout was made but whose row
     # failed to save is an orphan preference nobody is sent to.
     try:
-        checkout = client.create_link(reference=public_id, title=_title(debt), amount=from_minor(amount, debt.moneda),
+        checkout = client.create_link(reference=public_id, title=_title(debt), amount=from_minor(minor, debt.moneda),
                                       currency=debt.moneda, notification_url=notification_url(tenant_public_id),
                                       expires_at=expires_at.replace(tzinfo=dt.UTC))
     except GatewayError as error:
         raise _unavailable(error) from None
     with atomic():
         link = PaymentLink.create(public_id=public_id, tenant=tenant_id, debt=debt.id,
-                                  installment=installment.id if installment else None, monto=amount,
-                                  moneda=debt.moneda, origin="api", checkout_id=checkout.id,
+                                  installment=installment.id if installment else None, amount=minor,
+                                  currency=debt.moneda, origin="api", checkout_id=checkout.id,
                                   checkout_url=checkout.url, expires_at=expires_at)
-    return link_dict(link, cuota_external_id)
+    return link_dict(link, installment_external_id)
 
 
 def _title(debt: Debt) -> str:
@@ -264,7 +264,7 @@ def reminder_link_buttons(tenant_id: int, account_public_id: str,
     if index is None:
         return {}
     now = utcnow()
-    reusable = {(link.debt_id, link.monto): link.public_id for link in PaymentLink.select().where(
+    reusable = {(link.debt_id, link.amount): link.public_id for link in PaymentLink.select().where(
         (PaymentLink.tenant == tenant_id) & PaymentLink.debt.in_(list(debts)) & (PaymentLink.origin == "reminder")
         & (PaymentLink.status == "active") & (PaymentLink.expires_at > now + dt.timedelta(hours=1)))}
     expires_at = now + dt.timedelta(hours=get_settings().payments_link_ttl_hours)
@@ -273,8 +273,8 @@ def reminder_link_buttons(tenant_id: int, account_public_id: str,
         public_id = reusable.get((debt_id, balance))
         if public_id is None:
             public_id = new_id("plk_")
-            rows.append({"public_id": public_id, "tenant": tenant_id, "debt": debt_id, "monto": balance,
-                         "moneda": currency, "origin": "reminder", "expires_at": expires_at, "created_at": now})
+            rows.append({"public_id": public_id, "tenant": tenant_id, "debt": debt_id, "amount": balance,
+                         "currency": currency, "origin": "reminder", "expires_at": expires_at, "created_at": now})
         found[debt_id] = [{"index": index, "type": "url", "text": public_id}]
     if rows:
         PaymentLink.insert_many(rows).execute()
@@ -305,8 +305,9 @@ def checkout_for(public_id: str) -> str:
         return link.checkout_url
     tenant_public_id = Tenant.select(Tenant.public_id).where(Tenant.id == link.tenant_id).scalar()
     checkout = client_for(link.tenant_id).create_link(
-        reference=link.public_id, title=_title(debt), amount=from_minor(link.monto, link.moneda), currency=link.moneda,
-        notification_url=notification_url(tenant_public_id), expires_at=link.expires_at.replace(tzinfo=dt.UTC))
+        reference=link.public_id, title=_title(debt), amount=from_minor(link.amount, link.currency),
+        currency=link.currency, notification_url=notification_url(tenant_public_id),
+        expires_at=link.expires_at.replace(tzinfo=dt.UTC))
     # Two first openings at once: the first checkout saved is the one everybody gets.
     (PaymentLink.update(checkout_id=checkout.id, checkout_url=checkout.url)
      .where((PaymentLink.id == link.id) & PaymentLink.checkout_id.is_null()).execute())
@@ -406,7 +407,7 @@ def apply_transaction(tenant_id: int, transaction: Transaction) -> tuple[str, st
     if transaction.state in (PENDING, FAILED):
         return "ignored", f"transaction {transaction.id} is {transaction.status}"
     debt = Debt.get_by_id(link.debt_id)
-    if transaction.currency != debt.moneda or transaction.currency != link.moneda:
+    if transaction.currency != debt.moneda or transaction.currency != link.currency:
         return "refused", (f"transaction {transaction.id} is in {transaction.currency}, "
                            f"debt {debt.external_id} in {debt.moneda}")
     try:
@@ -451,34 +452,34 @@ def _reverse_up_to(payment: Payment, target: int, kind: str, when: dt.datetime |
     allocations newest first; the balance rises by the rest and statuses follow.
     """
     previous = list(PaymentReversal.select().where(PaymentReversal.payment == payment.id))
-    amount = min(target, payment.monto) - sum(item.monto for item in previous)
+    amount = min(target, payment.monto) - sum(item.amount for item in previous)
     if amount <= 0:
         return None
-    from_unassigned = min(amount, payment.monto_sin_asignar - sum(item.unassigned for item in previous))
+    from_unassigned = min(amount, payment.unassigned - sum(item.unassigned for item in previous))
     restore = amount - from_unassigned
     debt = Debt.get_by_id(payment.debt_id)
     schedule = {item.id: item for item in installments_of(debt)}
-    already_undone = sum(item.monto - item.unassigned for item in previous)
+    already_undone = sum(item.amount - item.unassigned for item in previous)
     left = restore
     for allocation in Allocation.select().where(Allocation.payment == payment.id).order_by(Allocation.id.desc()):
-        available = allocation.monto - min(already_undone, allocation.monto)
-        already_undone = max(0, already_undone - allocation.monto)
+        available = allocation.amount - min(already_undone, allocation.amount)
+        already_undone = max(0, already_undone - allocation.amount)
         take = min(left, available)
         if take > 0 and allocation.installment_id in schedule:
             installment = schedule[allocation.installment_id]
-            installment.pagado -= take
-            if installment.declared_estado == "paid":
-                installment.declared_estado = "partial"
+            installment.amount_paid -= take
+            if installment.declared_status == "paid":
+                installment.declared_status = "partial"
             left -= take
     debt.saldo_pendiente += restore
     debt.updated_at = utcnow()
     restate(debt, list(schedule.values()), tenant_today(debt.tenant_id))
     debt.save(only=[Debt.saldo_pendiente, Debt.status, Debt.updated_at])
     for installment in schedule.values():
-        installment.save(only=[Installment.pagado, Installment.estado, Installment.declared_estado])
+        installment.save(only=[Installment.amount_paid, Installment.status, Installment.declared_status])
     reversal = PaymentReversal.create(
-        public_id=new_id("brev_"), tenant=payment.tenant_id, payment=payment.id, kind=kind, monto=amount,
-        moneda=payment.moneda, unassigned=from_unassigned, saldo_after=debt.saldo_pendiente,
+        public_id=new_id("brev_"), tenant=payment.tenant_id, payment=payment.id, kind=kind, amount=amount,
+        currency=payment.moneda, unassigned=from_unassigned, balance_after=debt.saldo_pendiente,
         reversed_at=to_utc_naive(when) if when else utcnow())
     export_reversal(reversal)
     log.info("%s of %s on payment %s: debt %s balance back to %s", kind, amount, payment.public_id,
@@ -518,7 +519,7 @@ def _fully_recorded(tenant_id: int, transaction: Transaction) -> bool:
         target = min(to_minor(transaction.reversed_amount, payment.moneda), payment.monto)
     except MoneyError:
         return False
-    reversed_sum = PaymentReversal.select(fn.SUM(PaymentReversal.monto)).where(
+    reversed_sum = PaymentReversal.select(fn.SUM(PaymentReversal.amount)).where(
         PaymentReversal.payment == payment.id).scalar() or 0
     return reversed_sum >= target
 

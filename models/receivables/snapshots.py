@@ -24,13 +24,13 @@ from models.clock import utcnow
 from models.errors import Conflict, DomainError, NotFound
 from models.numbers.tables import MessagingAccount
 from models.receivables.columns import DebtColumns
-from models.receivables.debts import debt_status, installment_estado, restate, tenant_today
-from models.receivables.inputs import INSTALLMENT_STATES, DebtSpec, DeudorSpec
+from models.receivables.debts import debt_status, installment_status, restate, tenant_today
+from models.receivables.inputs import INSTALLMENT_STATES, DebtorSpec, DebtSpec
 from models.receivables.reminders import stop_collection
 from models.receivables.tables import OPEN_DEBT, OPEN_INSTALLMENT, Debt, Debtor, Installment, debt_summary
 from models.store.db import atomic, execute, is_postgres
 
-log = logging.getLogger("cartera")
+log = logging.getLogger("receivables")
 
 # Bound values per INSERT statement: under SQLite's limit (32766) and PostgreSQL's (65535).
 MAX_INSERT_PARAMS = 30000
@@ -44,12 +44,12 @@ class _NewInstallment:
     """An installment planned for insertion: plain attributes, none of the ORM's bookkeeping
     (an import plans hundreds of thousands; see bench/import_debts.py)."""
 
-    __slots__ = ("id", "external_id", "numero", "monto", "pagado", "vence", "estado", "declared_estado")
+    __slots__ = ("id", "external_id", "numero", "monto", "amount_paid", "vence", "status", "declared_status")
 
-    def __init__(self, external_id: str, numero: int, monto: int, vence: dt.date, declared_estado: str):
+    def __init__(self, external_id: str, number: int, amount: int, due_date: dt.date, declared_status: str):
         self.id = None
-        self.external_id, self.numero, self.monto, self.vence = external_id, numero, monto, vence
-        self.pagado, self.estado, self.declared_estado = 0, "", declared_estado
+        self.external_id, self.numero, self.monto, self.vence = external_id, number, amount, due_date
+        self.amount_paid, self.status, self.declared_status = 0, "", declared_status
 
 
 class _NewDebt:
@@ -60,13 +60,13 @@ class _NewDebt:
                  "external_updated_at", "resolution", "row_version", "created_at", "updated_at")
 
     def __init__(self, tenant_id: int, external_id: str, now: dt.datetime, account_id: int | None = None,
-                 moneda: str = "", referencia: str | None = None, monto_original: int = 0, saldo_pendiente: int = 0,
-                 tipo: str = "single", auto_send: bool = False, status: str = "pending",
+                 currency: str = "", reference: str | None = None, original_amount: int = 0, balance: int = 0,
+                 kind: str = "single", auto_send: bool = False, status: str = "pending",
                  external_version: int | None = None, external_updated_at: dt.datetime | None = None):
         self.id = self.debtor_id = self.resolution = None
         self.tenant_id, self.external_id, self.created_at, self.updated_at = tenant_id, external_id, now, now
-        self.account_id, self.moneda, self.referencia, self.tipo = account_id, moneda, referencia, tipo
-        self.monto_original, self.saldo_pendiente = monto_original, saldo_pendiente
+        self.account_id, self.moneda, self.referencia, self.tipo = account_id, currency, reference, kind
+        self.monto_original, self.saldo_pendiente = original_amount, balance
         self.auto_send, self.status, self.row_version = auto_send, status, 0
         self.external_version, self.external_updated_at = external_version, external_updated_at
 
@@ -79,9 +79,9 @@ class _NewDebtor:
 
     __slots__ = ("id", "nombre", "documento", "telefono", "updated_at")
 
-    def __init__(self, nombre: str, documento: str | None, telefono: str | None):
+    def __init__(self, name: str, document: str | None, phone: str | None):
         self.id = None
-        self.nombre, self.documento, self.telefono = nombre, documento, telefono
+        self.nombre, self.documento, self.telefono = name, document, phone
 
 
 def bulk_insert(model, fields: list, rows: list[tuple], returning: list | None = None) -> list[tuple]:
@@ -212,8 +212,8 @@ class _Batch:
         self.now = utcnow()
         self.accounts: dict[str, int] = {}
         self.debts: dict[str, _DebtState] = {}
-        self.by_documento: dict[str, Debtor] = {}
-        self.by_telefono: dict[str, Debtor] = {}
+        self.by_document: dict[str, Debtor] = {}
+        self.by_phone: dict[str, Debtor] = {}
         self.new_debtors: list[Debtor] = []
         self.changed_debtors: dict[int, Debtor] = {}
         self.settled: list[int] = []  # stored debts this batch moved from open to paid
@@ -256,25 +256,24 @@ class _Batch:
                 schedules[item.debt_id].append(item)
             for debt in existing:
                 self.debts[debt.external_id] = _DebtState(debt, schedules[debt.id], new=False)
-        documentos = list(set(filter(None, map(_DOCUMENTO, specs))))
-        telefonos = list(set(filter(None, map(_TELEFONO, specs))))
+        documents = list(set(filter(None, map(_DOCUMENT, specs))))
+        phones = list(set(filter(None, map(_PHONE, specs))))
         # One query per key rather than `documento IN (..) OR telefono IN (..)`: SQLite would
         # answer the OR by scanning every debtor of the tenant, once per batch.
         found: dict[int, tuple] = {}
-        for column, values in (("documento", documentos), ("telefono", telefonos)):
+        for column, values in (("documento", documents), ("telefono", phones)):
             if values:
                 rows = execute(f'SELECT "id", "nombre", "documento", "telefono" FROM "debtor" '
                                f'WHERE "tenant_id" = ? AND "{column}" IN ({_marks(values)})', [tenant, *values])
                 found.update((row[0], row) for row in rows.fetchall())
-        for debtor_id, nombre, documento, telefono in found.values():
-            self._index_debtor(Debtor(id=debtor_id, tenant=tenant, nombre=nombre, documento=documento,
-                                      telefono=telefono))
+        for debtor_id, name, document, phone in found.values():
+            self._index_debtor(Debtor(id=debtor_id, tenant=tenant, nombre=name, documento=document, telefono=phone))
 
     def _index_debtor(self, debtor: Debtor) -> None:
         if debtor.documento:
-            self.by_documento[debtor.documento] = debtor
+            self.by_document[debtor.documento] = debtor
         if debtor.telefono:
-            self.by_telefono[debtor.telefono] = debtor
+            self.by_phone[debtor.telefono] = debtor
 
     def _plan(self, spec: DebtSpec) -> UpsertResult:
         account_id = self.accounts.get(spec.account_id)
@@ -285,7 +284,7 @@ class _Batch:
         if state is not None and _is_stale(state.debt, spec):
             return UpsertResult(spec.external_id, "ignored_stale", state.debt)
         try:
-            debtor = self._debtor_for(spec.deudor)
+            debtor = self._debtor_for(spec.debtor)
         except Conflict as error:
             return UpsertResult(spec.external_id, error=error)
         action = "updated"
@@ -312,55 +311,55 @@ class _Batch:
             return UpsertResult(spec.external_id, error=NotFound(
                 f"no account {spec.account_id}", code="account_not_found", details={"account_id": spec.account_id}))
         try:
-            debtor = self._debtor_for(spec.deudor)
+            debtor = self._debtor_for(spec.debtor)
         except Conflict as error:
             return UpsertResult(spec.external_id, error=error)
         today, bound_days = self.today, self.bound_days
         installments = []
         overdue = False
         # A new debt has nothing paid on any installment and no resolution.
-        for item in spec.cuotas or ():
-            declared = item.estado or "pending"
-            vence = item.vence
-            estado = installment_estado(declared, item.monto, 0, vence, today)
-            overdue = overdue or estado == "overdue"
+        for item in spec.installments or ():
+            declared = item.status or "pending"
+            due_date = item.due_date
+            status = installment_status(declared, item.amount, 0, due_date, today)
+            overdue = overdue or status == "overdue"
             # The row as inserted, the debt's id left for `_flush` to fill in.
-            installments.append([None, item.external_id, item.numero, item.monto, 0,
-                                 bound_days.get(vence) or _bound_day(bound_days, vence), estado, declared])
-        tipo = spec.tipo if spec.tipo is not None else "installments" if spec.cuotas else "single"
-        debt = _NewDebt(self.tenant_id, spec.external_id, self.now, account_id, spec.moneda, spec.referencia,
-                        spec.monto_original, spec.saldo_pendiente, tipo,
+            installments.append([None, item.external_id, item.number, item.amount, 0,
+                                 bound_days.get(due_date) or _bound_day(bound_days, due_date), status, declared])
+        kind = spec.kind if spec.kind is not None else "installments" if spec.installments else "single"
+        debt = _NewDebt(self.tenant_id, spec.external_id, self.now, account_id, spec.currency, spec.reference,
+                        spec.original_amount, spec.balance, kind,
                         spec.auto_send if spec.auto_send is not None else False,
-                        debt_status(None, spec.saldo_pendiente, spec.monto_original, overdue),
+                        debt_status(None, spec.balance, spec.original_amount, overdue),
                         spec.external_version, spec.external_updated_at)
         self.new_rows.append((debt, debtor, installments))
         return UpsertResult(spec.external_id, "created", debt)
 
-    def _debtor_for(self, deudor: DeudorSpec) -> Debtor:
-        by_documento = self.by_documento.get(deudor.documento) if deudor.documento else None
-        by_telefono = self.by_telefono.get(deudor.telefono) if deudor.telefono else None
+    def _debtor_for(self, named: DebtorSpec) -> Debtor:
+        by_document = self.by_document.get(named.document) if named.document else None
+        by_phone = self.by_phone.get(named.phone) if named.phone else None
         # The phone is a second key: it may not name someone other than the document does, nor
         # someone already known under another document.
-        if by_telefono is not None and (
-                (by_documento is not None and by_documento is not by_telefono)
-                or (by_documento is None and deudor.documento and by_telefono.documento)):
+        if by_phone is not None and (
+                (by_document is not None and by_document is not by_phone)
+                or (by_document is None and named.document and by_phone.documento)):
             raise Conflict("the document and the phone belong to different debtors",
                            code="debtor_identity_conflict",
-                           details={"documento": deudor.documento, "telefono": deudor.telefono})
-        debtor = by_documento or by_telefono
+                           details={"documento": named.document, "telefono": named.phone})
+        debtor = by_document or by_phone
         if debtor is None:
-            debtor = _NewDebtor(deudor.nombre, deudor.documento, deudor.telefono)
+            debtor = _NewDebtor(named.name, named.document, named.phone)
             self.new_debtors.append(debtor)
             self._index_debtor(debtor)
             return debtor
-        changes = {"nombre": deudor.nombre}
-        if deudor.documento and not debtor.documento:
-            changes["documento"] = deudor.documento
-        if deudor.telefono and deudor.telefono != debtor.telefono:
+        changes = {"nombre": named.name}  # Debtor's columns, set below
+        if named.document and not debtor.documento:
+            changes["documento"] = named.document
+        if named.phone and named.phone != debtor.telefono:
             # Phones change; the document is the stable key. The old number is let go.
             if debtor.telefono:
-                self.by_telefono.pop(debtor.telefono, None)
-            changes["telefono"] = deudor.telefono
+                self.by_phone.pop(debtor.telefono, None)
+            changes["telefono"] = named.phone
         if any(getattr(debtor, name) != value for name, value in changes.items()):
             for name, value in changes.items():
                 setattr(debtor, name, value)
@@ -374,16 +373,16 @@ class _Batch:
         debt = state.debt
         debt.account_id = account_id
         state.debtor = debtor
-        debt.moneda = spec.moneda
-        debt.monto_original = spec.monto_original
-        debt.saldo_pendiente = spec.saldo_pendiente
-        if spec.referencia_given or state.new:
-            debt.referencia = spec.referencia
+        debt.moneda = spec.currency
+        debt.monto_original = spec.original_amount
+        debt.saldo_pendiente = spec.balance
+        if spec.reference_given or state.new:
+            debt.referencia = spec.reference
         if spec.auto_send is not None:
             debt.auto_send = spec.auto_send
-        if spec.tipo is not None:
-            debt.tipo = spec.tipo
-        elif spec.cuotas:
+        if spec.kind is not None:
+            debt.tipo = spec.kind
+        elif spec.installments:
             debt.tipo = "installments"
         # Only overwrite an ordering field with a value: a write without one keeps the last known.
         if spec.external_version is not None:
@@ -395,29 +394,30 @@ class _Batch:
     def _apply_schedule(self, state: _DebtState, spec: DebtSpec) -> None:
         """The three installment rules: absent keeps; [] cancels the open ones; a snapshot updates
         the installments it lists and cancels the open ones it does not. Paid ones always stay."""
-        if spec.cuotas is None:
+        if spec.installments is None:
             return
         if not state.installments:
             # Nothing stored to match or cancel: a new debt, the import's common case.
-            state.installments = [_NewInstallment(item.external_id, item.numero, item.monto, item.vence,
-                                                  item.estado or "pending") for item in spec.cuotas]
+            state.installments = [_NewInstallment(item.external_id, item.number, item.amount, item.due_date,
+                                                  item.status or "pending") for item in spec.installments]
             return
-        received = {item.external_id: item for item in spec.cuotas}
+        received = {item.external_id: item for item in spec.installments}
         known = {item.external_id: item for item in state.installments}
         for item in state.installments:
-            if item.external_id not in received and item.estado in OPEN_INSTALLMENT:
-                item.declared_estado = "cancelled"
+            if item.external_id not in received and item.status in OPEN_INSTALLMENT:
+                item.declared_status = "cancelled"
                 if item.id is not None:
                     state.changed_installments[item.id] = item
-        for incoming in spec.cuotas:
+        for incoming in spec.installments:
             item = known.get(incoming.external_id)
-            declared = incoming.estado or "pending"
+            declared = incoming.status or "pending"
             if item is None:
-                item = _NewInstallment(incoming.external_id, incoming.numero, incoming.monto, incoming.vence, declared)
+                item = _NewInstallment(incoming.external_id, incoming.number, incoming.amount, incoming.due_date,
+                                       declared)
                 state.installments.append(item)
                 continue
-            item.numero, item.monto, item.vence = incoming.numero, incoming.monto, incoming.vence
-            item.declared_estado = declared
+            item.numero, item.monto, item.vence = incoming.number, incoming.amount, incoming.due_date
+            item.declared_status = declared
             if item.id is not None:
                 state.changed_installments[item.id] = item
 
@@ -442,11 +442,11 @@ class _Batch:
             debt_id = state.debt.id
             for item in state.installments:
                 if item.id is None:
-                    rows.append((debt_id, item.external_id, item.numero, item.monto, item.pagado, item.vence,
-                                 item.estado, item.declared_estado))
+                    rows.append((debt_id, item.external_id, item.numero, item.monto, item.amount_paid, item.vence,
+                                 item.status, item.declared_status))
             for item in state.changed_installments.values():
-                item.save(only=[Installment.numero, Installment.monto, Installment.vence, Installment.estado,
-                                Installment.declared_estado])
+                item.save(only=[Installment.numero, Installment.monto, Installment.vence, Installment.status,
+                                Installment.declared_status])
         for debt, _debtor, installments in self.new_rows:
             debt_id = debt.id
             for row in installments:
@@ -463,8 +463,8 @@ class _Batch:
                                         Debtor.created_at, Debtor.updated_at], rows,
                                returning=[Debtor.id, Debtor.documento, Debtor.telefono])
         # Matched by natural key rather than by position: RETURNING promises no order.
-        ids_by_key = {("d", documento) if documento else ("t", telefono): debtor_id
-                      for debtor_id, documento, telefono in returned}
+        ids_by_key = {("d", document) if document else ("t", phone): debtor_id
+                      for debtor_id, document, phone in returned}
         for debtor in self.new_debtors:
             debtor.id = ids_by_key[("d", debtor.documento) if debtor.documento else ("t", debtor.telefono)]
 
@@ -480,7 +480,7 @@ class _Batch:
 
 _ACCOUNT_TABLE = MessagingAccount._meta.table_name
 _EXTERNAL_ID, _ACCOUNT_NAME = operator.attrgetter("external_id"), operator.attrgetter("account_id")
-_DOCUMENTO, _TELEFONO = operator.attrgetter("deudor.documento"), operator.attrgetter("deudor.telefono")
+_DOCUMENT, _PHONE = operator.attrgetter("debtor.document"), operator.attrgetter("debtor.phone")
 _DEBT_INSERT_COLUMNS = [Debt.tenant, Debt.external_id, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia,
                         Debt.monto_original, Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status,
                         Debt.external_version, Debt.external_updated_at, Debt.resolution, Debt.row_version,
@@ -492,7 +492,7 @@ _NEW_DEBT_COLUMNS = [Debt.tenant, Debt.account, Debt.debtor, Debt.moneda, Debt.r
                      Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status, Debt.external_version,
                      Debt.external_updated_at, Debt.row_version, Debt.created_at, Debt.updated_at, Debt.external_id]
 _INSTALLMENT_COLUMNS = [Installment.debt, Installment.external_id, Installment.numero, Installment.monto,
-                        Installment.pagado, Installment.vence, Installment.estado, Installment.declared_estado]
+                        Installment.amount_paid, Installment.vence, Installment.status, Installment.declared_status]
 _DEBT_UPDATE_FIELDS = [Debt.account, Debt.debtor, Debt.moneda, Debt.referencia, Debt.monto_original,
                        Debt.saldo_pendiente, Debt.tipo, Debt.auto_send, Debt.status, Debt.external_version,
                        Debt.external_updated_at, Debt.updated_at]
@@ -518,8 +518,8 @@ def upsert_debts(tenant_id: int, specs: list[DebtSpec], *, today: dt.date | None
         return [_upsert_alone(tenant_id, spec, today) for spec in specs]
 
 
-# An installment's declared estado from its CSV cell: an empty cell declares it pending.
-_DECLARED = {"": "pending", **{estado: estado for estado in INSTALLMENT_STATES}}
+# An installment's declared status from its CSV cell: an empty cell declares it pending.
+_DECLARED = {"": "pending", **{status: status for status in INSTALLMENT_STATES}}
 _PENDING = frozenset(("", "pending"))
 
 
@@ -534,9 +534,9 @@ def insert_new_debts(tenant_id: int, columns: DebtColumns, *, today: dt.date | N
     twice, an unknown account, a concurrent writer) writes nothing and gives False: the caller
     then upserts the specs, which decides each case as the API does.
     """
-    documentos = list(filter(None, columns.documentos))
-    telefonos = list(filter(None, columns.telefonos))
-    if len(set(documentos)) != len(documentos) or len(set(telefonos)) != len(telefonos):
+    documents = list(filter(None, columns.documents))
+    phones = list(filter(None, columns.phones))
+    if len(set(documents)) != len(documents) or len(set(phones)) != len(phones):
         return False
     today = today or tenant_today(tenant_id)
     try:
@@ -560,38 +560,39 @@ def _insert_new_debts(tenant_id: int, columns: DebtColumns, today: dt.date) -> N
     size = len(external_ids)
     debtor_ids = _insert_new(Debtor, [Debtor.tenant, Debtor.nombre, Debtor.created_at, Debtor.updated_at,
                                       Debtor.documento, Debtor.telefono],
-                             [repeat(tenant_id, size), columns.nombres, repeat(now, size), repeat(now, size),
-                              columns.documentos, columns.telefonos], 2)
+                             [repeat(tenant_id, size), columns.names, repeat(now, size), repeat(now, size),
+                              columns.documents, columns.phones], 2)
 
-    # A new installment has nothing paid: its estado follows from what is declared and its due
+    # A new installment has nothing paid: its status follows from what is declared and its due
     # date alone, worked out once for each pair in the block.
-    vences, estados = columns.vences, columns.estados
-    if _PENDING.issuperset(estados):  # an import's usual case: nothing declared but pending
+    due_dates, installment_statuses = columns.due_dates, columns.statuses
+    if _PENDING.issuperset(installment_statuses):  # an import's usual case: nothing declared but pending
         declared = repeat("pending")
-        estado_of_day = {day: "overdue" if day < today else "pending" for day in set(vences)}
-        estados = list(map(estado_of_day.__getitem__, vences))
+        status_of_day = {day: "overdue" if day < today else "pending" for day in set(due_dates)}
+        installment_statuses = list(map(status_of_day.__getitem__, due_dates))
     else:
-        declared = list(map(_DECLARED.__getitem__, estados))
-        pairs = list(zip(declared, vences, strict=True))
-        estado_of = {pair: installment_estado(pair[0], 1, 0, pair[1], today) for pair in set(pairs)}
-        estados = list(map(estado_of.__getitem__, pairs))
-    debt_overdue = set(itertools.compress(columns.row_debts, map(operator.eq, estados, repeat("overdue"))))
-    saldos, originals = columns.saldos, columns.montos_originales
-    if not debt_overdue and 0 not in saldos and all(map(operator.ge, saldos, originals)):
+        declared = list(map(_DECLARED.__getitem__, installment_statuses))
+        pairs = list(zip(declared, due_dates, strict=True))
+        status_of = {pair: installment_status(pair[0], 1, 0, pair[1], today) for pair in set(pairs)}
+        installment_statuses = list(map(status_of.__getitem__, pairs))
+    debt_overdue = set(itertools.compress(columns.row_debts,
+                                          map(operator.eq, installment_statuses, repeat("overdue"))))
+    balances, originals = columns.balances, columns.original_amounts
+    if not debt_overdue and 0 not in balances and all(map(operator.ge, balances, originals)):
         statuses = repeat("pending", size)  # nothing paid, nothing overdue
     else:
-        statuses = [debt_status(None, saldo, original, external_id in debt_overdue)
-                    for external_id, saldo, original in zip(external_ids, saldos, originals, strict=True)]
-    tipos = columns.tipos
+        statuses = [debt_status(None, balance, original, external_id in debt_overdue)
+                    for external_id, balance, original in zip(external_ids, balances, originals, strict=True)]
+    kinds = columns.kinds
     debt_ids = _insert_new(Debt, _NEW_DEBT_COLUMNS, [
         repeat(tenant_id, size), map(accounts.__getitem__, columns.account_ids), debtor_ids, columns.currencies,
-        columns.referencias, originals, saldos, [tipo or "installments" for tipo in tipos] if None in tipos else tipos,
+        columns.references, originals, balances, [kind or "installments" for kind in kinds] if None in kinds else kinds,
         map(operator.is_, columns.auto_sends, repeat(True)), statuses, columns.versions, columns.updated_ats,
         repeat(0, size), repeat(now, size), repeat(now, size), external_ids], 1)
-    days = {day: _bound_once(day) for day in set(vences)}
+    days = {day: _bound_once(day) for day in set(due_dates)}
     bulk_insert(Installment, _INSTALLMENT_COLUMNS, list(zip(
-        itertools.chain.from_iterable(map(repeat, debt_ids, columns.counts)), columns.cuota_ids, columns.numeros,
-        columns.montos, repeat(0), map(days.__getitem__, vences), estados, declared)))
+        itertools.chain.from_iterable(map(repeat, debt_ids, columns.counts)), columns.installment_ids, columns.numbers,
+        columns.amounts, repeat(0), map(days.__getitem__, due_dates), installment_statuses, declared)))
 
 
 def _upsert_alone(tenant_id: int, spec: DebtSpec, today: dt.date) -> UpsertResult:

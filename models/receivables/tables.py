@@ -1,7 +1,11 @@
 """Receivables' tables: the replica of the ERP's debtors, debts, installments and payments,
 collection's reminders, and the payment gateway's side (credentials, links, notifications,
 reversals, the ERP's export), with the statuses that describe them. Amounts are integers in
-the currency's minor units (money.py)."""
+the currency's minor units (money.py).
+
+A column that stores a field of the contract as the ERP sends it keeps the field's name
+(`moneda`, `saldo_pendiente`, `vence`); what the service works out or invented is named in
+English (an installment's `status`, a payment's `unassigned`, the gateway's tables)."""
 
 from __future__ import annotations
 
@@ -92,16 +96,17 @@ class Installment(BaseModel):
     external_id = CharField(max_length=160)
     numero = IntegerField()
     monto = BigIntegerField()
-    pagado = BigIntegerField(default=0)  # allocated by payments recorded here
+    amount_paid = BigIntegerField(default=0)  # allocated by payments recorded here
     vence = DateField()
-    estado = CharField(max_length=16)
-    # What the ERP last declared (pending, partial, paid, overdue, cancelled), or `cancelled` when
-    # the service cancelled it; `estado` is derived from it, the allocations and the date.
-    declared_estado = CharField(max_length=16, default="pending")
+    # What the ERP last declared in `estado` (pending, partial, paid, overdue, cancelled), or
+    # `cancelled` when the service cancelled it; `status`, what the API answers as `estado`, is
+    # derived from it, the allocations and the date.
+    status = CharField(max_length=16)
+    declared_status = CharField(max_length=16, default="pending")
 
     class Meta:
         table_name = "debt_installment"
-        indexes = ((("debt", "external_id"), True), (("estado", "vence"), False))
+        indexes = ((("debt", "external_id"), True), (("status", "vence"), False))
 
 
 class Payment(BaseModel):
@@ -115,8 +120,8 @@ class Payment(BaseModel):
     moneda = CharField(max_length=3)
     metodo = CharField(max_length=16)
     pagado_en = DateTimeField()
-    monto_sin_asignar = BigIntegerField(default=0)
-    saldo_after = BigIntegerField()  # the debt's balance right after: replays answer the original result
+    unassigned = BigIntegerField(default=0)  # what no installment took (`monto_sin_asignar`)
+    balance_after = BigIntegerField()  # the debt's balance right after: replays answer the original result
     created_at = DateTimeField(default=utcnow)
 
     class Meta:
@@ -127,7 +132,7 @@ class Payment(BaseModel):
 class Allocation(BaseModel):
     payment = ForeignKeyField(Payment, backref="allocations", on_delete="CASCADE")
     installment = ForeignKeyField(Installment, on_delete="CASCADE")
-    monto = BigIntegerField()
+    amount = BigIntegerField()
 
     class Meta:
         table_name = "payment_allocation"
@@ -172,8 +177,8 @@ class PaymentLink(BaseModel):
     tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
     debt = ForeignKeyField(Debt, on_delete="CASCADE")
     installment = ForeignKeyField(Installment, null=True, on_delete="CASCADE")
-    monto = BigIntegerField()
-    moneda = CharField(max_length=3)
+    amount = BigIntegerField()
+    currency = CharField(max_length=3)
     origin = CharField(max_length=16)  # api or reminder
     checkout_id = CharField(max_length=255, null=True)  # the gateway's preference, once created
     checkout_url = TextField(null=True)
@@ -216,10 +221,10 @@ class PaymentReversal(BaseModel):
     tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
     payment = ForeignKeyField(Payment, on_delete="CASCADE")
     kind = CharField(max_length=16)  # refund or chargeback
-    monto = BigIntegerField()
-    moneda = CharField(max_length=3)
-    unassigned = BigIntegerField(default=0)  # the part taken from the payment's monto_sin_asignar
-    saldo_after = BigIntegerField()
+    amount = BigIntegerField()
+    currency = CharField(max_length=3)
+    unassigned = BigIntegerField(default=0)  # the part taken from the payment's unassigned amount
+    balance_after = BigIntegerField()
     reversed_at = DateTimeField()
     created_at = DateTimeField(default=utcnow)
 

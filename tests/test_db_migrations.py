@@ -1,0 +1,105 @@
+"""Schema migrations applied to a database an earlier release left, with its rows, on both engines."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from playhouse.migrations import Runner
+
+from config import load_settings, use_settings
+from models import setup
+from models.numbers.tables import MessagingAccount
+from models.receivables.debts import refresh_overdue
+from models.receivables.tables import (
+    Allocation,
+    Debt,
+    Debtor,
+    Installment,
+    Payment,
+    PaymentLink,
+    PaymentReversal,
+)
+from models.store.db import MIGRATIONS_DIR, connection, db, execute, upgrade
+from models.tenancy.tenants import create_tenant
+from tests.conftest import PG_DSN, _pg_admin, _require, base_env
+
+WHEN = dt.datetime(2031, 1, 5, 12, 0)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def migrated_to(request, tmp_path):
+    """A database of each engine, and a function that migrates it up to a named migration."""
+    env = base_env(tmp_path / "data")
+    name = None
+    if request.param == "postgres":
+        _require("postgres")
+        name = f"svc_mig_{uuid.uuid4().hex[:10]}"
+        admin = _pg_admin()
+        admin.cursor().execute(f'CREATE DATABASE "{name}"')
+        admin.close()
+        env["SVC_DATABASE_URL"] = f"{PG_DSN}/{name}"
+    setup.init_db(use_settings(load_settings(env)))
+
+    def migrate(target: str) -> None:
+        with connection():
+            Runner(db.obj, directory=str(MIGRATIONS_DIR)).up(target)
+
+    yield migrate
+    db.close_all()
+    if name is not None:
+        admin = _pg_admin()
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def test_the_english_columns_keep_every_row_of_the_release_before(migrated_to):
+    migrated_to("0021_webhook_delivery_indexes")
+    with connection():
+        tenant = create_tenant("Before")
+        account = MessagingAccount.create(public_id="wacc_before", tenant=tenant.id, phone_id="pn-before")
+        debtor = Debtor.create(tenant=tenant.id, nombre="Ana", documento="1-9")
+        debt = Debt.create(tenant=tenant.id, external_id="D-1", account=account.id, debtor=debtor.id, moneda="USD",
+                           monto_original=30000, saldo_pendiente=20000, status="partial")
+        # The rows as the earlier release wrote them, under its column names.
+        execute('INSERT INTO "debt_installment" ("debt_id", "external_id", "numero", "monto", "pagado", "vence", '
+                '"estado", "declared_estado") VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+                [debt.id, "D-1-1", 1, 15000, 10000, dt.date(2031, 1, 10), "partial", "pending"])
+        installment_id = Installment.select(Installment.id).scalar()
+        execute('INSERT INTO "debt_payment" ("tenant_id", "debt_id", "public_id", "origin", "monto", "moneda", '
+                '"metodo", "pagado_en", "monto_sin_asignar", "saldo_after", "created_at") '
+                'VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+                [tenant.id, debt.id, "bpay_before", "service", 12500, "USD", "gateway", WHEN, 2500, 20000, WHEN])
+        payment_id = Payment.select(Payment.id).scalar()
+        execute('INSERT INTO "payment_allocation" ("payment_id", "installment_id", "monto") VALUES (?, ?, ?)',
+                [payment_id, installment_id, 10000])
+        execute('INSERT INTO "payment_link" ("public_id", "tenant_id", "debt_id", "installment_id", "monto", "moneda", '
+                '"origin", "status", "expires_at", "created_at") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+                ["plk_before", tenant.id, debt.id, installment_id, 12500, "USD", "api", "paid", WHEN, WHEN])
+        execute('INSERT INTO "payment_reversal" ("public_id", "tenant_id", "payment_id", "kind", "monto", "moneda", '
+                '"unassigned", "saldo_after", "reversed_at", "created_at") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+                ["brev_before", tenant.id, payment_id, "refund", 3000, "USD", 2500, 20500, WHEN, WHEN])
+
+    assert upgrade() == ["0022_english_columns"]
+
+    with connection():
+        installment = Installment.get_by_id(installment_id)
+        assert (installment.monto, installment.amount_paid, installment.status, installment.declared_status) == (
+            15000, 10000, "partial", "pending")
+        payment = Payment.get_by_id(payment_id)
+        assert (payment.monto, payment.metodo, payment.unassigned, payment.balance_after) == (
+            12500, "gateway", 2500, 20000)
+        assert Allocation.get().amount == 10000
+        link = PaymentLink.get()
+        assert (link.public_id, link.amount, link.currency) == ("plk_before", 12500, "USD")
+        reversal = PaymentReversal.get()
+        assert (reversal.amount, reversal.currency, reversal.unassigned, reversal.balance_after) == (
+            3000, "USD", 2500, 20500)
+        # The index on the installment's status and due date follows its column and its name.
+        indexes = {index.name: index.columns for index in db.get_indexes("debt_installment")}
+        assert indexes["debt_installment_status_vence"] == ["status", "vence"]
+        assert "debt_installment_estado_vence" not in indexes
+        # The service works on them: the overdue pass finds the installment past due.
+        assert refresh_overdue(dt.datetime(2031, 2, 1)) == 1
+        assert Installment.get_by_id(installment_id).status == "overdue"
