@@ -77,6 +77,39 @@ def test_a_missing_tenant_is_one_clear_line(storage):
     assert result.stderr.strip() == "error: no tenant ten_missing"
 
 
+def test_a_tenants_locale_and_time_zone_are_set_at_creation_and_later(storage):
+    created = run_json("tenants", "create", "Globex", "--timezone", "America/Santiago", "--locale", "es-cl")
+    assert (created["locale"], created["timezone"]) == ("es_CL", "America/Santiago")
+    assert run_json("tenants", "create", "Initech")["locale"] == "en_US"  # the default
+    changed = run_json("tenants", "set", created["id"], "--locale", "pt_BR")
+    assert (changed["locale"], changed["timezone"]) == ("pt_BR", "America/Santiago")
+    changed = run_json("tenants", "set", created["id"], "--timezone", "America/Sao_Paulo")
+    assert (changed["locale"], changed["timezone"]) == ("pt_BR", "America/Sao_Paulo")
+    assert run_json("tenants", "show", created["id"])["locale"] == "pt_BR"
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--locale", "de_DE", "is not a locale of a country in Spanish, Portuguese or English"),
+    ("--locale", "es", "is not a locale of a country"),  # a language without its country
+    ("--locale", "es_419", "is not a locale of a country"),
+    ("--locale", "xx_YY", "is not a locale of a country"),
+    ("--timezone", "Mars/Olympus", "is not an IANA time zone"),
+])
+def test_a_bad_locale_or_time_zone_is_one_clear_line_and_changes_nothing(storage, option, value, message):
+    tenant = run_json("tenants", "create", "Globex")
+    result = run("tenants", "set", tenant["id"], option, value, ok=False)
+    assert result.exit_code == 1 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert run("tenants", "create", "Initech", option, value, ok=False).exit_code == 1
+    assert run_json("tenants", "show", tenant["id"])["locale"] == "en_US"
+    assert [t["name"] for t in run_json("tenants", "list")] == ["Globex"]
+
+
+def test_setting_nothing_is_refused(storage):
+    tenant = run_json("tenants", "create", "Globex")
+    result = run("tenants", "set", tenant["id"], ok=False)
+    assert result.exit_code == 1 and "give --timezone or --locale" in result.stderr
+
+
 def test_credits_grant_adjust_show_and_ledger(storage):
     tenant = run_json("tenants", "create", "Globex")
     run("credits", "grant", "--tenant", tenant["id"], "--amount", "500", "--reason", "welcome")

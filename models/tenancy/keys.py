@@ -56,9 +56,10 @@ def normalize_scopes(scopes: list[str]) -> list[str]:
         return list(SCOPES)
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown:
-        raise Invalid(f"unknown scope {unknown[0]!r}; known scopes: {', '.join(SCOPES)}")
+        raise Invalid(f"unknown scope {unknown[0]!r}; known scopes: {', '.join(SCOPES)}",
+                      details={"errors": {"scopes": ["unknown scope"]}})
     if not scopes:
-        raise Invalid("a key needs at least one scope")
+        raise Invalid("a key needs at least one scope", details={"errors": {"scopes": ["at least one is required"]}})
     return [scope for scope in SCOPES if scope in scopes]
 
 
@@ -70,7 +71,8 @@ def normalize_networks(blocks: list[str] | None) -> list[str] | None:
         try:
             normalized.append(str(ipaddress.ip_network(block.strip(), strict=False)))
         except ValueError:
-            raise Invalid(f"{block!r} is not an IP address or CIDR block") from None
+            raise Invalid(f"{block!r} is not an IP address or CIDR block",
+                          details={"errors": {"allowed_ips": ["not an IP address or CIDR block"]}}) from None
     return normalized
 
 
@@ -78,7 +80,8 @@ def create_key(tenant: Tenant, scopes: list[str], allowed_ips: list[str] | None 
                rate_limit: int | None = None) -> tuple[ApiKey, str]:
     """Create a key; returns it with the full key string, which is never shown again."""
     if rate_limit is not None and not 1 <= rate_limit <= 1_000_000:
-        raise Invalid("the rate limit is 1 to 1000000 requests a minute")
+        raise Invalid("the rate limit is 1 to 1000000 requests a minute",
+                      details={"errors": {"rate_limit": ["1 to 1000000"]}})
     secret = _new_secret()
     key = ApiKey.create(
         public_id=new_id("key_"),

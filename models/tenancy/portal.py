@@ -8,6 +8,7 @@
   while the user has two-factor on stays `pending` until a TOTP code is given.
 - Every action taken in the portal is written to the audit log, in the transaction of the change
   where there is one.
+- A user may choose the language of their pages; without one, the browser's decides.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argon2
 import pyotp
 
 from config import get_settings
+from config.i18n import LANGUAGES
 from models.clock import utcnow
 from models.errors import Conflict, Invalid, NotFound
 from models.ids import new_id
@@ -412,3 +414,13 @@ def remove_user(actor: PortalUser, public_id: str, ip: str | None = None) -> Non
             raise Conflict("a company keeps at least one owner", code="last_owner")
         PortalUser.delete().where(PortalUser.id == user.id).execute()
         audit(actor.tenant_id, actor, "user.removed", user.email, None, ip)
+
+
+def set_language(user: PortalUser, language: str | None, ip: str | None = None) -> None:
+    """The user's own language for the pages, or None to follow the browser's."""
+    if language is not None and language not in LANGUAGES:
+        raise Invalid(f"the language is one of {', '.join(LANGUAGES)}", details={"errors": {"language": [
+            "unknown language"]}})
+    with atomic():
+        PortalUser.update(language=language).where(PortalUser.id == user.id).execute()
+        audit(user.tenant_id, user, "user.language_changed", user.email, {"language": language}, ip)

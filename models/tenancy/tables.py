@@ -14,12 +14,17 @@ from models.store.secrets import EncryptedText
 # Companies and their API keys (keys.py).
 
 DEFAULT_KEY_RATE_LIMIT = 120
+# The portal's source language: what a company without a locale of its own was always shown.
+DEFAULT_LOCALE = "en_US"
 
 
 class Tenant(BaseModel):
     public_id = CharField(unique=True, max_length=40)
     name = CharField(max_length=255)
     timezone = CharField(max_length=64, default="UTC")
+    # Its pages' language when the reader's is unknown, and the country numbers, money and dates
+    # are written for (config/i18n.py).
+    locale = CharField(max_length=16, default=DEFAULT_LOCALE)
     status = CharField(max_length=16, default="active")
     created_at = DateTimeField(default=utcnow)
 
@@ -193,6 +198,7 @@ class PortalUser(BaseModel):
     totp_last_step = IntegerField(null=True)  # the last time step accepted: a code works once
     created_at = DateTimeField(default=utcnow)
     last_sign_in_at = DateTimeField(null=True)
+    language = CharField(max_length=8, null=True)  # the pages' language; None: the browser's
 
     @property
     def has_totp(self) -> bool:
