@@ -7,6 +7,7 @@ from pathlib import Path
 
 import falcon
 
+from config.i18n import N_
 from portal.web import BASE, HEADERS, error_page
 
 PAGES = ("signin", "overview", "keys", "webhooks", "numbers", "campaigns", "credits", "receivables", "team")
@@ -15,7 +16,7 @@ STATIC = Path(__file__).with_name("static")
 
 def not_found(req: falcon.Request, resp: falcon.Response, **_params) -> None:
     resp.set_headers(HEADERS)
-    error_page(req, resp, 404, "Not found", "There is no such page in the portal.")
+    error_page(req, resp, 404, N_("Not found"), N_("There is no such page in the portal."))
 
 
 def mount(app: falcon.App) -> None:

@@ -10,26 +10,18 @@ from dataclasses import dataclass
 import falcon
 import orjson
 
-from models.errors import Invalid
 from models.sending import campaigns
 from models.sending.tables import CAMPAIGN_STATUSES, COUNTERS, RECIPIENT_STATUSES, CampaignRecipient
 from models.store.db import atomic
-from portal.web import BASE, audit, ctx, page, paginate, paginate_by, redirect, render
+from portal.web import BASE, audit, choice, ctx, page, paginate, paginate_by, redirect, render
 
 CHART_WIDTH, CHART_HEIGHT, CHART_BARS = 640, 160, 60
-
-
-def _choice(req, name: str, allowed: tuple[str, ...]) -> str | None:
-    value = req.get_param(name) or None
-    if value is not None and value not in allowed:
-        raise Invalid(f"unknown {name} {value!r}")
-    return value
 
 
 class Campaigns:
     @page()
     def on_get(self, req, resp):
-        status = _choice(req, "status", CAMPAIGN_STATUSES)
+        status = choice(req, "status", CAMPAIGN_STATUSES)
         listing = paginate(req, campaigns.campaigns_of(ctx(req).tenant_id, status, source=None))
         listing.items = campaigns.campaign_dicts(listing.items)
         render(req, resp, "campaigns.html", listing=listing, chosen=status, statuses=CAMPAIGN_STATUSES)
@@ -41,15 +33,17 @@ class Bar:
     y: float
     width: float
     height: float
-    label: str
+    count: int
+    start: dt.datetime
+    end: dt.datetime
 
 
 @dataclass
 class Chart:
     bars: list[Bar]
     peak: int
-    start: str
-    end: str
+    start: dt.datetime
+    end: dt.datetime
     total: int
 
 
@@ -73,18 +67,17 @@ def sends_chart(campaign_id: int) -> Chart | None:
         counts[int((value - first).total_seconds() // step)] += 1
     peak = max(counts)
     width = CHART_WIDTH / len(counts)
-    unit = f"{step // 60} min" if step >= 60 else f"{step} s"
     bars = [Bar(i * width, CHART_HEIGHT - count / peak * CHART_HEIGHT, max(1.0, width - 1), count / peak * CHART_HEIGHT,
-                f"{count} sent in {unit} from {(first + dt.timedelta(seconds=i * step)).strftime('%H:%M:%S')}")
+                count, first + dt.timedelta(seconds=i * step), first + dt.timedelta(seconds=(i + 1) * step))
             for i, count in enumerate(counts)]
-    return Chart(bars, peak, first.strftime("%H:%M:%S"), last.strftime("%H:%M:%S UTC"), len(times))
+    return Chart(bars, peak, first, last, len(times))
 
 
 class Campaign:
     @page()
     def on_get(self, req, resp, campaign_id: str):
         campaign = campaigns.get_campaign(ctx(req).tenant_id, campaign_id)
-        status = _choice(req, "status", RECIPIENT_STATUSES)
+        status = choice(req, "status", RECIPIENT_STATUSES)
         recipients = paginate_by(req, functools.partial(campaigns.recipients_page, campaign, status))
         render(req, resp, "campaign.html", campaign=campaigns.campaign_dict(campaign), chart=sends_chart(campaign.id),
                recipients=recipients, chosen=status, statuses=RECIPIENT_STATUSES, chart_width=CHART_WIDTH,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 
-from models.errors import Invalid
+from config.i18n import N_
 from models.store.db import atomic
 from models.tenancy import keys
 from models.tenancy.keys import SCOPES
-from models.tenancy.tables import ApiKey
-from portal.web import BASE, audit, ctx, form, page, redirect, render
+from models.tenancy.tables import DEFAULT_KEY_RATE_LIMIT, ApiKey
+from portal.errors import CHECK_THE_FORM
+from portal.web import BASE, Refused, audit, ctx, form, page, redirect, render
 
 
 def keys_of(tenant_id: int) -> list[ApiKey]:
@@ -22,12 +23,13 @@ def _rate_limit(raw: str) -> int | None:
     if not raw:
         return None
     if not raw.isdigit():
-        raise Invalid("the rate limit is a whole number of requests a minute")
+        raise Refused(422, CHECK_THE_FORM, N_("The rate limit is a whole number of requests a minute."))
     return int(raw)
 
 
 def _show(req, resp, created: dict | None = None, status: int = 200) -> None:
-    render(req, resp, "keys.html", status=status, keys=keys_of(ctx(req).tenant_id), scopes=SCOPES, created=created)
+    render(req, resp, "keys.html", status=status, keys=keys_of(ctx(req).tenant_id), scopes=SCOPES, created=created,
+           default_rate_limit=DEFAULT_KEY_RATE_LIMIT)
 
 
 class Keys:

@@ -12,6 +12,7 @@ import falcon
 from prometheus_client import Counter, Histogram
 
 from config import get_settings
+from config.i18n import N_
 from models.errors import Invalid
 from models.tenancy import portal, sign_in_throttle
 from models.tenancy.tables import PortalSession, PortalUser
@@ -24,6 +25,8 @@ from portal.web import (
     page,
     redirect,
     render,
+    say,
+    say_error,
     set_session_cookie,
 )
 
@@ -33,8 +36,10 @@ ATTEMPTS = Counter("svc_portal_sign_in_attempts_total",
 DELAYS = Histogram("svc_portal_sign_in_delay_seconds", "How long slowed sign-in attempts waited before their check",
                    buckets=(1, 2, 4, 8))
 WAITING_SHARE = 4  # at most one request thread in four waits to check a slowed sign-in
-_REFUSALS = {"address": "Too many sign-in attempts from this address.",
-             "address_email": "Too many sign-in attempts for this email from this address."}
+_REFUSALS = {"address": N_("Too many sign-in attempts from this address. Try again in %(minutes)s min."),
+             "address_email": N_("Too many sign-in attempts for this email from this address. Try again in "
+                                 "%(minutes)s min."),
+             "busy": N_("Too many sign-ins are being slowed down right now. Try again in %(minutes)s min.")}
 
 
 @functools.cache
@@ -42,11 +47,9 @@ def _waiting_places() -> threading.BoundedSemaphore:
     return threading.BoundedSemaphore(max(1, get_settings().web_threads // WAITING_SHARE))
 
 
-def _throttled(message: str, retry_after: int) -> Refused:
-    minutes = math.ceil(retry_after / 60)
-    return Refused(429, "Too many attempts",
-                   f"{message} Try again in {minutes} minute{'s' if minutes > 1 else ''}.",
-                   {"Retry-After": str(retry_after)})
+def _throttled(refusal: str, retry_after: int) -> Refused:
+    return Refused(429, N_("Too many attempts"), _REFUSALS[refusal], {"Retry-After": str(retry_after)},
+                   minutes=math.ceil(retry_after / 60))
 
 
 def throttle(req: falcon.Request, email: str, step: str) -> None:
@@ -56,12 +59,12 @@ def throttle(req: falcon.Request, email: str, step: str) -> None:
     verdict = sign_in_throttle.check(email, ctx(req).ip, step)
     if verdict.refused:
         ATTEMPTS.labels(step, f"refused_{verdict.refused}").inc()
-        raise _throttled(_REFUSALS[verdict.refused], verdict.retry_after)
+        raise _throttled(verdict.refused, verdict.retry_after)
     if verdict.delay:
         places = _waiting_places()
         if not places.acquire(blocking=False):
             ATTEMPTS.labels(step, "refused_busy").inc()
-            raise _throttled("Too many sign-ins are being slowed down right now.", math.ceil(verdict.delay))
+            raise _throttled("busy", math.ceil(verdict.delay))
         try:
             time.sleep(verdict.delay)
         finally:
@@ -112,7 +115,7 @@ class Login:
         checked(req, email, "password", user is not None)
         if user is None:
             render(req, resp, "login.html", status=401, email=email, next=target,
-                   error="Wrong email or password.")
+                   error=say(req, N_("Wrong email or password.")))
             return
         _sign_in(req, resp, user, target)
 
@@ -135,7 +138,7 @@ class TwoFactor:
         completed = portal.complete_totp(session, form(req).get("code"), ctx(req).ip)
         checked(req, session.user.email, "two_factor", completed is not None)
         if completed is None:
-            render(req, resp, "two_factor.html", status=401, next=target, error="That code is not valid.")
+            render(req, resp, "two_factor.html", status=401, next=target, error=say(req, N_("That code is not valid.")))
             return
         session, token = completed
         set_session_cookie(resp, token)
@@ -161,24 +164,27 @@ class LogoutEverywhere:
 class Invitation:
     @page(public=True)
     def on_get(self, req, resp, token: str):
-        invitation = portal.open_invitation(token)
-        render(req, resp, "invitation.html", invitation=invitation, company=invitation.tenant.name, error=None)
+        _invitation_page(req, resp, portal.open_invitation(token))
 
     @page(public=True)
     def on_post(self, req, resp, token: str):
         invitation = portal.open_invitation(token)
         password = form(req).raw("password")
         if password != form(req).raw("password_again"):
-            render(req, resp, "invitation.html", status=422, invitation=invitation, company=invitation.tenant.name,
-                   error="The two passwords differ.")
+            _invitation_page(req, resp, invitation, 422, say(req, N_("The two passwords differ.")))
             return
         try:
             user = portal.accept_invitation(token, password, ctx(req).ip)
         except Invalid as error:
-            render(req, resp, "invitation.html", status=422, invitation=invitation, company=invitation.tenant.name,
-                   error=error.message)
+            _invitation_page(req, resp, invitation, 422, say_error(req, error))
             return
         _sign_in(req, resp, user, BASE)
+
+
+def _invitation_page(req, resp, invitation, status: int = 200, error: str | None = None) -> None:
+    # Nobody is signed in yet: the inviting company's locale is the fallback.
+    company = invitation.tenant
+    render(req, resp, "invitation.html", status=status, company=company, invitation=invitation, error=error)
 
 
 ROUTES = [

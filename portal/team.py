@@ -3,11 +3,14 @@ security: two-factor, signing out everywhere, and the company's two-factor polic
 
 from __future__ import annotations
 
+from babel import Locale
+
+from config.i18n import N_
 from models.errors import Invalid
 from models.tenancy import portal
 from models.tenancy.tables import ROLES, PortalUser
 from portal.signin import checked, throttle
-from portal.web import BASE, ctx, form, page, paginate_by_keyset, redirect, render, require
+from portal.web import BASE, ctx, form, locale_of, page, paginate_by_keyset, redirect, render, require, say, say_error
 
 
 class Users:
@@ -51,8 +54,11 @@ class Audit:
 
 def _security(req, resp, status: int = 200, **values) -> None:
     user = PortalUser.get_by_id(ctx(req).user.id)
+    # The company's locale named in the reader's language: "español (Chile)".
+    company_locale = Locale.parse(user.tenant.locale).get_display_name(locale_of(req).language)
     render(req, resp, "security.html", status=status, me=user, policy=portal.policy_of(user.tenant_id),
-           setup=values.get("setup"), error=values.get("error"), password_error=values.get("password_error"))
+           company_locale=company_locale, setup=values.get("setup"), error=values.get("error"),
+           password_error=values.get("password_error"))
 
 
 class Security:
@@ -72,7 +78,8 @@ class TwoFactorSetup:
                 redirect(resp, f"{BASE}/security", "two_factor_on")
                 return
             secret = portal.pending_totp_secret(user)
-            _security(req, resp, status=422, error="That code is not valid; check the app's clock and try again.",
+            _security(req, resp, status=422,
+                      error=say(req, N_("That code is not valid; check the app's clock and try again.")),
                       setup=secret and {"secret": secret, "uri": portal.provisioning_uri(user, secret)})
             return
         secret = portal.begin_totp(user)
@@ -91,18 +98,18 @@ class PasswordChange:
     def on_post(self, req, resp):
         fields, context = form(req), ctx(req)
         if fields.raw("new_password") != fields.raw("new_password_again"):
-            _security(req, resp, status=422, password_error="The two new passwords differ.")
+            _security(req, resp, status=422, password_error=say(req, N_("The two new passwords differ.")))
             return
         throttle(req, context.user.email, "password_change")
         try:
             changed = portal.change_password(context.user, fields.raw("current_password"), fields.raw("new_password"),
                                              context.session, context.ip)
         except Invalid as error:
-            _security(req, resp, status=422, password_error=error.message)
+            _security(req, resp, status=422, password_error=say_error(req, error))
             return
         checked(req, context.user.email, "password_change", changed)
         if not changed:
-            _security(req, resp, status=401, password_error="The current password is wrong.")
+            _security(req, resp, status=401, password_error=say(req, N_("The current password is wrong.")))
             return
         redirect(resp, f"{BASE}/security", "password_changed")
 
@@ -112,6 +119,15 @@ class Policy:
     def on_post(self, req, resp):
         portal.set_require_totp(ctx(req).user, form(req).get("require_totp") == "on", ctx(req).ip)
         redirect(resp, f"{BASE}/security", "policy_saved")
+
+
+class Language:
+    """The user's own language for the pages, or none: the browser's decides."""
+
+    @page(setup=True)
+    def on_post(self, req, resp):
+        portal.set_language(ctx(req).user, form(req).get("language") or None, ctx(req).ip)
+        redirect(resp, f"{BASE}/security", "language_saved")
 
 
 ROUTES = [
@@ -124,4 +140,5 @@ ROUTES = [
     ("/security/two-factor/disable", TwoFactorDisable()),
     ("/security/password", PasswordChange()),
     ("/security/policy", Policy()),
+    ("/security/language", Language()),
 ]

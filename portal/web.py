@@ -9,11 +9,14 @@
    cookie) or is refused with 403;
 4. the role: a write needs the area in the user's role (else the 403 page);
 5. the handler; a domain error becomes a page with its status (404 for a foreign or unknown id).
+
+Every page is written in its reader's language (`locale_of`: the user's choice, the browser's,
+the company's; config/i18n.py). Text written here before that is known (a notice, a refusal) is
+a msgid marked with `N_`, translated when the page is rendered.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import hmac
 import logging
@@ -25,14 +28,17 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 
 import falcon
-import jinja2
 
 from config import get_settings
 from config.client_address import client_ip
+from config.i18n import LANGUAGES, N_, PageLocale, choose
+from config.pages import Pages
 from models.errors import DomainError
 from models.store.db import storage_unavailable
 from models.tenancy import portal
-from models.tenancy.tables import PortalSession, PortalUser
+from models.tenancy.tables import PortalSession, PortalUser, Tenant
+from portal import errors
+from portal.labels import label, label_in
 
 log = logging.getLogger(__name__)
 
@@ -53,33 +59,18 @@ HEADERS = {
                                 "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
 }
 
-templates = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-
-
-def _when(value: dt.datetime | str | None) -> str:
-    if not value:
-        return "—"
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return value.strftime("%Y-%m-%d %H:%M UTC")
-
-
-templates.filters["when"] = _when
-templates.filters["number"] = lambda value: f"{value:,}" if isinstance(value, int) else value
+templates = Pages(Path(__file__).with_name("templates"), globals={"label": label, "LANGUAGES": LANGUAGES})
 
 
 class Refused(Exception):
-    """An answer that is a page of its own: 403 (role, CSRF), 429 (throttled)."""
+    """An answer that is a page of its own: 403 (role, CSRF), 413, 422 (a form the portal itself
+    checks), 429 (throttled). `title` and `message` are msgids; `values` fill the message."""
 
-    def __init__(self, status: int, title: str, message: str, headers: dict[str, str] | None = None):
+    def __init__(self, status: int, title: str, message: str, headers: dict[str, str] | None = None,
+                 **values):
         super().__init__(message)
-        self.status, self.title, self.message, self.headers = status, title, message, headers or {}
+        self.status, self.title, self.message = status, title, message
+        self.headers, self.values = headers or {}, values
 
 
 class Form:
@@ -99,23 +90,28 @@ class Form:
         return [value.strip() for value in self.fields.get(name, []) if value.strip()]
 
 
+TOO_LARGE = Refused(413, N_("Form too large"), N_("Forms are limited to %(size)s KiB."), size=MAX_FORM_BYTES // 1024)
+UNREADABLE = Refused(400, N_("Unreadable form"), N_("The form could not be read."))
+
+
 def read_form(req: falcon.Request) -> Form:
     if req.content_length is not None and req.content_length > MAX_FORM_BYTES:
-        raise Refused(413, "Form too large", f"forms are limited to {MAX_FORM_BYTES // 1024} KiB")
+        raise TOO_LARGE
     raw = req.bounded_stream.read(MAX_FORM_BYTES + 1)
     if len(raw) > MAX_FORM_BYTES:
-        raise Refused(413, "Form too large", f"forms are limited to {MAX_FORM_BYTES // 1024} KiB")
+        raise TOO_LARGE
     try:
         text = raw.decode()
     except UnicodeDecodeError:
-        raise Refused(400, "Unreadable form", "the form could not be read") from None
+        raise UNREADABLE from None
     try:
         fields = parse_qs(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
     except ValueError:
-        raise Refused(400, "Unreadable form", f"a form has at most {MAX_FORM_FIELDS} fields") from None
+        raise Refused(400, N_("Unreadable form"), N_("A form has at most %(fields)s fields."),
+                      fields=MAX_FORM_FIELDS) from None
     # PostgreSQL text cannot hold NUL: refused for every field, on every engine.
     if any("\x00" in value for values in fields.values() for value in values):
-        raise Refused(400, "Unreadable form", "the form could not be read")
+        raise UNREADABLE
     return Form(fields)
 
 
@@ -153,19 +149,57 @@ def _pre_token(req: falcon.Request, resp: falcon.Response) -> str:
 def _check_csrf(expected: str | None, form: Form) -> None:
     given = form.get("csrf_token")
     if not expected or not given or not hmac.compare_digest(expected.encode(), given.encode()):
-        raise Refused(403, "Form expired", "This form is no longer valid (its security token is missing or "
-                                           "wrong). Go back, reload the page and try again.")
+        raise Refused(403, N_("Form expired"), N_("This form is no longer valid (its security token is missing "
+                                                  "or wrong). Go back, reload the page and try again."))
 
 
-def render(req: falcon.Request, resp: falcon.Response, template: str, status: int = 200, **values) -> None:
+def locale_of(req: falcon.Request, company: Tenant | None = None) -> PageLocale:
+    """The reader's locale, worked out once a request: the user's choice (a session's user, even
+    halfway through two-factor), the browser's Accept-Language, the company's locale (the user's,
+    or `company` on a page before sign-in: an invitation)."""
+    if (found := getattr(req.context, "page_locale", None)) is not None:
+        return found
+    context: Context | None = getattr(req.context, "portal", None)
+    user = context.session.user if context is not None and context.session is not None else None
+    company = user.tenant if user is not None else company
+    req.context.page_locale = choose(user.language if user else None, req.get_header("Accept-Language"),
+                                     company.locale if company else None, company.timezone if company else None)
+    return req.context.page_locale
+
+
+def render(req: falcon.Request, resp: falcon.Response, template: str, status: int = 200,
+           company: Tenant | None = None, **values) -> None:
     ctx: Context | None = getattr(req.context, "portal", None)
     resp.status = falcon.code_to_http_status(status)
     resp.content_type = falcon.MEDIA_HTML
+    page_locale = locale_of(req, company)
+    resp.set_header("Content-Language", page_locale.html_lang)
+    resp.append_header("Vary", "Accept-Language")
     # Halfway through a two-factor sign-in the user is not shown as signed in.
     signed_in = ctx is not None and ctx.session is not None and not ctx.session.pending_totp
-    resp.text = templates.get_template(template).render(
-        user=ctx.user if signed_in else None, csrf=ctx.csrf if ctx else "", path=req.path,
-        notice=NOTICES.get(req.get_param("ok") or ""), **values)
+    notice = NOTICES.get(req.get_param("ok") or "")
+    resp.text = templates.render(
+        page_locale, template, user=ctx.user if signed_in else None, csrf=ctx.csrf if ctx else "", path=req.path,
+        notice=page_locale.gettext(notice) if notice else None, **values)
+
+
+def say(req: falcon.Request, message: str, /, **values) -> str:
+    """A message of a page's handler (a msgid marked with N_) in the reader's language."""
+    return locale_of(req).gettext(message, **values)
+
+
+def say_error(req: falcon.Request, error: DomainError) -> str:
+    """A domain error as a form says it, in the reader's language."""
+    said = errors.said(error, locale_of(req))
+    return say(req, said.message, **said.values)
+
+
+def choice(req: falcon.Request, name: str, allowed: tuple[str, ...]) -> str | None:
+    """A filter's value from the query: one of `allowed`, or None when not given."""
+    value = req.get_param(name) or None
+    if value is not None and value not in allowed:
+        raise Refused(422, errors.CHECK_THE_FORM, N_("Choose a value from the list."))
+    return value
 
 
 def redirect(resp: falcon.Response, location: str, notice: str | None = None) -> None:
@@ -173,8 +207,12 @@ def redirect(resp: falcon.Response, location: str, notice: str | None = None) ->
     resp.location = f"{location}{'&' if '?' in location else '?'}ok={notice}" if notice else location
 
 
-def error_page(req: falcon.Request, resp: falcon.Response, status: int, title: str, message: str) -> None:
-    render(req, resp, "error.html", status=status, title=title, message=message)
+def error_page(req: falcon.Request, resp: falcon.Response, status: int, title: str, message: str, /,
+               **values) -> None:
+    """A page of its own for a refusal or an error: `title` and `message` are msgids."""
+    page_locale = locale_of(req)
+    render(req, resp, "error.html", status=status, title=page_locale.gettext(title),
+           message=page_locale.gettext(message, **values))
 
 
 def page(write: str | None = None, public: bool = False, pending: bool = False, setup: bool = False):
@@ -194,17 +232,15 @@ def page(write: str | None = None, public: bool = False, pending: bool = False, 
                     handler(resource, req, resp, **params)
             except Refused as refused:
                 resp.set_headers(refused.headers)
-                error_page(req, resp, refused.status, refused.title, refused.message)
+                error_page(req, resp, refused.status, refused.title, refused.message, **refused.values)
             except DomainError as error:
-                title = {404: "Not found", 409: "Not possible now"}.get(error.status, "Check the form")
-                message = "There is nothing here, or it belongs to another company." if error.status == 404 \
-                    else error.message
-                error_page(req, resp, error.status, title, message)
+                said = errors.said(error, locale_of(req))
+                error_page(req, resp, said.status, said.title, said.message, **said.values)
             except Exception as error:
                 if not storage_unavailable(error):
                     log.exception("portal error on %s %s", req.method, req.path)
-                error_page(req, resp, 503 if storage_unavailable(error) else 500, "Something went wrong",
-                           "The request was not completed. Try again in a moment.")
+                error_page(req, resp, 503 if storage_unavailable(error) else 500, N_("Something went wrong"),
+                           N_("The request was not completed. Try again in a moment."))
 
         return responder
 
@@ -237,8 +273,10 @@ def _admit(req, resp, write, public, pending, setup) -> bool:
         redirect(resp, f"{BASE}/security", "two_factor_required")
         return False
     if write and req.method == "POST" and not session.user.may(write):
-        raise Refused(403, "Not allowed", f"Your role ({session.user.role}) cannot change {write}. "
-                                          "Ask an owner of your company.")
+        page_locale = locale_of(req)
+        raise Refused(403, N_("Not allowed"), N_("Your role (%(role)s) cannot change %(area)s. Ask an owner of "
+                                                 "your company."),
+                      role=label_in(page_locale, "role", session.user.role), area=label_in(page_locale, "area", write))
     return True
 
 
@@ -258,7 +296,8 @@ def audit(req: falcon.Request, action: str, target: str | None = None, details: 
 def require(req: falcon.Request, area: str) -> None:
     """For GET pages that only a role may see (users, the audit log)."""
     if not ctx(req).user.may(area):
-        raise Refused(403, "Not allowed", f"Your role ({ctx(req).user.role}) cannot see this page.")
+        raise Refused(403, N_("Not allowed"), N_("Your role (%(role)s) cannot see this page."),
+                      role=label_in(locale_of(req), "role", ctx(req).user.role))
 
 
 @dataclass
@@ -378,19 +417,20 @@ def paginate_by_keyset(req: falcon.Request, query, per_page: int = PER_PAGE) -> 
 
 
 NOTICES = {
-    "key_revoked": "The key is revoked: the API refuses it from now on.",
-    "endpoint_disabled": "The endpoint is disabled; deliveries still pending for it are cancelled.",
-    "replayed": "Replay queued: the deliveries appear in the log below.",
-    "campaign_cancelled": "The campaign is cancelled and its reserved credits released.",
-    "payment_recorded": "The payment is recorded and debt.payment_received emitted.",
-    "invited": "Invitation created.",
-    "role_changed": "Role changed.",
-    "user_removed": "User removed; their sessions ended.",
-    "two_factor_on": "Two-factor sign-in is on for your user.",
-    "two_factor_off": "Two-factor sign-in is off for your user.",
-    "policy_saved": "Company sign-in policy saved.",
-    "two_factor_required": "Your company requires two-factor sign-in: set it up to continue.",
-    "password_changed": "Password changed; your other sessions have ended.",
-    "signed_out": "Signed out.",
-    "signed_out_everywhere": "Every session of your user has ended; sign in again.",
+    "key_revoked": N_("The key is revoked: the API refuses it from now on."),
+    "endpoint_disabled": N_("The endpoint is disabled; deliveries still pending for it are cancelled."),
+    "replayed": N_("Replay queued: the deliveries appear in the log below."),
+    "campaign_cancelled": N_("The campaign is cancelled and its reserved credits released."),
+    "payment_recorded": N_("The payment is recorded and debt.payment_received emitted."),
+    "invited": N_("Invitation created."),
+    "role_changed": N_("Role changed."),
+    "user_removed": N_("User removed; their sessions ended."),
+    "two_factor_on": N_("Two-factor sign-in is on for your user."),
+    "two_factor_off": N_("Two-factor sign-in is off for your user."),
+    "policy_saved": N_("Company sign-in policy saved."),
+    "two_factor_required": N_("Your company requires two-factor sign-in: set it up to continue."),
+    "password_changed": N_("Password changed; your other sessions have ended."),
+    "language_saved": N_("Language saved."),
+    "signed_out": N_("Signed out."),
+    "signed_out_everywhere": N_("Every session of your user has ended; sign in again."),
 }

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import datetime as dt
 
+from config.i18n import N_
 from jobs import webhooks as delivery
 from models.clock import utcnow
-from models.errors import Invalid, NotFound
+from models.errors import NotFound
 from models.events import webhooks
 from models.events.tables import ALL_EVENTS, CORE_EVENTS, DELIVERY_STATUSES, WebhookDelivery, WebhookEndpoint
 from models.store.db import atomic
-from portal.web import BASE, audit, ctx, form, page, paginate_by_keyset, redirect, render
+from portal.errors import CHECK_THE_FORM
+from portal.web import BASE, Refused, audit, choice, ctx, form, page, paginate_by_keyset, redirect, render
 
-REPLAY_WINDOWS = {"1": "the last hour", "6": "the last 6 hours", "24": "the last day", "72": "the last 3 days",
-                  "168": "the last 7 days"}
+REPLAY_WINDOWS = {"1": N_("the last hour"), "6": N_("the last 6 hours"), "24": N_("the last day"),
+                  "72": N_("the last 3 days"), "168": N_("the last 7 days")}
 
 
 def _show(req, resp, status: int = 200, **shown) -> None:
@@ -66,10 +68,8 @@ class EndpointTest:
 
 
 def _filters(req) -> dict[str, str | None]:
-    values = {name: (req.get_param(name) or None) for name in ("event", "endpoint", "status")}
-    if values["status"] is not None and values["status"] not in DELIVERY_STATUSES:
-        raise Invalid(f"unknown delivery status {values['status']!r}")
-    return values
+    return {"event": req.get_param("event") or None, "endpoint": req.get_param("endpoint") or None,
+            "status": choice(req, "status", DELIVERY_STATUSES)}
 
 
 class Deliveries:
@@ -111,7 +111,7 @@ class ReplayFailed:
     def on_post(self, req, resp):
         hours = form(req).get("hours")
         if hours not in REPLAY_WINDOWS:
-            raise Invalid("choose a time window to replay")
+            raise Refused(422, CHECK_THE_FORM, N_("Choose a time window to replay."))
         since = utcnow() - dt.timedelta(hours=int(hours))
         created, endpoint_ids = webhooks.replay_failed_since(ctx(req).tenant_id, since)
         audit(req, "webhook.failed_replayed", None, {"since_hours": int(hours), "deliveries": created})

@@ -27,11 +27,13 @@ _serial = count(1)
 
 
 class PortalClient:
-    def __init__(self, client: testing.TestClient, remote_addr: str = "203.0.113.10"):
+    def __init__(self, client: testing.TestClient, remote_addr: str = "203.0.113.10",
+                 headers: dict[str, str] | None = None):
         self.client = client
         self.cookies: dict[str, str] = {}
         self.csrf: str | None = None
         self.remote_addr = remote_addr
+        self.headers = headers or {}  # sent with every request (a browser's Accept-Language)
 
     def _keep(self, result: testing.Result) -> testing.Result:
         for name, cookie in result.cookies.items():
@@ -45,7 +47,7 @@ class PortalClient:
 
     def get(self, path: str, **params) -> testing.Result:
         return self._keep(self.client.simulate_get(path, params=params or None, cookies=self.cookies,
-                                                   remote_addr=self.remote_addr))
+                                                   remote_addr=self.remote_addr, headers=self.headers))
 
     def post(self, path: str, fields: dict | list | None = None, csrf: str | None | bool = True) -> testing.Result:
         pairs = list(fields.items()) if isinstance(fields, dict) else list(fields or [])
@@ -56,7 +58,7 @@ class PortalClient:
         body = urlencode(pairs, doseq=True)
         return self._keep(self.client.simulate_post(
             path, body=body, cookies=self.cookies, remote_addr=self.remote_addr,
-            headers={"Content-Type": "application/x-www-form-urlencoded"}))
+            headers={**self.headers, "Content-Type": "application/x-www-form-urlencoded"}))
 
     def sign_in(self, email: str, password: str = PASSWORD) -> testing.Result:
         self.get("/portal/login")
@@ -82,8 +84,8 @@ def portal_client(client) -> PortalClient:
     return PortalClient(client)
 
 
-def signed_in(client: testing.TestClient, user: PortalUser) -> PortalClient:
-    browser = PortalClient(client)
+def signed_in(client: testing.TestClient, user: PortalUser, headers: dict[str, str] | None = None) -> PortalClient:
+    browser = PortalClient(client, headers=headers)
     result = browser.sign_in(user.email)
     assert result.status_code == 303, result.text
     browser.get("/portal")

@@ -31,7 +31,7 @@ LAYER_MODULES = {
     "api": {"app", "wsgi", "auth", "errors", "operation", "openapi", "pagination", "ratelimit", "schemas"},
     "jobs": {"queue"},
     "svcctl": {"main", "output", "processes", "sim"},
-    "portal": {"web", "overview", "signin", "team"},
+    "portal": {"web", "overview", "signin", "team", "labels"},
 }
 
 

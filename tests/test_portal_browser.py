@@ -9,8 +9,6 @@ revoked and the API refuses it. Along the way the pages are photographed for doc
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,18 +22,15 @@ from models.events.tables import WebhookDelivery
 from models.tenancy import portal
 from portal import web
 from tests.browser_fixtures import *  # noqa: F403
+from tests.browser_fixtures import SHOTS, shoot
 from tests.campaigns_fixtures import make_number
-from tests.live import ROOT, LiveService, env_for, wait_until
+from tests.live import LiveService, env_for, wait_until
 from tests.portal_fixtures import PASSWORD
 from tests.webhooks_fixtures import *  # noqa: F403
 from tests.webhooks_fixtures import Received, Reply, verify
 
 pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
 
-# The pages are photographed on every run; into docs/portal only when asked
-# (SVC_PORTAL_SCREENSHOTS=docs/portal), so a test run leaves the work tree as it found it.
-_ASKED = os.environ.get("SVC_PORTAL_SCREENSHOTS")
-SHOTS = ROOT / _ASKED if _ASKED else Path(tempfile.mkdtemp(prefix="portal-shots-"))
 # Enough for a few seconds of sends at the number's pace: the chart has bars to show.
 RECIPIENTS = [f"52155990{index:04d}7" for index in range(120)]
 MPS = 40
@@ -58,11 +53,6 @@ class Switchable:
 
     def __call__(self, request: Received) -> Reply:
         return Reply(200, b"ok") if self.up else Reply(500, b"receiver down")
-
-
-def shoot(page, name: str, full_page: bool = True) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
 
 
 def secret_on(page) -> str:

@@ -6,9 +6,10 @@
     var button = event.target.closest("button[data-copy]");
     if (!button) { return; }
     var text = document.getElementById(button.dataset.copy).textContent.trim();
+    var label = button.textContent;  // the page's words: "Copy", "Copiar"
     navigator.clipboard.writeText(text).then(function () {
-      button.textContent = "Copied";
-      setTimeout(function () { button.textContent = "Copy"; }, 2000);
+      button.textContent = button.dataset.copied;
+      setTimeout(function () { button.textContent = label; }, 2000);
     });
   });
   // Confirmation before destructive actions.
@@ -16,6 +17,8 @@
     var button = event.submitter;
     if (button && button.dataset.confirm && !window.confirm(button.dataset.confirm)) { event.preventDefault(); }
   });
+  // Numbers are written as the page writes them (its locale's formats: "es-CL" writes 1.234).
+  var formats = document.documentElement.dataset.formats || "en";
   // A running campaign's counters (its page, or its row on the overview) refresh every 3 seconds;
   // the page reloads once one has ended.
   var live = Array.prototype.filter.call(document.querySelectorAll("[data-live]"), function (el) {
@@ -30,7 +33,7 @@
           if (!data) { return; }
           Object.keys(data).forEach(function (name) {
             var cell = element.querySelector('[data-count="' + name + '"]');
-            if (cell) { cell.textContent = data[name].toLocaleString("en"); }
+            if (cell) { cell.textContent = data[name].toLocaleString(formats); }
           });
           var bar = element.querySelector("progress");
           if (bar) { bar.value = data.done; }
