@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
+from babel import Locale
 
+from config import formats
 from models.receivables.tables import Payment
 from models.store.db import atomic
 from models.tenancy import credits, portal
 from models.tenancy.tables import AuditEntry, LedgerEntry, PortalUser, Tenant
 from models.tenancy.tenants import update_tenant
+from tests.live import ROOT
 from tests.portal_fixtures import *  # noqa: F403
 from tests.portal_fixtures import PortalClient, make_user, signed_in
 from tests.receivables_fixtures import debt_body, make_account, post
@@ -229,3 +234,16 @@ def test_a_status_word_agrees_with_what_it_describes(client, alice, owner):
 def test_a_tenant_row_made_before_the_languages_reads_english(client, alice, owner):
     assert Tenant.get_by_id(alice.id).locale == "en_US" and PortalUser.get_by_id(owner.id).language is None
     assert lang_of(signed_in(client, owner).get("/portal").text) == "en"
+
+
+def test_the_formats_docs_portal_md_shows_are_the_ones_written():
+    """docs/portal.md's table of formats, row by row, against config/formats.py."""
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \| `([^`]+)` \| `([^`]+)` \| `([^`]+)` \|$",
+                      (ROOT / "docs" / "portal.md").read_text(), re.M)
+    assert [row[0] for row in rows] == ["es_CL", "es_MX", "pt_BR", "en_US"]
+    moment, zone = dt.datetime(2026, 3, 14, 18, 4), ZoneInfo("America/Santiago")
+    for name, pesos, reais, dollars, when in rows:
+        locale = Locale.parse(name)
+        shown = [formats.money(Decimal("150000"), "CLP", locale), formats.money(Decimal("1234.50"), "BRL", locale),
+                 formats.money(Decimal("1234.50"), "USD", locale), formats.datetime(moment, locale, zone)]
+        assert [text.replace(NBSP, " ").replace("\u202f", " ") for text in shown] == [pesos, reais, dollars, when]

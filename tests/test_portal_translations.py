@@ -18,7 +18,10 @@ from config.i18n import LANGUAGES, LOCALES_DIR, SOURCE_LANGUAGE
 from tests.live import ROOT
 
 TRANSLATED = [language for language in LANGUAGES if language != SOURCE_LANGUAGE]
-TEMPLATE_FOLDERS = [ROOT / "portal" / "templates"]
+# Every folder of templates scripts/i18n extracts from (babel.cfg), so a new web package's
+# templates are scanned as soon as they are extracted.
+TEMPLATE_FOLDERS = [ROOT / pattern.split("/**")[0] for pattern in
+                    re.findall(r"^\[jinja2\.ext\.babel_extract:\s*(\S+)\]", (ROOT / "babel.cfg").read_text(), re.M)]
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +108,7 @@ def unmarked_text(template: str) -> list[str]:
 
 
 def test_no_template_shows_text_it_does_not_mark_for_translation():
+    assert ROOT / "portal" / "templates" in TEMPLATE_FOLDERS
     found = {path.name: unmarked_text(path.read_text()) for folder in TEMPLATE_FOLDERS
              for path in sorted(folder.glob("*.html"))}
     assert {name: texts for name, texts in found.items() if texts} == {}
