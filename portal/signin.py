@@ -183,8 +183,7 @@ class Invitation:
 
 def _invitation_page(req, resp, invitation, status: int = 200, error: str | None = None) -> None:
     # Nobody is signed in yet: the inviting company's locale is the fallback.
-    company = invitation.tenant
-    render(req, resp, "invitation.html", status=status, company=company, invitation=invitation, error=error)
+    render(req, resp, "invitation.html", status=status, company=invitation.tenant, invitation=invitation, error=error)
 
 
 ROUTES = [

@@ -15,6 +15,7 @@ from babel.messages.catalog import Catalog
 from babel.messages.pofile import read_po, write_po
 
 from config.i18n import LANGUAGES, LOCALES_DIR, SOURCE_LANGUAGE
+from portal.labels import LABELS
 from tests.live import ROOT
 
 TRANSLATED = [language for language in LANGUAGES if language != SOURCE_LANGUAGE]
@@ -65,6 +66,16 @@ def problems(sources: Catalog, catalog: Catalog) -> list[str]:
 @pytest.mark.parametrize("language", TRANSLATED)
 def test_every_message_is_translated_and_nothing_else_is_kept(extracted, language):
     assert problems(extracted, catalog_of(language)) == []
+
+
+@pytest.mark.parametrize("language", TRANSLATED)
+def test_every_label_is_translated_under_its_kind(language):
+    """A page looks a label up with its kind as the context: a word marked under another context
+    would be translated in the catalog and still shown in English."""
+    catalog = catalog_of(language)
+    missing = [(kind, word) for kind, words in LABELS.items() for word in words.values()
+               if not catalog.get(word, context=kind) or not catalog.get(word, context=kind).string]
+    assert missing == []
 
 
 def test_the_check_finds_each_kind_of_gap(extracted, tmp_path):
