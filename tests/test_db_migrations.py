@@ -22,7 +22,7 @@ from models.receivables.tables import (
     PaymentReversal,
 )
 from models.store.db import MIGRATIONS_DIR, connection, db, execute, upgrade
-from models.tenancy.tenants import create_tenant
+from models.tenancy.tables import PortalUser, Tenant
 from tests.conftest import PG_DSN, _pg_admin, _require, base_env
 
 WHEN = dt.datetime(2031, 1, 5, 12, 0)
@@ -54,10 +54,17 @@ def migrated_to(request, tmp_path):
         admin.close()
 
 
+def tenant_of_the_release_before(public_id: str) -> Tenant:
+    """A company as a release before 0023_languages wrote it (no locale yet)."""
+    execute('INSERT INTO "tenant" ("public_id", "name", "timezone", "status", "created_at") VALUES (?, ?, ?, ?, ?)',
+            [public_id, "Before", "America/Santiago", "active", WHEN])
+    return Tenant.select(Tenant.id).where(Tenant.public_id == public_id).get()
+
+
 def test_the_english_columns_keep_every_row_of_the_release_before(migrated_to):
     migrated_to("0021_webhook_delivery_indexes")
     with connection():
-        tenant = create_tenant("Before")
+        tenant = tenant_of_the_release_before("ten_before")
         account = MessagingAccount.create(public_id="wacc_before", tenant=tenant.id, phone_id="pn-before")
         debtor = Debtor.create(tenant=tenant.id, nombre="Ana", documento="1-9")
         debt = Debt.create(tenant=tenant.id, external_id="D-1", account=account.id, debtor=debtor.id, moneda="USD",
@@ -81,7 +88,7 @@ def test_the_english_columns_keep_every_row_of_the_release_before(migrated_to):
                 '"unassigned", "saldo_after", "reversed_at", "created_at") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
                 ["brev_before", tenant.id, payment_id, "refund", 3000, "USD", 2500, 20500, WHEN, WHEN])
 
-    assert upgrade() == ["0022_english_columns"]
+    assert upgrade()[0] == "0022_english_columns"  # the later ones after it
 
     with connection():
         installment = Installment.get_by_id(installment_id)
@@ -103,3 +110,19 @@ def test_the_english_columns_keep_every_row_of_the_release_before(migrated_to):
         # The service works on them: the overdue pass finds the installment past due.
         assert refresh_overdue(dt.datetime(2031, 2, 1)) == 1
         assert Installment.get_by_id(installment_id).status == "overdue"
+
+
+def test_a_company_and_its_users_of_the_release_before_read_the_portal_as_before(migrated_to):
+    """0023_languages: every existing company gets en_US, the portal's language until then, and
+    its users no language of their own (their browser's decides)."""
+    migrated_to("0022_english_columns")
+    with connection():
+        tenant = tenant_of_the_release_before("ten_before")
+        execute('INSERT INTO "portal_user" ("public_id", "tenant_id", "email", "role", "password_hash", "created_at") '
+                'VALUES (?, ?, ?, ?, ?, ?)', ["usr_before", tenant.id, "ana@before.example", "owner", "x", WHEN])
+
+    assert upgrade()[0] == "0023_languages"
+
+    with connection():
+        assert Tenant.get_by_id(tenant.id).locale == "en_US"
+        assert PortalUser.get(PortalUser.public_id == "usr_before").language is None
