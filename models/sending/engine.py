@@ -73,11 +73,12 @@ class Settings:
     batch_threads: int = 6  # batches sent and recorded at once
     burst_seconds: float = 0.5  # pacing grants send slots up to this many seconds ahead
     # Sends are marked started in waves: one statement per store marks the sends whose slots fall
-    # in the next `start_window` seconds, `start_lead` seconds before the first of them. A dead
-    # engine's sends marked and not yet made are what recovery cannot tell from sends made: at
-    # most a wave and its lead at the number's rate.
+    # in the next `start_window` seconds, `start_lead` seconds before the first of them (at most
+    # 10 statements a second per store, whatever the rate). A dead engine's sends marked and not
+    # yet made are what recovery cannot tell from sends made: about a wave and its lead at the
+    # number's rate, plus those whose turn came late.
     start_window: float = 0.1
-    start_lead: float = 0.1
+    start_lead: float = 0.05
     heartbeat_ttl: float = 10.0  # an engine that has not beaten for this long is dead
     recover_every: float = 5.0
     session: float | None = 30.0  # a run ends after this long (the task re-queues itself)
