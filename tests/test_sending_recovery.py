@@ -18,7 +18,7 @@ import orjson
 from models.clock import utcnow
 from models.inbox import batches
 from models.sending.campaign_store import CampaignStore
-from models.sending.campaigns import campaign_credits
+from models.sending.campaigns import campaign_credits, fail_campaign
 from models.sending.engine import Engine
 from models.sending.message_store import MessageStore
 from models.sending.messenger import GraphMessenger
@@ -78,6 +78,21 @@ def test_claims_never_started_go_back_to_the_queue_and_are_sent_once_later(alice
         "completed", 3, 0)
     assert len(events(alice.id, "message.sent")) == 3
     assert replay_ledger(alice.id) == (997, 0)
+
+
+def test_unstarted_claims_of_a_campaign_that_failed_meanwhile_are_not_queued_again(alice, number, queue_only):
+    campaign = create_for(alice, number, [wa(), wa(), wa()])
+    jobs = claim(CampaignStore(), number, 2, utcnow() - dt.timedelta(seconds=30))
+    # Another engine found the number gone: the campaign failed with these still claimed.
+    assert fail_campaign(campaign.id, "account_disconnected", "the number is no longer connected")
+
+    recover_stuck()
+    rows = recipients(campaign)
+    assert {rows[job.wa_id].status for job in jobs} == {"failed"}
+    assert not [row for row in rows.values() if row.status in ("pending", "queued")]
+    money = campaign_credits(Campaign.get_by_id(campaign.id))
+    assert (money.reserved, money.consumed, money.released) == (3, 0, 3)
+    assert wallet(alice.id).reserved == 0 and replay_ledger(alice.id) == (1000, 0)
 
 
 def test_a_started_send_is_sent_when_proven_and_failed_unconfirmed_when_not(alice, number, sim, queue_only):

@@ -495,16 +495,24 @@ class CampaignStore:
     def give_back_unstarted(self, claims: list[tuple[int, str | None]]) -> int:
         """Claims never started (their platform call never began): back to `pending`, due again
         for a new slot, the claim's attempt given back. Nothing else moves: the credit stays
-        reserved, no event. Returns how many were still unstarted under that token."""
+        reserved, no event. Returns how many were still unstarted under that token.
+
+        A campaign that failed meanwhile (its number disconnected) sends nothing more: its
+        unstarted claims fail as its in-flight ones do, their credit released."""
         R = CampaignRecipient
         returned = 0
+        stopped: list[tuple[int, str | None]] = []
         with atomic():
             lock_rows(R, [row_id for row_id, _ in claims])
             for token, ids in _ids_by_token(claims).items():
+                unstarted = (R.id.in_(ids) & (R.status == "queued") & R.send_started_at.is_null()
+                             & (R.claim_token.is_null() if token is None else R.claim_token == token))
+                active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
                 returned += (R.update(status="pending", claim_token=None, claimed_at=None, attempts=R.attempts - 1)
-                             .where(R.id.in_(ids) & (R.status == "queued") & R.send_started_at.is_null()
-                                    & (R.claim_token.is_null() if token is None else R.claim_token == token))
-                             .execute())
+                             .where(unstarted & R.campaign.in_(active)).execute())
+                stopped += [(row_id, token) for (row_id,) in R.select(R.id).where(unstarted).tuples()]
+            if stopped:
+                self.fail_unconfirmed(stopped, utcnow())
             if returned:
                 work_arrived()
         return returned
