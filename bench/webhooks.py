@@ -139,12 +139,12 @@ def install_settings(workdir: Path, ca_path: str):
 
 def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrency: int) -> float:
     """The same signed POSTs through the same client at the same concurrency; returns seconds."""
-    from jobs import webhooks as jobs
     from models.events import ssrf
+    from models.events.delivery.client import delivery_client, post_signed, vetted_addresses
 
-    client = jobs.delivery_client()
+    client = delivery_client()
     target = ssrf.parse_target(url)
-    addresses = jobs.vetted_addresses(target)
+    addresses = vetted_addresses(target)
     cursor = iter(range(len(bodies)))
     lock = threading.Lock()
     failures = []
@@ -156,7 +156,7 @@ def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrenc
             if index is None:
                 return
             event_id, body = bodies[index]
-            response = jobs.post_signed(client, target, addresses, secret, event_id, "message.sent", body)
+            response = post_signed(client, target, addresses, secret, event_id, "message.sent", body)
             if not response.ok:
                 failures.append(response.error)
 

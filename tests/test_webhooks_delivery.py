@@ -20,6 +20,7 @@ from jobs.queue import huey
 from models.clock import utcnow
 from models.errors import Invalid
 from models.events import outbox, webhooks
+from models.events.delivery.ping import send_test
 from models.events.tables import (
     ALL_EVENTS,
     CORE_EVENTS,
@@ -371,7 +372,7 @@ def test_an_unreachable_endpoint_fails_fast_and_keeps_its_retries(alice, make_re
 def test_the_test_ping_is_signed_and_reports_the_answer(alice, make_receiver):
     server = make_receiver(respond=lambda request: Reply(202, body=b'{"ok":true}'))
     endpoint, secret = webhooks.create_endpoint(alice.id, server.url(), ["message.sent"])
-    result = jobs.send_test(endpoint)
+    result = send_test(endpoint)
     assert (result.response.ok, result.response.status_code, result.response.excerpt) == (True, 202, '{"ok":true}')
     [request] = server.requests
     assert verify(request, secret)
