@@ -149,7 +149,8 @@ class StateCollector:
         yield _gauge("svc_platform_batches_pending", "Platform webhook batches received and not processed yet "
                      "(parked ones apart)",
                      platform["batches_pending"])
-        yield _gauge("svc_platform_oldest_batch_age_seconds", "Age of the oldest unprocessed platform batch",
+        yield _gauge("svc_platform_oldest_batch_age_seconds", "Age of the oldest unprocessed platform batch "
+                     "(parked ones apart)",
                      platform["oldest_batch_age_seconds"])
         yield _gauge("svc_platform_batches_parked", "Platform webhook batches parked after using their attempts "
                      "(svcctl inbox parked)", platform["batches_parked"])

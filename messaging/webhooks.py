@@ -207,9 +207,9 @@ def parse_notification(payload: Any) -> list[Update]:
 def status_callbacks(payload: Any) -> list[str]:
     """The `biz_opaque_callback_data` of every status in one webhook body, read without parsing
     anything else: what the body may prove about sends, known before anyone applies it."""
-    found: list[str] = []
+    found: dict[str, None] = {}  # in order, once each
     if not isinstance(payload, Mapping):
-        return found
+        return []
     for entry in _dicts(payload.get("entry")):
         for change in _dicts(entry.get("changes")):
             value = change.get("value")
@@ -217,9 +217,9 @@ def status_callbacks(payload: Any) -> list[str]:
                 continue
             for item in _dicts(value.get("statuses")):
                 callback = item.get("biz_opaque_callback_data")
-                if isinstance(callback, str) and callback and callback not in found:
-                    found.append(callback)
-    return found
+                if isinstance(callback, str) and callback:
+                    found[callback] = None
+    return list(found)
 
 
 def _parse_messages_field(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:

@@ -102,7 +102,8 @@ def status(as_json: bool = JSON_OPTION,
            interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between reads."),
            once: bool = typer.Option(False, "--once", help="Print one view and exit.")):
     """The service at a glance: API workers and consumers with their heartbeats, queue depth, running campaigns,
-    per-number pace, webhook backlog, parked platform batches, credits reserved. Live until Ctrl-C; --json prints once."""
+    per-number pace, webhook backlog, parked platform batches, credits reserved. Live until Ctrl-C; --json prints
+    once."""
     if as_json:
         print_json(snapshot())
         return

@@ -16,19 +16,21 @@ def _callbacks(body):
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         return ""
-    found = []
+    found = {}
     entries = payload.get("entry") if isinstance(payload, dict) else None
     for entry in entries if isinstance(entries, list) else []:
         changes = entry.get("changes") if isinstance(entry, dict) else None
         for change in changes if isinstance(changes, list) else []:
-            value = change.get("value") if isinstance(change, dict) else None
-            if change.get("field") != "messages" or not isinstance(value, dict):
+            if not isinstance(change, dict) or change.get("field") != "messages":
+                continue
+            value = change.get("value")
+            if not isinstance(value, dict):
                 continue
             statuses = value.get("statuses")
             for item in statuses if isinstance(statuses, list) else []:
                 callback = item.get("biz_opaque_callback_data") if isinstance(item, dict) else None
-                if isinstance(callback, str) and callback and callback not in found:
-                    found.append(callback)
+                if isinstance(callback, str) and callback:
+                    found[callback] = None
     return "\n".join(found)
 
 
