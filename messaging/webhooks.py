@@ -204,6 +204,24 @@ def parse_notification(payload: Any) -> list[Update]:
     return updates
 
 
+def status_callbacks(payload: Any) -> list[str]:
+    """The `biz_opaque_callback_data` of every status in one webhook body, read without parsing
+    anything else: what the body may prove about sends, known before anyone applies it."""
+    found: dict[str, None] = {}  # in order, once each
+    if not isinstance(payload, Mapping):
+        return []
+    for entry in _dicts(payload.get("entry")):
+        for change in _dicts(entry.get("changes")):
+            value = change.get("value")
+            if change.get("field") != "messages" or not isinstance(value, Mapping):
+                continue
+            for item in _dicts(value.get("statuses")):
+                callback = item.get("biz_opaque_callback_data")
+                if isinstance(callback, str) and callback:
+                    found[callback] = None
+    return list(found)
+
+
 def _parse_messages_field(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
     phone_number_id = _phone_number_id(value)
     if phone_number_id is None:

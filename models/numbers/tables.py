@@ -213,8 +213,11 @@ def with_query(url: str, params: dict[str, str]) -> str:
 # Short on purpose: processing is idempotent, so a slow run overtaken by a second one only costs
 # the repeated work, while a long timeout would hold a dead worker's statuses back that long.
 CLAIM_TIMEOUT = dt.timedelta(seconds=15)
-# After this many failed runs a batch is left alone (and logged) instead of failing forever.
-MAX_ATTEMPTS = 20
+# Every run that takes a batch is an attempt; one that does not finish (it raised, or its worker
+# died and its claim expired) uses it up. After this many, the batch is parked with its last error
+# (`parked_at`): a batch that kills every worker taking it costs this many worker restarts, not an
+# endless loop. `svcctl inbox retry` gives a parked batch its attempts again.
+MAX_ATTEMPTS = 5
 
 
 class PlatformWebhookBatch(BaseModel):
@@ -229,6 +232,11 @@ class PlatformWebhookBatch(BaseModel):
     processed_at = DateTimeField(null=True)
     attempts = IntegerField(default=0)
     last_error = TextField(null=True)
+    # Left alone after `MAX_ATTEMPTS` unfinished runs, until an operator retries it.
+    parked_at = DateTimeField(null=True)
+    # The callback data (`rcp_`/`msg_` ids) its statuses carry, one a line: the sends it may prove
+    # accepted, readable without the body (models/sending/recovery.py).
+    callbacks = TextField(null=True)
 
     class Meta:
         indexes = ((("processed_at", "id"), False),)
