@@ -55,7 +55,8 @@ def _show_number(req, resp, account, status: int = 200, draft: dict | None = Non
     templates = list(Template.select().where(Template.account == account.id)
                      .order_by(Template.name, Template.language))
     render(req, resp, "number.html", status=status, number=account, templates=templates,
-           sent_today=accounts.messages_sent_today(account.id), draft=draft or {"language": "es"},
+           sent_today=accounts.messages_sent_today(account.id),
+           draft={**dict.fromkeys(TEMPLATE_FORM_FIELDS, ""), **(draft or {"language": "es"})},
            problems=problems or [], categories=CATEGORIES, button_types=BUTTON_TYPES, button_rows=BUTTON_ROWS,
            variables=("{{1}}", "{{2}}"))
 
