@@ -196,7 +196,7 @@ class AccountTemplatesResource:
 
 class AccountTemplateResource:
     @operation("Delete a template, every language of it", scope="templates:write",
-               responses={200: Success[DeletedTemplates]}, errors=(401, 403, 404, 422, 429, 503),
+               responses={200: Success[DeletedTemplates]}, errors=(401, 403, 404, 409, 422, 429, 503),
                tags=("accounts",),
                description="Deletes the template on the platform and marks it `deleted` here (never listed or "
                            "sent again); `template.status_changed` is emitted for each language. 404 "
