@@ -103,13 +103,13 @@ def _claim(account: MessagingAccount, template: dict[str, Any]) -> tuple[Templat
                                             & (Template.language == template["language"]))
             if inserted == 1 and existing is not None:
                 return existing, None
-        if existing is not None and existing.status not in GONE_STATUSES:
+        if existing is None or existing.status not in GONE_STATUSES:
+            # (None: another request wrote the name and withdrew it between our two statements.)
             raise Conflict(f"account {account.public_id} already has the template {template['name']!r} in "
                            f"{template['language']}; delete it first to write it again",
                            code="template_exists",
                            details={"name": template["name"], "language": template["language"],
-                                    "status": existing.status})
-        assert existing is not None
+                                    "status": existing.status if existing else None})
         before = {name: getattr(existing, name) for name in STORED_FIELDS}
         # A conditional update: of two requests for a deleted template's name, one gets it.
         claimed = (Template.update(updated_at=utcnow(), **values)
