@@ -91,6 +91,11 @@ class Template(BaseModel):
     components = JSONField(default=list)
     active = BooleanField(default=True)
     updated_at = DateTimeField(default=utcnow)
+    # The platform's review, kept as it said it (models/numbers/template_review.py): the reason of
+    # a rejection, what it said about a pause or pacing, the category it moved the template from.
+    rejected_reason = CharField(max_length=255, null=True)
+    status_detail = CharField(max_length=512, null=True)
+    previous_category = CharField(max_length=32, null=True)
 
     class Meta:
         indexes = ((("account", "name", "language"), True),)
@@ -111,6 +116,11 @@ class Template(BaseModel):
             "components": self.components or [],
             "updated_at": isoformat(self.updated_at),
         }
+
+    def with_review(self) -> dict:
+        """The template with what the platform's review said (templates authored here)."""
+        return {**self.as_dict(), "rejected_reason": self.rejected_reason, "status_detail": self.status_detail,
+                "previous_category": self.previous_category}
 
 
 class ContactWindow(BaseModel):
