@@ -12,10 +12,12 @@ import html
 import logging
 from pathlib import Path
 from string import Template as TextTemplate
+from typing import Any
 from urllib.parse import parse_qsl
 
 import falcon
 import orjson
+from pydantic import ConfigDict, Field
 
 from api.errors import ApiError, envelope
 from api.operation import Reply, ok, operation
@@ -24,7 +26,7 @@ from api.schemas import PAGE_QUERY, DataOnly, HttpsUrl, Input, Output, Page, Suc
 from config import get_settings
 from models.clock import isoformat
 from models.errors import DomainError
-from models.numbers import accounts, onboarding
+from models.numbers import accounts, onboarding, template_authoring
 from models.numbers.tables import PLATFORM_UNAVAILABLE, SIGNUP_CANCELLED, SIGNUP_FAILED, MessagingAccount
 from models.store.db import atomic
 
@@ -89,6 +91,47 @@ class Template(Output):
     updated_at: str | None
 
 
+class TemplateButtonInput(Input):
+    """A button as Graph takes it; further Graph fields (OTP buttons' settings) pass through."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str = Field(description="QUICK_REPLY, URL or PHONE_NUMBER (OTP in an AUTHENTICATION template)")
+    text: str | None = Field(None, description="at most 25 characters")
+    url: str | None = Field(None, description="http(s); a dynamic URL ends in `{{1}}`")
+    phone_number: str | None = None
+    example: list[str] | None = Field(None, description="a dynamic URL's full example")
+
+
+class TemplateComponentInput(Input):
+    """A component as Graph takes it (`example` in Graph's shapes: `{body_text: [[...]]}`,
+    `{header_text: [...]}`, `{header_handle: [...]}`)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str = Field(description="HEADER, BODY, FOOTER or BUTTONS")
+    format: str | None = Field(None, description="a HEADER's: TEXT, IMAGE, VIDEO or DOCUMENT")
+    text: str | None = None
+    example: dict[str, Any] | None = None
+    buttons: list[TemplateButtonInput] | None = None
+
+
+class TemplateInput(Input):
+    name: str = Field(description="lowercase letters, digits and underscores; at most 512")
+    language: str = Field(description="the platform's language code: es, es_MX, pt_BR, en_US, ...")
+    category: str = Field(description="MARKETING, UTILITY or AUTHENTICATION")
+    components: list[TemplateComponentInput] = Field(max_length=20)
+
+
+class ReviewedTemplate(Template):
+    rejected_reason: str | None
+    status_detail: str | None
+    previous_category: str | None
+
+
+class DeletedTemplates(Output):
+    name: str
+    deleted: list[ReviewedTemplate]
+
+
 def _account_reply(account: MessagingAccount) -> dict:
     return account.as_dict(messages_sent_today=accounts.messages_sent_today(account.id))
 
@@ -133,6 +176,35 @@ class AccountTemplatesResource:
     def on_get(self, req, resp, account_id: str) -> Reply:
         account = accounts.get_account(req.context.tenant_id, account_id)
         return Reply(200, paginate(req, accounts.approved_templates(account.id), lambda t: t.as_dict()))
+
+    @operation("Create a template and submit it for review", scope="templates:write", body=TemplateInput,
+               responses={201: Success[ReviewedTemplate]}, errors=(401, 403, 404, 409, 422, 429, 503),
+               tags=("accounts",),
+               description="The body is the platform's own `message_templates` shape. It is checked against the "
+                           "platform's rules first; each broken rule is named in `error.details.errors` under its "
+                           "field's path (`components.1.example.body_text`). The template is then submitted and "
+                           "stored `pending`; the platform's review moves it to `approved` or `rejected` (with "
+                           "`rejected_reason`), and every change emits `template.status_changed`. 409 "
+                           "`template_exists` when the number has the name in that language; 422 "
+                           "`template_refused` when the platform refuses it; 503 `platform_unavailable`.")
+    def on_post(self, req, resp, account_id: str) -> Reply:
+        account = accounts.get_account(req.context.tenant_id, account_id)
+        body: TemplateInput = req.context.body
+        template = template_authoring.create_template(account, body.model_dump(exclude_unset=True))
+        return ok(template.with_review(), status=201)
+
+
+class AccountTemplateResource:
+    @operation("Delete a template, every language of it", scope="templates:write",
+               responses={200: Success[DeletedTemplates]}, errors=(401, 403, 404, 409, 422, 429, 503),
+               tags=("accounts",),
+               description="Deletes the template on the platform and marks it `deleted` here (never listed or "
+                           "sent again); `template.status_changed` is emitted for each language. 404 "
+                           "`template_not_found` when the number has no template of that name.")
+    def on_delete(self, req, resp, account_id: str, name: str) -> Reply:
+        account = accounts.get_account(req.context.tenant_id, account_id)
+        deleted = template_authoring.delete_template(account, name)
+        return ok({"name": name, "deleted": [template.with_review() for template in deleted]})
 
 
 # The onboarding page and its form posts: reached by the user's browser, not by an API key.
@@ -336,6 +408,7 @@ ROUTES = [
     ("/accounts", AccountsResource()),
     ("/accounts/{account_id}", AccountResource()),
     ("/accounts/{account_id}/templates", AccountTemplatesResource()),
+    ("/accounts/{account_id}/templates/{name}", AccountTemplateResource()),
 ]
 ROOT_ROUTES = [
     ("/onboarding/{attempt_id}", OnboardingPage()),

@@ -53,7 +53,7 @@ class PlatformWebhookResource:
         if not isinstance(payload, dict):
             raise ApiError(400, "bad_request", "the body must be a JSON object")
         with atomic():
-            batch = batches.store_batch(raw)
+            batch = batches.store_batch(raw, payload)
         try:
             from jobs.inbox import process_platform_batch
 

@@ -139,12 +139,12 @@ def install_settings(workdir: Path, ca_path: str):
 
 def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrency: int) -> float:
     """The same signed POSTs through the same client at the same concurrency; returns seconds."""
-    from jobs import webhooks as jobs
     from models.events import ssrf
+    from models.events.delivery.client import delivery_client, post_signed, vetted_addresses
 
-    client = jobs.delivery_client()
+    client = delivery_client()
     target = ssrf.parse_target(url)
-    addresses = jobs.vetted_addresses(target)
+    addresses = vetted_addresses(target)
     cursor = iter(range(len(bodies)))
     lock = threading.Lock()
     failures = []
@@ -156,7 +156,7 @@ def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrenc
             if index is None:
                 return
             event_id, body = bodies[index]
-            response = jobs.post_signed(client, target, addresses, secret, event_id, "message.sent", body)
+            response = post_signed(client, target, addresses, secret, event_id, "message.sent", body)
             if not response.ok:
                 failures.append(response.error)
 
@@ -184,15 +184,16 @@ def write_events(tenant_id: int, count: int) -> None:
 
 def pipeline(endpoint_id: int) -> tuple[float, float]:
     """Fan out what the outbox holds and drain the endpoint; returns (total seconds, fan-out seconds)."""
-    from jobs import webhooks as jobs
+    from jobs.webhooks import FAN_OUT_BATCH
     from models.events import webhooks
+    from models.events.delivery.drain import drain
     from models.events.tables import WebhookDelivery
 
     started = time.perf_counter()
-    while webhooks.fan_out(jobs.FAN_OUT_BATCH).events:
+    while webhooks.fan_out(FAN_OUT_BATCH).events:
         pass
     fanned = time.perf_counter() - started
-    jobs.drain(endpoint_id, slice_seconds=3600)
+    drain(endpoint_id, slice_seconds=3600)
     elapsed = time.perf_counter() - started
     open_deliveries = WebhookDelivery.select().where(WebhookDelivery.status != "delivered").count()
     if open_deliveries:
@@ -222,8 +223,9 @@ def main() -> None:
     receiver, port, ca_path = start_receiver(workdir)
     try:
         install_settings(workdir, ca_path)
-        from jobs import webhooks as jobs
+        import jobs.webhooks  # noqa: F401  (the queue's side, as in a worker: the fan-out nudge, requeues, metrics)
         from models.events import webhooks
+        from models.events.delivery.client import ENDPOINT_CONCURRENCY
         from models.ids import new_id
         from models.store.db import connection
         from models.tenancy.tenants import create_tenant
@@ -232,7 +234,7 @@ def main() -> None:
         with connection():
             tenant = create_tenant("Bench Co")
             endpoint, secret = webhooks.create_endpoint(tenant.id, url, ["message.sent"])
-            concurrency = jobs.ENDPOINT_CONCURRENCY
+            concurrency = ENDPOINT_CONCURRENCY
             bodies = [(new_id("evt_"), orjson.dumps({"event": "message.sent", **sample(index)}))
                       for index in range(args.events)]
             bare_loop(url, secret, bodies[:300], concurrency)  # warm-up: connections, TLS sessions

@@ -146,10 +146,14 @@ class StateCollector:
                      "number id (compare with rate(svc_number_sends_total))", labels=["number"],
                      samples=service_state.number_caps())
         platform = service_state.platform_webhooks()
-        yield _gauge("svc_platform_batches_pending", "Platform webhook batches received and not processed yet",
+        yield _gauge("svc_platform_batches_pending", "Platform webhook batches received and not processed yet "
+                     "(parked ones apart)",
                      platform["batches_pending"])
-        yield _gauge("svc_platform_oldest_batch_age_seconds", "Age of the oldest unprocessed platform batch",
+        yield _gauge("svc_platform_oldest_batch_age_seconds", "Age of the oldest unprocessed platform batch "
+                     "(parked ones apart)",
                      platform["oldest_batch_age_seconds"])
+        yield _gauge("svc_platform_batches_parked", "Platform webhook batches parked after using their attempts "
+                     "(svcctl inbox parked)", platform["batches_parked"])
         yield _gauge("svc_debts", "Receivable debts by status", labels=["status"],
                      samples=service_state.debts_by_status())
 

@@ -1,550 +1,53 @@
-"""Delivering outbox events to webhook endpoints.
+"""Webhook delivery on the queue: the fan-out, each endpoint's drain, the sweeps.
 
-Flow:
+The queue only triggers the delivery engine (models/events/delivery/):
 1. `notify_new_events()` (run after every commit that wrote events: `models.events.outbox.on_new_events`)
    enqueues `fan_out_task`, coalesced to at most two tasks a second; `sweep` does the same every
    minute as a safety net.
 2. The fan-out turns events into deliveries (models.events.webhooks.fan_out) and enqueues a drain for
    each endpoint that got some.
-3. A drain owns one endpoint for a while (a lease in the database): it claims due deliveries,
-   POSTs them through ENDPOINT_CONCURRENCY threads, records the outcomes in batches, and
-   schedules itself for the endpoint's next retry. One drain per endpoint bounds what a receiver
-   sees; a drain yields after DRAIN_SLICE_SECONDS and stops early when the receiver is
-   unreachable, and drains never hold more than half of a worker's threads, so a slow or dead
-   endpoint delays neither sending nor other endpoints.
-
-Delivery is at least once (a worker that dies mid-batch leaves claims that expire and are sent
-again) and unordered (retries interleave with newer events). Receivers deduplicate by event id.
+3. `drain_endpoint` runs one endpoint's drain (models.events.delivery.drain); the drain asks for
+   the next one (its endpoint's next retry, the end of another drain's lease) through the
+   `requeue` registered here, and each attempt is counted in the metrics (jobs/operations.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import email.utils
-import functools
 import logging
-import queue
-import ssl
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from http.cookiejar import DefaultCookiePolicy
-
-import certifi
-import requests
-import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.util.ssl_ import create_urllib3_context
 
 from config import get_settings
 from jobs import operations
 from jobs.queue import crontab, periodic_task, task
 from models.clock import utcnow
-from models.events import outbox, ssrf, webhooks
-from models.events.tables import WebhookEndpoint
-from models.events.webhooks import Outcome, Work
-from models.ids import new_id
+from models.events import delivery, outbox, webhooks
+from models.events.delivery.drain import drain
 from models.store.counters import counters, window_start
-from models.store.db import connection, outlast_outage, storage_unavailable
+from models.store.db import connection
 
 log = logging.getLogger("webhooks")
 
-ENDPOINT_CONCURRENCY = 8
-# How much a drain keeps claimed ahead (queued or in flight): about BACKLOG_SECONDS of the
-# endpoint's work at its observed latency, between 2 x ENDPOINT_CONCURRENCY and MAX_BACKLOG.
-# Enough that the senders never run dry while the drain waits on the database (a commit on
-# PostgreSQL waits for the disk); little enough for a slow endpoint that every claimed delivery
-# is sent long before its claim expires (CLAIM_SECONDS).
-BACKLOG_SECONDS = 2.0
-MAX_BACKLOG = 256
-# Outcomes are written in batches of this size (or every RECORD_INTERVAL seconds). SQLite writes
-# every page a commit touched (the attempt log, the delivery and its indexes): 128 outcomes a
-# commit cost about a fifth less CPU each than 64. The price: a worker that dies may leave up to
-# 128 POSTs unrecorded (plus those on the wire), sent again after a crash (at least once).
-RECORD_BATCH = 128
-RECORD_INTERVAL = 0.5
-COLLECT_PAUSE = 0.01
-DRAIN_SLICE_SECONDS = 20.0
-# A drain extends its lease every LEASE_SECONDS / 4; a worker that dies frees the endpoint (and,
-# through release_claims, what it had claimed) within LEASE_SECONDS.
-LEASE_SECONDS = 30.0
-# Consecutive connection failures (refused, timed out, TLS) after which a drain stops sending to
-# the endpoint and fails the rest of its queue at once; those deliveries retry on the schedule.
-UNREACHABLE_THRESHOLD = ENDPOINT_CONCURRENCY
 FAN_OUT_BATCH = 500
-TIMEOUT = 10.0
-MAX_RESPONSE_READ = 64 * 1024
-MAX_ADDRESSES = 3
-USER_AGENT = "Service-Webhooks/1.0"
-# A drain for a retry is queued this long before the retry is due and waits out the rest: the
-# queue's scheduler looks once a second and a worker may take half a second more to pick the
-# task up, so a drain queued at the due time would send up to 1.5 s late (15 % of a 10 s gap).
-WAKE_EARLY = 1.5
 NOTIFY_KEY = "webhooks:fan-out"
-# A drain resolves and vets its endpoint's host again after this long (a lookup per batch cost
-# a blocking getaddrinfo every few dozen deliveries); shorter than the TTL most names carry.
-VET_SECONDS = 10.0
 
-
-# --- the HTTP client -----------------------------------------------------------------------
-
-
-def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
-    """The public CA store plus the configured extra CAs, built once per process."""
-    context = create_urllib3_context()
-    context.load_verify_locations(cafile=certifi.where())
-    if ca_bundle:
-        context.load_verify_locations(cafile=ca_bundle)
-    return context
-
-
-class _PinnedAdapter(HTTPAdapter):
-    """Connects to the address in the URL (one we vetted) while TLS uses the real hostname.
-
-    The request URL names the vetted IP, so no second DNS lookup happens between our check and
-    the connection; `pinned_hostname` on the request supplies SNI and the name the certificate
-    must match, and the Host header carries it to the application.
-    """
-
-    def __init__(self, context: ssl.SSLContext, **options):
-        self._context = context
-        super().__init__(**options)
-
-    def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
-        host_params, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
-        hostname = getattr(request, "pinned_hostname", None)
-        if hostname:
-            pool_kwargs["server_hostname"] = hostname
-            pool_kwargs["assert_hostname"] = hostname
-        pool_kwargs["ssl_context"] = self._context
-        pool_kwargs.pop("ca_certs", None)
-        return self.poolmanager.connection_from_host(**host_params, pool_kwargs=pool_kwargs)
-
-    def cert_verify(self, conn, url, verify, cert):
-        # The context already holds every CA we trust; loading a bundle file on each new
-        # connection (requests' default) would only repeat that work.
-        conn.cert_reqs = "CERT_REQUIRED"
-        conn.ca_certs = None
-        conn.ca_cert_dir = None
-
-
-@dataclass
-class Response:
-    status_code: int | None
-    latency_ms: int
-    excerpt: str | None = None
-    error: str | None = None
-    retry_after: float | None = None
-    unreachable: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.status_code is not None and 200 <= self.status_code < 300
-
-
-def _url_host(address: ssrf.IPAddress) -> str:
-    return f"[{address}]" if address.version == 6 else str(address)
-
-
-def _never_connected(error: requests.RequestException) -> bool:
-    """True when the request cannot have reached the server: another address may be tried."""
-    if isinstance(error, requests.ConnectTimeout):
-        return True
-    reason = getattr(error.args[0], "reason", None) if error.args else None
-    return isinstance(reason, urllib3.exceptions.NewConnectionError)
-
-
-def _describe(error: requests.RequestException) -> str:
-    if isinstance(error, requests.ConnectTimeout):
-        return f"connection timed out after {TIMEOUT:g} s"
-    if isinstance(error, requests.ReadTimeout):
-        return f"no response within {TIMEOUT:g} s"
-    if isinstance(error, requests.exceptions.SSLError):
-        reason = getattr(error.args[0], "reason", None) if error.args else None
-        return f"TLS error: {reason or error}"
-    if _never_connected(error):
-        return "connection refused or unreachable"
-    return f"connection failed: {type(error).__name__}"
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
-
-
-class DeliveryClient:
-    """The process's one pooled session for webhooks; safe to share between threads."""
-
-    def __init__(self, ca_bundle: str | None, pool_size: int = 4 * ENDPOINT_CONCURRENCY):
-        self.ca_bundle = ca_bundle
-        self.session = requests.Session()
-        # Environment proxies would route around the address pinning; cookies set by one
-        # company's receiver must never travel to another's.
-        self.session.trust_env = False
-        self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-        adapter = _PinnedAdapter(_ssl_context(ca_bundle), pool_connections=256, pool_maxsize=pool_size,
-                                 max_retries=0)
-        self.session.mount("https://", adapter)
-        self.session.mount("http://", HTTPAdapter(max_retries=0))
-
-    def post(self, target: ssrf.Target, addresses: list[ssrf.IPAddress], body: bytes,
-             headers: dict[str, str]) -> Response:
-        """POST `body` to the first vetted address that accepts a connection. Never raises."""
-        started = time.monotonic()
-        headers = {**headers, "Host": target.host_header, "User-Agent": USER_AGENT}
-        error: requests.RequestException | None = None
-        for address in addresses[:MAX_ADDRESSES]:
-            prepared = requests.PreparedRequest()
-            prepared.prepare(method="POST", url=f"https://{_url_host(address)}:{target.port}{target.path}",
-                             headers=headers, data=body)
-            prepared.pinned_hostname = target.hostname  # type: ignore[attr-defined]
-            try:
-                # Redirects are never followed: a 3xx is a failure, and following one would
-                # bypass the address check.
-                response = self.session.send(prepared, timeout=TIMEOUT, allow_redirects=False, stream=True)
-            except requests.RequestException as raised:
-                error = raised
-                if _never_connected(raised):
-                    continue
-                break
-            return self._read(response, started)
-        assert error is not None
-        return Response(None, int((time.monotonic() - started) * 1000), error=_describe(error), unreachable=True)
-
-    @staticmethod
-    def _read(response: requests.Response, started: float) -> Response:
-        deadline = started + TIMEOUT
-        excerpt = bytearray()
-        read = 0
-        try:
-            for chunk in response.iter_content(8192):
-                if len(excerpt) < webhooks.EXCERPT_BYTES:
-                    excerpt += chunk[:webhooks.EXCERPT_BYTES - len(excerpt)]
-                read += len(chunk)
-                # Bounded: a receiver streaming a huge or endless body costs us nothing more.
-                if read >= MAX_RESPONSE_READ or time.monotonic() > deadline:
-                    break
-        except requests.RequestException:
-            pass  # the status line already tells the outcome
-        finally:
-            response.close()
-        status = response.status_code
-        result = Response(status, int((time.monotonic() - started) * 1000),
-                          excerpt=excerpt.decode("utf-8", "ignore") if excerpt else None)
-        if 300 <= status < 400:
-            result.error = f"HTTP {status}: redirects are not followed; answer 2xx at the registered URL"
-        elif not result.ok:
-            result.error = f"HTTP {status}"
-            if status in (429, 503):
-                result.retry_after = _retry_after(response.headers.get("Retry-After"))
-        return result
-
-
-_client_lock = threading.Lock()
-_client: DeliveryClient | None = None
-
-
-def delivery_client() -> DeliveryClient:
-    """The shared client, rebuilt only if the configured CA bundle changes."""
-    global _client
-    bundle = get_settings().webhook_ca_bundle
-    with _client_lock:
-        if _client is None or _client.ca_bundle != bundle:
-            _client = DeliveryClient(bundle)
-        return _client
-
-
-def vetted_addresses(target: ssrf.Target) -> list[ssrf.IPAddress]:
-    return ssrf.vet(target, allow_private=get_settings().webhook_allow_private)
-
-
-def post_signed(client: DeliveryClient, target: ssrf.Target, addresses: list[ssrf.IPAddress], secret: str,
-                event_id: str, event_name: str, body: bytes) -> Response:
-    """One signed attempt; the timestamp is taken now, so each retry carries a fresh one."""
-    timestamp = int(time.time())
-    return client.post(target, addresses, body,
-                       webhooks.signed_headers(secret, event_id, event_name, body, timestamp))
-
-
-# --- drains --------------------------------------------------------------------------------
-
-
-_slots_lock = threading.Lock()
-_slots: threading.BoundedSemaphore | None = None
-
-
-def _drain_slots() -> threading.BoundedSemaphore:
-    """Drains may hold at most half of this process's worker threads: the rest stay free for
-    sending campaigns and messages whatever the receivers do."""
-    global _slots
-    with _slots_lock:
-        if _slots is None:
-            _slots = threading.BoundedSemaphore(max(2, get_settings().worker_threads // 2))
-        return _slots
-
-
-@dataclass
-class DrainStats:
-    attempted: int = 0
-    delivered: int = 0
-    failed: int = 0
-    ran: bool = False
-
-
-def _outcome(work: Work, attempted_at: dt.datetime, response: Response) -> Outcome:
-    operations.observe_webhook_delivery(response.ok, response.status_code, response.unreachable,
-                                        response.latency_ms, work.attempt)
-    return Outcome(work.delivery_id, work.attempt, work.max_attempts, attempted_at, response.ok,
-                   response.status_code, response.latency_ms, response.excerpt, response.error,
-                   response.retry_after, response.unreachable)
-
-
-def _refused(work: Work, attempted_at: dt.datetime, reason: str) -> Outcome:
-    return Outcome(work.delivery_id, work.attempt, work.max_attempts, attempted_at, False,
-                   error=f"refused: {reason}")
-
-
-def _not_sent(work: Work, attempted_at: dt.datetime, streak: int) -> Outcome:
-    return Outcome(work.delivery_id, work.attempt, work.max_attempts, attempted_at, False, unreachable=True,
-                   error=f"not sent: the endpoint failed {streak} connections in a row")
-
-
-def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
-          slice_seconds: float = DRAIN_SLICE_SECONDS, woke_for: dt.datetime | None = None) -> DrainStats:
-    """Deliver what is due to one endpoint; the body of `drain_endpoint`, callable directly
-    with a clock (the retry schedule is computed from `clock()`). `woke_for` is the retry time
-    a scheduled drain was queued for."""
-    stats = DrainStats()
-    if woke_for is not None:
-        early = (woke_for - clock()).total_seconds()
-        if early > 0:
-            time.sleep(min(early, WAKE_EARLY))
-        # This wake is used: whatever this drain finds, the next retry gets a drain of its own.
-        webhooks.take_wake(endpoint_id, woke_for)
-    slots = _drain_slots()
-    if not slots.acquire(blocking=False):
-        drain_endpoint.schedule(args=(endpoint_id,), delay=1)
-        return stats
-    again = False
-    try:
-        lease = webhooks.acquire_drain(endpoint_id, clock(), LEASE_SECONDS)
-        if lease is None:
-            # Another drain has it and will see what is due, unless its worker died: then the
-            # lease lapses within LEASE_SECONDS, and someone must come back to take it over.
-            _come_back_when_lease_ends(endpoint_id)
-            return stats
-        stats.ran = True
-        holder = _Lease(endpoint_id, lease)
-        freed = webhooks.release_claims(endpoint_id, clock())
-        if freed:
-            log.warning("endpoint %s: %d deliveries claimed by an earlier drain go out again", endpoint_id, freed)
-        try:
-            _pump(endpoint_id, clock, slice_seconds, stats, holder)
-        finally:
-            # Given back even across a storage restart: a lease left behind would hold the
-            # endpoint's deliveries up for LEASE_SECONDS.
-            outlast_outage(lambda: webhooks.release_drain(endpoint_id, holder.until), what="a drain's lease")
-        # Checked after the release: a delivery that became due while this drain was finishing
-        # had its own drain turned away by the lease, so it is picked up here.
-        now = clock()
-        if webhooks.has_due(endpoint_id, now):
-            again = True
-        else:
-            wake = webhooks.plan_wake(endpoint_id, now)
-            if wake is not None:
-                drain_endpoint.schedule(args=(endpoint_id, wake), eta=_eta(wake - dt.timedelta(seconds=WAKE_EARLY)))
-    finally:
-        slots.release()
-    if again:
-        drain_endpoint(endpoint_id)  # to the back of the queue: other work gets its turn
-    return stats
-
-
-def _come_back_when_lease_ends(endpoint_id: int) -> None:
-    """Schedule one drain at the end of the endpoint's current lease (one per lease, however many
-    drains it turned away)."""
-    endpoint = WebhookEndpoint.get_or_none(WebhookEndpoint.id == endpoint_id)
-    if endpoint is None or endpoint.drain_until is None:
-        return
-    key = f"webhooks:lease-ends:{endpoint_id}:{endpoint.drain_until.isoformat()}"
-    if counters().incr([key], 3600)[key] == 1:
-        drain_endpoint.schedule(args=(endpoint_id,), eta=_eta(endpoint.drain_until + dt.timedelta(seconds=0.5)))
-
-
-def _eta(at: dt.datetime) -> dt.datetime:
-    """A time for the queue's `eta`, which drops the fraction of a second from a naive one."""
-    return at.replace(tzinfo=dt.UTC)
-
-
-@dataclass
-class _Lease:
-    endpoint_id: int
-    until: dt.datetime
-
-
-def _pump(endpoint_id: int, clock: Callable[[], dt.datetime], slice_seconds: float, stats: DrainStats,
-          lease: _Lease) -> None:
-    """Claim, send and record until nothing is due, the slice is over, or the endpoint is unreachable.
-
-    The sender threads only do HTTP; this thread alone touches the database, so claims and
-    records overlap with requests in flight instead of pausing them.
-    """
-    endpoint = WebhookEndpoint.get_or_none(WebhookEndpoint.id == endpoint_id)
-    if endpoint is None or endpoint.status != "active":
-        return
-    secret = endpoint.signing_secret
-    client = delivery_client()
-    started = last_record = last_lease = time.monotonic()
-    # The senders pull from a plain queue and hand back an outcome (or what they raised): one put and
-    # one get a delivery, where an executor's future, condition and callback cost the drain
-    # thread as much interpreter time as recording the outcomes.
-    pending: queue.SimpleQueue[tuple[Work, ssrf.Target, list[ssrf.IPAddress]] | None] = queue.SimpleQueue()
-    finished: queue.SimpleQueue[Outcome | BaseException] = queue.SimpleQueue()
-    inflight = 0  # queued for the senders or on the wire
-    outcomes: list[Outcome] = []
-    unreachable_streak = 0
-    latency = 1.0  # seconds per request, a moving average; pessimistic until answers come in
-    claiming = True
-    vetted: tuple[float, ssrf.Target, list[ssrf.IPAddress]] | None = None  # (when, target, addresses)
-
-    def attempt(work: Work, target: ssrf.Target, addresses: list[ssrf.IPAddress]) -> Outcome:
-        attempted_at = clock()
-        try:
-            response = post_signed(client, target, addresses, secret, work.event_id, work.event_name, work.body)
-        except Exception as error:  # one odd delivery must not take the drain down with it
-            log.exception("webhook delivery %s failed unexpectedly", work.delivery_id)
-            response = Response(None, 0, error=f"internal error: {type(error).__name__}")
-        return _outcome(work, attempted_at, response)
-
-    def sender() -> None:
-        while (item := pending.get()) is not None:
-            try:
-                finished.put(attempt(*item))
-            except BaseException as error:  # handed to the drain, which raises it as before
-                finished.put(error)
-
-    senders = [threading.Thread(target=sender, name=f"webhook_{index}", daemon=True)
-               for index in range(ENDPOINT_CONCURRENCY)]
-    for thread in senders:
-        thread.start()
-    try:
-        while True:
-            # Keep the senders' queue topped up so they never wait on the database.
-            backlog = int(min(MAX_BACKLOG, max(2 * ENDPOINT_CONCURRENCY,
-                                               ENDPOINT_CONCURRENCY * BACKLOG_SECONDS / max(latency, 0.001))))
-            if claiming and inflight < backlog // 2:
-                if time.monotonic() - started >= slice_seconds:
-                    claiming = False
-                else:
-                    try:
-                        works = webhooks.claim_due(endpoint_id, backlog - inflight, clock())
-                    except Exception as error:
-                        if not storage_unavailable(error):
-                            raise
-                        # Finish and record what is on the wire; the next drain claims the rest.
-                        log.warning("drain of endpoint %s stops claiming: %s", endpoint_id, error)
-                        works = []
-                    if not works:
-                        claiming = False
-                    else:
-                        try:
-                            # Checked again every VET_SECONDS: a name that now resolves inward
-                            # is refused. Between checks the connections still go to the vetted
-                            # addresses only, so a DNS change can delay the refusal, never
-                            # redirect a POST.
-                            if vetted is None or time.monotonic() - vetted[0] >= VET_SECONDS:
-                                target = ssrf.parse_target(endpoint.url)
-                                vetted = (time.monotonic(), target, vetted_addresses(target))
-                            _at, target, addresses = vetted
-                        except ssrf.UnsafeTarget as error:
-                            vetted = None
-                            outcomes.extend(_refused(work, clock(), str(error)) for work in works)
-                        else:
-                            for work in works:
-                                pending.put((work, target, addresses))
-                            inflight += len(works)
-            if inflight:
-                done = []
-                try:
-                    done.append(finished.get(timeout=RECORD_INTERVAL))
-                    # Let a few more finish before taking them: waking for each one would make
-                    # this thread compete with the senders for the interpreter.
-                    time.sleep(COLLECT_PAUSE)
-                    while True:
-                        done.append(finished.get_nowait())
-                except queue.Empty:
-                    pass
-                inflight -= len(done)
-                for outcome in done:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-                    outcomes.append(outcome)
-                    if outcome.latency_ms is not None:
-                        latency = 0.8 * latency + 0.2 * outcome.latency_ms / 1000
-                    unreachable_streak = unreachable_streak + 1 if outcome.unreachable else 0
-                if unreachable_streak >= UNREACHABLE_THRESHOLD:
-                    # The receiver is down: fail what is queued now rather than wait out a timeout
-                    # for each; those deliveries retry on their schedule like any failure. What a
-                    # sender already took comes back through `finished` as usual.
-                    claiming = False
-                    try:
-                        while True:
-                            work, _target, _addresses = pending.get_nowait()  # type: ignore[misc]
-                            inflight -= 1
-                            outcomes.append(_not_sent(work, clock(), unreachable_streak))
-                    except queue.Empty:
-                        pass
-            now_monotonic = time.monotonic()
-            if outcomes and (len(outcomes) >= RECORD_BATCH or not inflight
-                             or now_monotonic - last_record >= RECORD_INTERVAL):
-                # The POSTs were made: their record waits out a storage restart rather than be
-                # lost, which would leave the deliveries claimed (and resent) CLAIM_SECONDS later.
-                outlast_outage(functools.partial(webhooks.record, endpoint_id, outcomes), what="webhook attempts")
-                stats.attempted += len(outcomes)
-                stats.delivered += sum(1 for outcome in outcomes if outcome.ok)
-                stats.failed += sum(1 for outcome in outcomes if not outcome.ok)
-                outcomes = []
-                last_record = now_monotonic
-            if now_monotonic - last_lease >= LEASE_SECONDS / 4:
-                try:
-                    extended = webhooks.extend_drain(endpoint_id, lease.until, clock(), LEASE_SECONDS)
-                except Exception as error:
-                    if not storage_unavailable(error):
-                        raise
-                    extended = None
-                if extended is None:
-                    claiming = False  # lapsed and taken over: finish what is in flight, claim no more
-                else:
-                    lease.until = extended
-                last_lease = now_monotonic
-            if not claiming and not inflight and not outcomes:
-                return
-
-    finally:
-        # Whatever is still queued goes out before the senders stop, as an executor's shutdown
-        # would: those deliveries are claimed, and their outcomes are already lost with the drain.
-        for _thread in senders:
-            pending.put(None)
-        for thread in senders:
-            thread.join()
 
 @task()
 def drain_endpoint(endpoint_id: int, woke_for: dt.datetime | None = None) -> None:
     drain(endpoint_id, woke_for=woke_for)
 
 
-# --- fan-out, notification, sweeps ---------------------------------------------------------
+def _requeue(endpoint_id: int, *, delay: float | None = None, eta: dt.datetime | None = None,
+             woke_for: dt.datetime | None = None) -> None:
+    if delay is None and eta is None:
+        drain_endpoint(endpoint_id)
+    else:
+        args = (endpoint_id,) if woke_for is None else (endpoint_id, woke_for)
+        drain_endpoint.schedule(args=args, delay=delay, eta=eta)
+
+
+delivery.on_requeue(_requeue)
+delivery.on_attempt(operations.observe_webhook_delivery)
 
 
 def run_fan_out() -> int:
@@ -553,8 +56,7 @@ def run_fan_out() -> int:
     while True:
         result = webhooks.fan_out(FAN_OUT_BATCH)
         total += result.events
-        for endpoint_id in sorted(result.endpoint_ids):
-            drain_endpoint(endpoint_id)
+        start_drains(result.endpoint_ids)
         if result.events == 0:
             return total
 
@@ -615,27 +117,3 @@ def prune_delivery_log() -> None:
 def start_drains(endpoint_ids) -> None:
     for endpoint_id in sorted(endpoint_ids):
         drain_endpoint(endpoint_id)
-
-
-# --- the test event ------------------------------------------------------------------------
-
-
-@dataclass
-class PingResult:
-    event_id: str
-    url: str
-    response: Response
-
-
-def send_test(endpoint: WebhookEndpoint) -> PingResult:
-    """POST a signed `webhook.ping` to the endpoint now, through the same checks as deliveries."""
-    event_id = new_id("evt_")
-    body = webhooks.ping_body(endpoint, event_id)
-    try:
-        target = ssrf.parse_target(endpoint.url)
-        addresses = vetted_addresses(target)
-    except ssrf.UnsafeTarget as error:
-        return PingResult(event_id, endpoint.url, Response(None, 0, error=f"refused: {error}"))
-    response = post_signed(delivery_client(), target, addresses, endpoint.signing_secret, event_id,
-                           webhooks.PING_EVENT, body)
-    return PingResult(event_id, endpoint.url, response)

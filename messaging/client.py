@@ -149,6 +149,14 @@ class GraphClient:
                 return
             params = {**params, "after": after}
 
+    def create_template(self, waba_id: str, token: str, template: Mapping[str, Any]) -> dict[str, Any]:
+        """Submit a template for review: `{id, status, category}` as the platform answers."""
+        return self._request("POST", f"{waba_id}/message_templates", token, payload=template)
+
+    def delete_template(self, waba_id: str, token: str, name: str) -> None:
+        """Delete every language of the template `name` from the business account."""
+        self._request("DELETE", f"{waba_id}/message_templates", token, params={"name": name})
+
     def exchange_code(self, code: str) -> str:
         """Trade an embedded-signup code for the business's access token."""
         if not self.app_id or not self.app_secret:

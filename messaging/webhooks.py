@@ -144,6 +144,28 @@ class TemplateStatusUpdate:
     language: str | None
     status: str
     reason: str | None = None
+    # What the platform adds about a pause, a lock or a disable (`other_info`, `disable_info`).
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateQualityUpdate:
+    waba_id: str
+    template_id: str | None
+    name: str | None
+    language: str | None
+    quality_score: str
+    previous_quality_score: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateCategoryUpdate:
+    waba_id: str
+    template_id: str | None
+    name: str | None
+    language: str | None
+    category: str
+    previous_category: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +190,8 @@ Update = (
     | InboundMessage
     | EchoMessage
     | TemplateStatusUpdate
+    | TemplateQualityUpdate
+    | TemplateCategoryUpdate
     | PhoneQualityUpdate
     | AccountUpdate
     | SyncedContact
@@ -202,6 +226,24 @@ def parse_notification(payload: Any) -> list[Update]:
                 continue
             updates.extend(parser(waba_id, value))
     return updates
+
+
+def status_callbacks(payload: Any) -> list[str]:
+    """The `biz_opaque_callback_data` of every status in one webhook body, read without parsing
+    anything else: what the body may prove about sends, known before anyone applies it."""
+    found: dict[str, None] = {}  # in order, once each
+    if not isinstance(payload, Mapping):
+        return []
+    for entry in _dicts(payload.get("entry")):
+        for change in _dicts(entry.get("changes")):
+            value = change.get("value")
+            if change.get("field") != "messages" or not isinstance(value, Mapping):
+                continue
+            for item in _dicts(value.get("statuses")):
+                callback = item.get("biz_opaque_callback_data")
+                if isinstance(callback, str) and callback:
+                    found[callback] = None
+    return list(found)
 
 
 def _parse_messages_field(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
@@ -267,7 +309,45 @@ def _parse_template_status(waba_id: str, value: Mapping[str, Any]) -> Iterator[U
         language=_str_or_none(value.get("message_template_language")),
         status=event,
         reason=_str_or_none(value.get("reason")),
+        detail=_template_detail(value),
     )
+
+
+def _template_detail(value: Mapping[str, Any]) -> str | None:
+    other = value.get("other_info")
+    if isinstance(other, Mapping):
+        parts = [_str_or_none(other.get("title")), _str_or_none(other.get("description"))]
+        return ": ".join(part for part in parts if part) or None
+    disable = value.get("disable_info")
+    if isinstance(disable, Mapping) and disable.get("disable_date") is not None:
+        return f"disabled on {disable.get('disable_date')}"
+    return None
+
+
+def _template_identity(value: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+    template_id = value.get("message_template_id")
+    return (str(template_id) if template_id is not None else None,
+            _str_or_none(value.get("message_template_name")),
+            _str_or_none(value.get("message_template_language")))
+
+
+def _parse_template_quality(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
+    score = _str_or_none(value.get("new_quality_score"))
+    if score is None:
+        return
+    template_id, name, language = _template_identity(value)
+    yield TemplateQualityUpdate(waba_id=waba_id, template_id=template_id, name=name, language=language,
+                                quality_score=score,
+                                previous_quality_score=_str_or_none(value.get("previous_quality_score")))
+
+
+def _parse_template_category(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
+    category = _str_or_none(value.get("new_category"))
+    if category is None:
+        return
+    template_id, name, language = _template_identity(value)
+    yield TemplateCategoryUpdate(waba_id=waba_id, template_id=template_id, name=name, language=language,
+                                 category=category, previous_category=_str_or_none(value.get("previous_category")))
 
 
 def _parse_quality(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
@@ -301,6 +381,8 @@ _PARSERS: dict[Any, Callable[[str, Mapping[str, Any]], Iterator[Update]]] = {
     "messages": _parse_messages_field,
     "smb_message_echoes": _parse_echoes,
     "message_template_status_update": _parse_template_status,
+    "message_template_quality_update": _parse_template_quality,
+    "template_category_update": _parse_template_category,
     "phone_number_quality_update": _parse_quality,
     "account_update": _parse_account_update,
     "smb_app_state_sync": _parse_app_state_sync,

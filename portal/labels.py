@@ -102,6 +102,13 @@ LABELS: dict[str, dict[str, str]] = {
         "in_appeal": NC_("template", "in appeal"),
         "pending_deletion": NC_("template", "pending deletion"),
         "limit_exceeded": NC_("template", "limit exceeded"),
+        "archived": NC_("template", "archived"),
+        "deleted": NC_("template", "deleted"),
+    },
+    "button": {
+        "QUICK_REPLY": NC_("button", "quick reply"),
+        "URL": NC_("button", "link (URL)"),
+        "PHONE_NUMBER": NC_("button", "phone number"),
     },
     "category": {
         "MARKETING": NC_("category", "marketing"),

@@ -422,6 +422,8 @@ NOTICES = {
     "replayed": N_("Replay queued: the deliveries appear in the log below."),
     "campaign_cancelled": N_("The campaign is cancelled and its reserved credits released."),
     "payment_recorded": N_("The payment is recorded and debt.payment_received emitted."),
+    "template_submitted": N_("Template submitted: it stays pending until the platform reviews it."),
+    "template_deleted": N_("Template deleted on the platform and here."),
     "invited": N_("Invitation created."),
     "role_changed": N_("Role changed."),
     "user_removed": N_("User removed; their sessions ended."),

@@ -10,6 +10,7 @@ from jobs import webhooks as delivery
 from models.clock import utcnow
 from models.errors import NotFound
 from models.events import webhooks
+from models.events.delivery.ping import send_test
 from models.events.tables import ALL_EVENTS, CORE_EVENTS, DELIVERY_STATUSES, WebhookDelivery, WebhookEndpoint
 from models.store.db import atomic
 from portal.errors import CHECK_THE_FORM
@@ -62,7 +63,7 @@ class EndpointTest:
     @page(write="webhooks")
     def on_post(self, req, resp, endpoint_id: str):
         endpoint = webhooks.get_endpoint(ctx(req).tenant_id, endpoint_id, kind=None)
-        result = delivery.send_test(endpoint)
+        result = send_test(endpoint)
         audit(req, "webhook.test_sent", endpoint.public_id, {"status_code": result.response.status_code})
         _show(req, resp, test={"endpoint": endpoint, "result": result})
 

@@ -15,7 +15,7 @@ from svcctl import operations, processes
 GROUPS = {"db": "db", "tenants": "tenants", "keys": "keys", "credits": "credits",
           "access-requests": "access_requests", "accounts": "accounts", "templates": "templates",
           "campaigns": "campaigns", "cartera": "receivables", "payments": "payments", "webhooks": "webhooks",
-          "portal": "portal", "secrets": "secrets", "sim": "sim"}
+          "inbox": "inbox", "portal": "portal", "secrets": "secrets", "sim": "sim"}
 
 
 class LazyGroups(TyperGroup):

@@ -17,6 +17,7 @@ from svcctl.output import JSON_OPTION, err, out, print_json, table, with_databas
 def snapshot() -> dict:
     """Everything the view shows, read now: processes, queue, campaigns, pace, webhooks, credits."""
     from jobs.queue import huey
+    from models.inbox import batches
     from models.operations import heartbeats, state
 
     now = time.time()
@@ -28,6 +29,7 @@ def snapshot() -> dict:
         "outbox": state.outbox(),
         "webhooks": state.webhook_backlog_by_endpoint(),
         "platform": state.platform_webhooks(),
+        "parked_batches": [item.as_dict() for item in batches.parked_batches(limit=10)],
         "credits_reserved": [{"tenant": tenant, "reserved": reserved}
                              for tenant, reserved in state.credits_reserved_by_tenant().items()],
     }
@@ -70,10 +72,16 @@ def render(data: dict) -> Group:
     processes, stopped = _processes(data["processes"])
     outbox, platform = data["outbox"], data["platform"]
     queue = table("queue", ("pending", "scheduled"), [(data["queue"]["pending"], data["queue"]["scheduled"])])
-    backlog = table("outbox and platform webhooks", ("events", "oldest", "deliveries", "oldest", "batches"),
+    backlog = table("outbox and platform webhooks", ("events", "oldest", "deliveries", "oldest", "batches",
+                                                     "parked"),
                     [(outbox["events_pending"], _seconds(outbox["oldest_event_age_seconds"]),
                       outbox["deliveries_pending"], _seconds(outbox["oldest_delivery_age_seconds"]),
-                      platform["batches_pending"])])
+                      platform["batches_pending"],
+                      Text(str(platform["batches_parked"]), style="bold red" if platform["batches_parked"] else ""))])
+    # Each parked batch waits for an operator (`svcctl inbox retry`): named, with why.
+    parked = _listing("parked platform batches (svcctl inbox parked)", ("id", "attempts", "sends named", "last error"),
+                      [(item["id"], item["attempts"], item["sends_named"], item["last_error"])
+                       for item in data["parked_batches"]])
     campaigns = _listing("campaigns running", ("campaign", "tenant", "done", "total", "msg/s"),
                          [(item["campaign"], item["tenant"], item["done"], item["total"], item["rate"])
                           for item in data["campaigns"]])
@@ -86,7 +94,7 @@ def render(data: dict) -> Group:
                          for item in data["webhooks"]])
     credits = _listing("credits reserved by company", ("tenant", "reserved"),
                        [(item["tenant"], item["reserved"]) for item in data["credits_reserved"]])
-    return Group(processes, stopped, queue, backlog, campaigns, numbers, webhooks, credits)
+    return Group(processes, stopped, queue, backlog, parked, campaigns, numbers, webhooks, credits)
 
 
 @with_database
@@ -94,7 +102,8 @@ def status(as_json: bool = JSON_OPTION,
            interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between reads."),
            once: bool = typer.Option(False, "--once", help="Print one view and exit.")):
     """The service at a glance: API workers and consumers with their heartbeats, queue depth, running campaigns,
-    per-number pace, webhook backlog, credits reserved. Live until Ctrl-C; --json prints once."""
+    per-number pace, webhook backlog, parked platform batches, credits reserved. Live until Ctrl-C; --json prints
+    once."""
     if as_json:
         print_json(snapshot())
         return

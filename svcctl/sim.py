@@ -51,6 +51,8 @@ def run(
     shuffle: bool = typer.Option(False, "--shuffle", help="Deliver webhooks out of order."),
     delivered_delay: float = typer.Option(0.05, "--delivered-delay", help="Seconds to 'delivered'."),
     read_delay: float = typer.Option(0.1, "--read-delay", help="Seconds to 'read'."),
+    review_delay: float = typer.Option(0.5, "--review-delay",
+                                       help="Seconds from a template's submission to its review."),
     data_dir: str = typer.Option(
         "./var", "--data-dir", envvar="SVC_DATA_DIR",
         help="Where the simulator keeps its numbers, tokens, templates and sends across restarts.",
@@ -80,7 +82,8 @@ def run(
         serve_forever(
             bind, webhook_url=webhook_url, app_secret=app_secret, mps=mps,
             duplicate_rate=duplicate_rate, shuffle=shuffle,
-            delivered_delay=delivered_delay, read_delay=read_delay, data_dir=data_dir, on_ready=ready,
+            delivered_delay=delivered_delay, read_delay=read_delay, review_delay=review_delay, data_dir=data_dir,
+            on_ready=ready,
         )
     except OSError as error:
         fail(f"cannot listen on {bind}: {error}")

@@ -11,6 +11,7 @@ from jobs import webhooks as delivery
 from models.clock import isoformat, to_utc_naive, utcnow
 from models.errors import Invalid, NotFound
 from models.events import webhooks
+from models.events.delivery.ping import send_test
 from models.events.tables import WebhookDelivery, WebhookEndpoint
 from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, print_json, record, show, styled, table, with_database
@@ -111,7 +112,7 @@ def replay(event_id: str = typer.Argument(None, help="An evt_ id."),
 def test_endpoint(endpoint_id: str = typer.Argument(..., help="A whend_ id."), as_json: bool = JSON_OPTION):
     """Send a signed `webhook.ping` to an endpoint now and print what it answered."""
     endpoint = webhooks.find_endpoint(endpoint_id)
-    result = delivery.send_test(endpoint)
+    result = send_test(endpoint)
     response = result.response
     data = {"endpoint_id": endpoint.public_id, "url": result.url, "event_id": result.event_id,
             "delivered": response.ok, "status_code": response.status_code, "latency_ms": response.latency_ms,

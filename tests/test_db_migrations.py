@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
+import orjson
 import pytest
 from playhouse.migrations import Runner
 
 from config import load_settings, use_settings
 from models import setup
-from models.numbers.tables import MessagingAccount
+from models.numbers.tables import MessagingAccount, PlatformWebhookBatch
 from models.receivables.debts import refresh_overdue
 from models.receivables.tables import (
     Allocation,
@@ -126,3 +127,25 @@ def test_a_company_and_its_users_of_the_release_before_read_the_portal_as_before
     with connection():
         assert Tenant.get_by_id(tenant.id).locale == "en_US"
         assert PortalUser.get(PortalUser.public_id == "usr_before").language is None
+
+
+def test_platform_batches_of_the_release_before_name_the_sends_their_statuses_prove(migrated_to):
+    """0025_parked_platform_batches: a batch not processed yet gets the callback data of its
+    statuses (recovery holds back only those sends for it); none is parked."""
+    migrated_to("0023_languages")
+    status = {"id": "wamid.B", "status": "sent", "timestamp": "1", "recipient_id": "5691",
+              "biz_opaque_callback_data": "rcp_before"}
+    body = orjson.dumps({"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [
+        {"field": "messages", "value": {"metadata": {"phone_number_id": "pn"}, "statuses": [status]}}]}]}).decode()
+    with connection():
+        for processed_at in (None, WHEN):
+            execute('INSERT INTO "platform_webhook_batch" ("body", "received_at", "processed_at", "attempts") '
+                    'VALUES (?, ?, ?, ?)', [body, WHEN, processed_at, 0])
+        execute('INSERT INTO "platform_webhook_batch" ("body", "received_at", "attempts") VALUES (?, ?, ?)',
+                ["{not json", WHEN, 3])
+
+    assert "0025_parked_platform_batches" in upgrade()
+
+    with connection():
+        rows = list(PlatformWebhookBatch.select().order_by(PlatformWebhookBatch.id))
+        assert [(row.callbacks, row.parked_at) for row in rows] == [("rcp_before", None), (None, None), ("", None)]

@@ -337,3 +337,44 @@ def test_a_message_whose_window_closed_while_it_waited_fails_unsent(client, alic
     assert replay_ledger(alice.id) == (1000, 0)
     failed = Event.get((Event.tenant == alice.id) & (Event.name == "message.failed")).payload
     assert failed["error"]["code"] == "outside_24h_window" and failed["message_id"] == message.public_id
+
+
+def test_a_stuck_message_waits_only_for_a_batch_that_names_it(client, alice, number, customer, queue_only):
+    import datetime as dt
+
+    import orjson
+
+    from models.clock import utcnow
+    from models.inbox import batches
+    from models.numbers.tables import CLAIM_TIMEOUT, PlatformWebhookBatch
+    from models.sending import messages
+    from models.sending.message_store import MessageStore
+    from models.sending.recovery import recover_stuck
+    from tests.accounts_fixtures import messages_value, notification
+
+    other = wa()
+    let_write(number, other)
+    proven, lost = (messages.create_message(alice.id, messages.MessageInput.model_validate(text_body(number, to)))
+                    for to in (customer, other))
+    store = MessageStore()
+    earlier = utcnow() - dt.timedelta(seconds=30)
+    assert len(store.claim({number.id: 2}, {p.account_id: p for p in store.plan()}, "deadengine.1",
+                           now=earlier)) == 2
+    # The platform's `sent` for one of them, in a batch a worker was holding when it died.
+    value = messages_value(number, statuses=[{"id": "wamid.MSGHELD", "status": "sent", "timestamp": str(int(
+        earlier.replace(tzinfo=dt.UTC).timestamp())), "recipient_id": customer,
+        "biz_opaque_callback_data": proven.public_id}])
+    with batches.atomic():
+        batch = batches.store_batch(orjson.dumps(notification(number.business_account_id, "messages", value)))
+    assert batches.take(batch.id)
+
+    assert recover_stuck() == 1
+    assert (Message.get_by_id(lost.id).status, Message.get_by_id(lost.id).error_code) == ("failed", "send_unconfirmed")
+    assert Message.get_by_id(proven.id).status == "queued"
+    PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
+        PlatformWebhookBatch.id == batch.id).execute()
+    assert batches.process_batch(batch.id).statuses == 1
+    stored = Message.get_by_id(proven.id)
+    assert (stored.status, stored.wam_id) == ("sent", "wamid.MSGHELD")
+    assert [e.payload["message_id"] for e in Event.select().where(Event.name == "message.failed")] == [lost.public_id]
+    assert wallet(alice.id).reserved == 0 and replay_ledger(alice.id)[1] == 0

@@ -15,7 +15,14 @@ from models.clock import utcnow
 from models.events.tables import Event
 from models.inbox import batches
 from models.numbers import accounts
-from models.numbers.tables import CLAIM_TIMEOUT, MessagingAccount, PlatformWebhookBatch, ProcessedMessage, Template
+from models.numbers.tables import (
+    CLAIM_TIMEOUT,
+    MAX_ATTEMPTS,
+    MessagingAccount,
+    PlatformWebhookBatch,
+    ProcessedMessage,
+    Template,
+)
 from tests.accounts_fixtures import *  # noqa: F403  (fixtures)
 from tests.accounts_fixtures import connect_number, messages_value, notification, signed_post, sqlite_only
 
@@ -247,6 +254,38 @@ def test_a_batch_claimed_by_a_live_worker_is_left_alone(client, alice):
         PlatformWebhookBatch.id == batch.id).execute()
     assert batches.process_batch(batch.id).claimed is True
     assert len(events("message.inbound.created")) == 1
+
+
+def test_a_batch_keeps_the_callback_data_of_its_statuses(client, alice):
+    account = account_of(client, alice)
+    statuses = [{"id": f"wamid.CB{n}", "status": "sent", "timestamp": str(int(time.time())),
+                 "recipient_id": "56911112222", "biz_opaque_callback_data": callback}
+                for n, callback in enumerate(["rcp_one", "msg_two", "rcp_one"])]
+    statuses.append({"id": "wamid.CB9", "status": "sent", "timestamp": str(int(time.time())),
+                     "recipient_id": "56911112222"})
+    payload = notification(account.business_account_id, "messages", messages_value(account, statuses=statuses))
+    payload["entry"][0]["changes"].append(inbound(account, "wamid.IN3")["entry"][0]["changes"][0])
+    signed_post(client, payload)
+    assert PlatformWebhookBatch.get().callbacks.split() == ["rcp_one", "msg_two"]
+
+
+def test_a_batch_failing_every_run_is_parked_with_its_error_and_can_be_retried(client, alice):
+    # A body no run can read (the intake refuses one now; a row can still hold it).
+    batch = PlatformWebhookBatch.create(body="{not json", callbacks="")
+    PlatformWebhookBatch.update(received_at=utcnow() - dt.timedelta(minutes=5)).execute()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        assert batches.pending_batches(dt.timedelta(seconds=15)) == [batch.id]
+        assert batches.process_batch(batch.id).claimed is True
+        row = PlatformWebhookBatch.get_by_id(batch.id)
+        assert row.attempts == attempt and row.claimed_at is None and row.last_error.startswith("JSONDecodeError")
+        assert (row.parked_at is not None) == (attempt == MAX_ATTEMPTS)
+    assert batches.pending_batches(dt.timedelta(seconds=15)) == []
+    assert batches.process_batch(batch.id).claimed is False
+    [parked] = batches.parked_batches()
+    assert (parked.id, parked.attempts, parked.sends_named) == (batch.id, MAX_ATTEMPTS, 0)
+    assert batches.retry_parked(batch.id) and not batches.retry_parked(batch.id)
+    assert PlatformWebhookBatch.get_by_id(batch.id).attempts == 0
+    assert batches.pending_batches(dt.timedelta(seconds=15)) == [batch.id]
 
 
 def test_the_same_wamid_in_two_concurrent_batches_is_reported_once(client, alice, storage):

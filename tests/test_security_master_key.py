@@ -38,7 +38,7 @@ def _leaks(key: str, haystack: str) -> set[str]:
 @pytest.fixture
 def demo_installation(tmp_path):
     """`svcctl up --sim` on a fresh data dir, with every secret left to its default."""
-    api_port, sim_port = free_port(), free_port()
+    api_port, sim_port, gateway_port = free_port(), free_port(), free_port()
     env = {name: value for name, value in os.environ.items()
            if name not in {"SVC_SECRET_KEY", "SVC_APP_SECRET", "SVC_VERIFY_TOKEN"}}
     env.update({"SVC_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1"})
@@ -46,7 +46,7 @@ def demo_installation(tmp_path):
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "svcctl.main", "up", "--sim", "--bind", f"127.0.0.1:{api_port}",
-             "--sim-bind", f"127.0.0.1:{sim_port}"],
+             "--sim-bind", f"127.0.0.1:{sim_port}", "--payments-sim-bind", f"127.0.0.1:{gateway_port}"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     api, sim = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{sim_port}"
     try:

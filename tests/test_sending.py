@@ -18,13 +18,19 @@ from models.clock import utcnow
 from models.events.tables import Event
 from models.inbox import batches
 from models.numbers import accounts
-from models.numbers.tables import CLAIM_TIMEOUT, BusinessInitiated, MessagingAccount, PlatformWebhookBatch
+from models.numbers.tables import (
+    CLAIM_TIMEOUT,
+    MAX_ATTEMPTS,
+    BusinessInitiated,
+    MessagingAccount,
+    PlatformWebhookBatch,
+)
 from models.sending.campaign_store import CampaignStore
 from models.sending.campaigns import campaign_credits
 from models.sending.engine import Engine
 from models.sending.fairness import fair_shares
 from models.sending.messenger import GraphMessenger
-from models.sending.recovery import HELD_BATCH_LIMIT, engine_key, recover_stuck
+from models.sending.recovery import engine_key, recover_stuck
 from models.sending.statuses import apply_status_updates
 from models.sending.tables import Campaign, CampaignRecipient
 from models.store.counters import SLOT_LEAD, counters, slot_interval, slot_phase
@@ -406,32 +412,52 @@ def test_recovery_waits_for_the_statuses_a_dead_worker_was_processing(alice, num
     batch = held_status_batch(number, "wamid.HELD", recipients(campaign)[accepted.wa_id],
                               earlier + dt.timedelta(seconds=1))
 
-    assert recover_stuck() == 0
-    assert {row.status for row in recipients(campaign).values()} == {"queued"}
-    # The claim times out, the intake takes the batch over, and only the send without evidence fails.
+    # Only the send the held batch names waits for it; the other has no evidence anywhere.
+    assert recover_stuck() == 1
+    rows = recipients(campaign)
+    assert rows[accepted.wa_id].status == "queued"
+    assert (rows[lost.wa_id].status, rows[lost.wa_id].error_code) == ("failed", "send_unconfirmed")
+    # The claim times out and the intake takes the batch over: the named send is proven, charged once.
     PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1)).where(
         PlatformWebhookBatch.id == batch.id).execute()
     assert batches.process_batch(batch.id).statuses == 1
-    assert recover_stuck() == 1
+    assert recover_stuck() == 0
     rows = recipients(campaign)
     assert (rows[accepted.wa_id].status, rows[accepted.wa_id].wam_id) == ("sent", "wamid.HELD")
-    assert (rows[lost.wa_id].status, rows[lost.wa_id].error_code) == ("failed", "send_unconfirmed")
     assert [e["recipient_id"] for e in events(alice.id, "message.failed")] == [rows[lost.wa_id].public_id]
     assert campaign_credits(Campaign.get_by_id(campaign.id)).consumed == 1
 
 
-def test_a_batch_held_past_the_limit_no_longer_holds_recovery_back(alice, number, queue_only):
-    campaign = create_for(alice, number, ["5215550301903"])
+def test_a_parked_batch_holds_back_only_the_sends_it_names(alice, number, queue_only):
+    campaign = create_for(alice, number, ["5215550301903", "5215550301904"])
     store = CampaignStore()
-    long_ago = utcnow() - HELD_BATCH_LIMIT - dt.timedelta(seconds=10)
-    [job] = store.claim({number.id: 1}, {p.account_id: p for p in store.plan()}, "deadengine.1", now=long_ago)
-    store.start([job], now=long_ago)
-    # A batch that keeps killing the workers that take it is claimed again and again.
-    held_status_batch(number, "wamid.POISON", recipients(campaign)[job.wa_id],
-                      long_ago + dt.timedelta(seconds=1))
+    long_ago = utcnow() - dt.timedelta(minutes=10)
+    named, other = store.claim({number.id: 2}, {p.account_id: p for p in store.plan()}, "deadengine.1",
+                               now=long_ago)
+    store.start([named, other], now=long_ago)
+    # A batch that killed every worker taking it, parked with its error.
+    batch = held_status_batch(number, "wamid.POISON", recipients(campaign)[named.wa_id],
+                              long_ago + dt.timedelta(seconds=1))
+    PlatformWebhookBatch.update(claimed_at=utcnow() - CLAIM_TIMEOUT - dt.timedelta(seconds=1),
+                                attempts=MAX_ATTEMPTS).where(PlatformWebhookBatch.id == batch.id).execute()
+    assert not batches.process_batch(batch.id).claimed
+    parked = PlatformWebhookBatch.get_by_id(batch.id)
+    assert parked.parked_at is not None and parked.last_error == batches.DIED
 
     assert recover_stuck() == 1
-    assert recipients(campaign)[job.wa_id].error_code == "send_unconfirmed"
+    rows = recipients(campaign)
+    assert (rows[other.wa_id].status, rows[other.wa_id].error_code) == ("failed", "send_unconfirmed")
+    assert rows[named.wa_id].status == "queued"  # proven by the parked batch: never failed first
+    # An operator retries it once the cause is fixed: the send is sent and charged once.
+    assert batches.retry_parked(batch.id)
+    assert batches.process_batch(batch.id).statuses == 1
+    rows = recipients(campaign)
+    assert (rows[named.wa_id].status, rows[named.wa_id].wam_id) == ("sent", "wamid.POISON")
+    campaign = Campaign.get_by_id(campaign.id)
+    assert (campaign.status, campaign_credits(campaign).consumed, campaign_credits(campaign).released) == (
+        "completed", 1, 1)
+    assert [e["recipient_id"] for e in events(alice.id, "message.sent")] == [rows[named.wa_id].public_id]
+    assert wallet(alice.id).reserved == 0
 
 
 @pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)

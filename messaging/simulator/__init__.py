@@ -4,8 +4,9 @@ simulate:
 
 - the Graph API it serves: `graph` (versions, routes, who may call what), `onboarding` (embedded
   signup, code exchange, app subscription, coexistence sync), `phone_numbers`, `messages` (sends,
-  mark-as-read, outages), `templates` (the listing; templates added or changed), `template_checks`
-  (a template send checked against its template);
+  mark-as-read, outages), `templates` (the listing; templates added or changed), `template_review`
+  (templates submitted, reviewed and deleted through Graph; recategorised, rated, paused and
+  unpaused later), `template_checks` (a template send checked against its template);
 - the webhooks it posts: `webhook_values` (what each one says), `webhook_sender` (batched, signed,
   duplicated, reordered and retried as the platform does);
 - the other side of a number's chats: `customers` (a customer writes or presses a button, the
@@ -17,10 +18,9 @@ simulate:
   process; `serve_forever` for `svcctl sim`), `httpserver`, `platform` (the parts every behaviour
   is handed, and the settings), `errors`.
 
-Where the next pieces go. Templates a business authors through Graph: the route in `graph`
-(`POST /{waba_id}/message_templates`), the operation and its review in `templates`, the status,
-quality and category webhooks' values in `webhook_values`. More of what a debtor does: the
-operation in `customers`, its route in `control`, the message in `webhook_values`.
+Where the next pieces go. More of what a debtor does: the operation in `customers`, its route in
+`control`, the message in `webhook_values`. More of a template's life: the operation in
+`template_review`, its route in `graph` or `control`, the webhook's value in `webhook_values`.
 
 Like the rest of `messaging/`, it imports nothing of the service. Import each module by its path:
 this file imports none of them.

@@ -13,6 +13,12 @@ operation `Simulator` offers in process.
                                  buttons: [{type: URL, text, url (a dynamic one ends in {{1}})}
                                  | {type: QUICK_REPLY, text}]; a body or buttons given for an
                                  existing template replace its components (an edit)
+    POST   /_sim/templates/quality   {name, language, quality: GREEN|YELLOW|RED|UNKNOWN}
+    POST   /_sim/templates/category  {name, language, category}: the platform recategorises it
+    POST   /_sim/templates/pause     {name, language}: quality RED, then paused (FIRST_PAUSE)
+    POST   /_sim/templates/unpause   {name, language}: a paused template approved again
+                                 (templates submitted through Graph are reviewed on their own,
+                                 `review_delay` seconds after: template_review)
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
     GET    /_sim/reads           every mark-as-read call (message_id, typing)
     POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
@@ -30,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from messaging.simulator import customers, messages, onboarding, phone_numbers, templates
+from messaging.simulator import customers, messages, onboarding, phone_numbers, template_review, templates
 from messaging.simulator.errors import ControlError
 from messaging.simulator.platform import Platform
 
@@ -63,6 +69,8 @@ def _route(platform: Platform, method: str, path: str, body: Any) -> Any:
             platform, parts[1], args.get("mps"), args.get("quality_rating"),
             args.get("messaging_limit_tier"), args.get("blocked", False),
         )
+    if route == ("POST", "templates") and len(parts) == 2:
+        return _template_health(platform, parts[1], args)
     if route == ("POST", "templates"):
         _require(args, "name", "language")
         options = {k: args[k] for k in ("status", "category", "body", "header", "reason", "buttons")
@@ -100,6 +108,22 @@ def _route(platform: Platform, method: str, path: str, body: Any) -> Any:
         platform.settings.configure(**args)
         return platform.config()
     raise ControlError(404, f"no {method} {path} in this simulator")
+
+
+def _template_health(platform: Platform, action: str, args: Mapping[str, Any]) -> Any:
+    _require(args, "name", "language")
+    name, language = str(args["name"]), str(args["language"])
+    if action == "quality":
+        _require(args, "quality")
+        return template_review.set_quality(platform, name, language, str(args["quality"]))
+    if action == "category":
+        _require(args, "category")
+        return template_review.recategorise(platform, name, language, str(args["category"]))
+    if action == "pause":
+        return template_review.pause(platform, name, language)
+    if action == "unpause":
+        return template_review.unpause(platform, name, language)
+    raise ControlError(404, f"no POST /_sim/templates/{action} in this simulator")
 
 
 def _require(args: Mapping[str, Any], *names: str) -> None:

@@ -5,6 +5,8 @@
     POST /{v}/{phone_number_id}/messages                          send, mark as read (messages)
     POST /{v}/{phone_number_id}/smb_app_data                      coexistence sync, once per type (onboarding)
     GET  /{v}/{waba_id}/message_templates?limit&after             cursor-paged templates (templates)
+    POST /{v}/{waba_id}/message_templates                         submit a template for review (template_review)
+    DELETE /{v}/{waba_id}/message_templates?name=                 delete every language of one (template_review)
     GET  /{v}/{waba_id}/phone_numbers                             the account's numbers (phone_numbers)
     GET|POST /{v}/{waba_id}/subscribed_apps                       webhook subscription (onboarding)
 
@@ -17,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from messaging.simulator import messages, onboarding, phone_numbers, templates
+from messaging.simulator import messages, onboarding, phone_numbers, template_review, templates
 from messaging.simulator.errors import GraphError
 from messaging.simulator.platform import Platform
 from messaging.simulator.records import SimNumber
@@ -76,6 +78,12 @@ def handle(
         if edge == "message_templates" and method == "GET":
             _authorize_waba(state, object_id, authorization)
             return templates.listing(state, object_id, query, version, base_url)
+        if edge == "message_templates" and method == "POST":
+            _authorize_waba(state, object_id, authorization)
+            return template_review.submit(platform, object_id, body)
+        if edge == "message_templates" and method == "DELETE":
+            _authorize_waba(state, object_id, authorization)
+            return template_review.delete(platform, query)
         if edge == "phone_numbers" and method == "GET":
             _authorize_waba(state, object_id, authorization)
             return phone_numbers.account_numbers(state)

@@ -24,6 +24,7 @@ class Settings:
     read_delay: float = 0.1
     duplicate_rate: float = 0.02  # the chance that a webhook POST is sent twice
     shuffle: bool = False  # webhooks out of order
+    review_delay: float = 0.5  # seconds from a template's submission to its review (template_review)
 
     def configure(self, **options: Any) -> None:
         unknown = set(options) - {setting.name for setting in fields(self)}
@@ -43,6 +44,7 @@ class Settings:
             "read_delay": self.read_delay,
             "duplicate_rate": self.duplicate_rate,
             "shuffle": self.shuffle,
+            "review_delay": self.review_delay,
         }
 
 

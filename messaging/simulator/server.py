@@ -41,6 +41,7 @@ class Simulator:
         mps: float = DEFAULT_MPS,
         delivered_delay: float = 0.05,
         read_delay: float = 0.1,
+        review_delay: float = 0.5,
         duplicate_rate: float = 0.02,
         shuffle: bool = False,
         batch_size: int = 100,
@@ -55,7 +56,7 @@ class Simulator:
         settings = Settings(
             webhook_url=webhook_url, app_secret=app_secret, default_mps=float(mps),
             delivered_delay=delivered_delay, read_delay=read_delay, duplicate_rate=duplicate_rate,
-            shuffle=shuffle,
+            shuffle=shuffle, review_delay=review_delay,
         )
         self.platform = Platform(
             state=PlatformState(sent_limit=sent_limit, files=StateFiles(data_dir) if data_dir else None,

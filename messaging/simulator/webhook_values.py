@@ -2,12 +2,12 @@
 
 - `messages`: the statuses of an accepted send; what a user sends (a text, a quick-reply press).
 - `smb_message_echoes`: what the business answers from its own app.
-- `phone_number_quality_update`, `message_template_status_update`.
+- `phone_number_quality_update`, `message_template_status_update`,
+  `message_template_quality_update`, `template_category_update`.
 - `smb_app_state_sync`, `history`: a coexistence sync.
 
 The behaviour that causes one builds its value here and hands it to `webhook_sender`. Another kind
-of webhook (a template's quality or category change, another message a user sends) is another
-function here.
+of webhook (another message a user sends) is another function here.
 """
 
 from __future__ import annotations
@@ -125,14 +125,42 @@ def quality_update(number: SimNumber, event: str) -> dict[str, Any]:
     }
 
 
-def template_status_update(template: dict[str, Any], reason: str | None) -> dict[str, Any]:
-    """`message_template_status_update`: the template's new status, and why where it says."""
-    return {
+def template_status_update(template: dict[str, Any], reason: str | None,
+                           other_info: dict[str, str] | None = None) -> dict[str, Any]:
+    """`message_template_status_update`: the template's new status, and why where it says
+    (`reason` for a rejection, `other_info` for a pause)."""
+    value = {
         "event": template["status"],
         "message_template_id": int(template["id"]),
         "message_template_name": template["name"],
         "message_template_language": template["language"],
-        "reason": reason,
+        "message_template_category": template["category"],
+        "reason": reason or "NONE",
+    }
+    if other_info:
+        value["other_info"] = other_info
+    return value
+
+
+def template_quality_update(template: dict[str, Any], previous: str | None) -> dict[str, Any]:
+    """`message_template_quality_update`: the template's quality rating moved."""
+    return {
+        "previous_quality_score": previous or "UNKNOWN",
+        "new_quality_score": template["quality_score"]["score"],
+        "message_template_id": int(template["id"]),
+        "message_template_name": template["name"],
+        "message_template_language": template["language"],
+    }
+
+
+def template_category_update(template: dict[str, Any], previous: str) -> dict[str, Any]:
+    """`template_category_update`: the platform moved the template to another category."""
+    return {
+        "message_template_id": int(template["id"]),
+        "message_template_name": template["name"],
+        "message_template_language": template["language"],
+        "previous_category": previous,
+        "new_category": template["category"],
     }
 
 

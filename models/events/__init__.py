@@ -9,6 +9,8 @@
 - `webhooks.py`: endpoints and their signing secrets, the fan-out of events into deliveries,
   claiming due deliveries and recording their attempts, replay and retention.
 - `ssrf.py`: which webhook targets the service is willing to connect to.
+- `delivery/`: the delivery engine: each endpoint's drain claims due deliveries, POSTs them
+  through the pinned client and records the outcomes (its own `__init__` lists its modules).
 
 This module imports none of them, so importing one stays cheap.
 """

@@ -6,8 +6,8 @@ acceptable only when every address its host resolves to is a global unicast addr
 private record among public ones is enough to refuse, since the connection could use it.
 
 The check runs when an endpoint is created and again at every delivery; the delivery then
-connects to the address vetted here (see `jobs.webhooks`), so a DNS answer that changes between
-the check and the connection cannot redirect it.
+connects to the address vetted here (see `models.events.delivery.client`), so a DNS answer that
+changes between the check and the connection cannot redirect it.
 """
 
 from __future__ import annotations

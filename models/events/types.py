@@ -101,6 +101,34 @@ class AccountPaused(EventBody):
     reason: str = Field(description="`platform_blocked: ` and the platform's error")
 
 
+# -- template.* -------------------------------------------------------------------------------
+
+
+class TemplateStatusChanged(EventBody):
+    """A template of the number changed: submitted for review, approved or rejected (with the
+    platform's reason), paused or unpaused, recategorised, its quality rating moved, or deleted.
+
+    Follows the platform's `message_template_status_update`, `message_template_quality_update`
+    and `template_category_update` webhooks, and the service's own create and delete."""
+
+    event: Literal["template.status_changed"]
+    account_id: str = Field(description="`wacc_` id of the number the template belongs to")
+    template_id: str | None = Field(description="the template's id on the platform")
+    name: str
+    language: str
+    change: Literal["submitted", "status", "quality", "category", "deleted"] = Field(
+        description="what changed: `submitted` (created through the service), `status`, `quality`, `category`, "
+                    "`deleted`")
+    status: str = Field(description="the status now: pending, approved, rejected, paused, disabled, deleted, ...")
+    previous_status: str | None
+    reason: str | None = Field(description="the platform's reason for a rejection (e.g. INVALID_FORMAT)")
+    detail: str | None = Field(description="what the platform said about a pause, pacing or a disable")
+    category: str | None
+    previous_category: str | None = Field(description="the category before the platform recategorised it")
+    quality_score: str | None = Field(description="GREEN, YELLOW, RED or UNKNOWN")
+    timestamp: dt.datetime
+
+
 # -- campaign.* -------------------------------------------------------------------------------
 
 
@@ -257,6 +285,7 @@ class DebtPaymentReceived(Enveloped):
 EVENT_TYPES: tuple[type[EventBody], ...] = (
     AccountConnected,
     AccountPaused,
+    TemplateStatusChanged,
     CampaignCreated,
     CampaignCompleted,
     MessageSent,

@@ -6,8 +6,8 @@
 - The signing secret is stored encrypted (models.store.secrets) and shown once, when created.
 - `fan_out` turns outbox events into one delivery per subscribed active endpoint; a delivery is
   retried on RETRY_SCHEDULE until delivered or `exhausted`. Every attempt is kept.
-- Nothing here talks to the network except the SSRF check's DNS lookups: `jobs.webhooks` claims
-  due deliveries (`claim_due`), POSTs them and hands the outcomes back (`record`).
+- Nothing here talks to the network except the SSRF check's DNS lookups: the delivery engine
+  (`delivery/`) claims due deliveries (`claim_due`), POSTs them and hands the outcomes back (`record`).
 
 Delivery statuses: `pending` (not attempted yet), `failed` (the last attempt failed, a retry is
 scheduled), `delivered`, `exhausted` (every attempt failed), `cancelled` (the endpoint was
@@ -356,7 +356,7 @@ class Work(NamedTuple):
 
 @dataclass
 class Outcome:
-    """What one attempt produced; `jobs.webhooks` fills it in, `record` stores it."""
+    """What one attempt produced; the delivery engine fills it in, `record` stores it."""
 
     delivery_id: int
     attempt: int

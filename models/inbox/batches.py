@@ -10,18 +10,25 @@ and a lost enqueue is made up for by a sweep:
   (what each kind of update does is models/inbox/updates.py);
 - status updates go to `models.sending.statuses.apply_status_updates`, which keeps statuses moving
   forward only.
+
+Every run that takes a batch counts an attempt. A run that does not finish -- it raised, or its
+worker died and its claim expired -- leaves its error on the batch; after `MAX_ATTEMPTS` such runs
+the batch is parked (`parked_at`), shown by `svcctl status`, `svcctl inbox parked` and the metrics,
+and left alone until `retry` gives it its attempts back.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from peewee import Case
 
-from messaging.webhooks import StatusUpdate, parse_notification
-from models.clock import utcnow
+from messaging.webhooks import StatusUpdate, parse_notification, status_callbacks
+from models.clock import isoformat, utcnow
 from models.inbox.updates import BatchOutcome, apply_update, remember_users_in_order
 from models.numbers.tables import CLAIM_TIMEOUT, MAX_ATTEMPTS, PlatformWebhookBatch
 from models.sending.statuses import apply_status_updates
@@ -30,18 +37,25 @@ from models.store.db import atomic, outlast_outage
 log = logging.getLogger(__name__)
 
 
-def store_batch(raw: bytes) -> PlatformWebhookBatch:
-    """Keep a verified POST for the worker; call inside a transaction."""
-    return PlatformWebhookBatch.create(body=raw.decode())
+# What a run that never finished leaves on its batch: nothing else is known of a worker that died.
+DIED = "the worker running it stopped before finishing: its claim expired unreleased (killed, crashed or stalled)"
+
+
+def store_batch(raw: bytes, payload: Any = None) -> PlatformWebhookBatch:
+    """Keep a verified POST for the worker, with its statuses' callback data (`payload`: the body
+    already parsed); call inside a transaction."""
+    if payload is None:
+        payload = orjson.loads(raw)
+    return PlatformWebhookBatch.create(body=raw.decode(), callbacks="\n".join(status_callbacks(payload)))
 
 
 def pending_batches(older_than: dt.timedelta, limit: int = 200) -> list[int]:
-    """Batches a sweep should (re)process: unfinished, not freshly received, not given up on."""
+    """Batches a sweep should (re)process: unfinished, not freshly received, not parked, no fresh
+    claim on them (those out of attempts are parked when taken)."""
     now = utcnow()
     query = (PlatformWebhookBatch.select(PlatformWebhookBatch.id)
-             .where(PlatformWebhookBatch.processed_at.is_null()
+             .where(PlatformWebhookBatch.processed_at.is_null() & PlatformWebhookBatch.parked_at.is_null()
                     & (PlatformWebhookBatch.received_at < now - older_than)
-                    & (PlatformWebhookBatch.attempts < MAX_ATTEMPTS)
                     & (PlatformWebhookBatch.claimed_at.is_null()
                        | (PlatformWebhookBatch.claimed_at < now - CLAIM_TIMEOUT)))
              .order_by(PlatformWebhookBatch.id).limit(limit))
@@ -51,21 +65,16 @@ def pending_batches(older_than: dt.timedelta, limit: int = 200) -> list[int]:
 def process_batch(batch_id: int) -> BatchOutcome:
     """Apply one stored batch.
 
-    1. Claim it with a conditional UPDATE: no other worker holds a fresh claim on it.
+    1. Claim it with a conditional UPDATE, counting an attempt: no other worker holds a fresh
+       claim on it, and it has attempts left (`take`; one out of them is parked instead).
     2. Unless done before, apply every update but the statuses, with their events, and stamp
        `applied_at`, all in one transaction (so the events exist exactly once).
     3. Hand the statuses to `models.sending.statuses.apply_status_updates` and stamp `processed_at` in
        one transaction (applied again if the database rolls it back to break a lock conflict).
-    4. Release the claim whatever happened.
+    4. Release the claim whatever happened; a failed last attempt parks the batch.
     """
     outcome = BatchOutcome()
-    now = utcnow()
-    claimed = (PlatformWebhookBatch.update(claimed_at=now)
-               .where((PlatformWebhookBatch.id == batch_id) & PlatformWebhookBatch.processed_at.is_null()
-                      & (PlatformWebhookBatch.claimed_at.is_null()
-                         | (PlatformWebhookBatch.claimed_at < now - CLAIM_TIMEOUT)))
-               .execute())
-    if claimed != 1:
+    if not take(batch_id):
         return outcome
     outcome.claimed = True
     batch = PlatformWebhookBatch.get_by_id(batch_id)
@@ -90,11 +99,70 @@ def process_batch(batch_id: int) -> BatchOutcome:
     finally:
         changes: dict[Any, Any] = {PlatformWebhookBatch.claimed_at: None}
         if error is not None:
-            # Only failures count: waiting for status handling to exist is not one.
             changes[PlatformWebhookBatch.last_error] = error
-            changes[PlatformWebhookBatch.attempts] = PlatformWebhookBatch.attempts + 1
+            if batch.attempts >= MAX_ATTEMPTS:
+                changes[PlatformWebhookBatch.parked_at] = utcnow()
+                log.error("platform webhook batch %s parked after %d attempts: %s", batch_id, batch.attempts, error)
         PlatformWebhookBatch.update(changes).where(PlatformWebhookBatch.id == batch_id).execute()
     return outcome
+
+
+def take(batch_id: int) -> bool:
+    """Claim the batch for this run and count the attempt; False when it is not this run's to do.
+
+    A claim still set when the batch is taken again was never released: the run holding it died
+    (or stalled past `CLAIM_TIMEOUT`), and that is recorded as the error of its attempt. A batch
+    whose attempts are used up is parked here instead, by whichever run finds it so."""
+    now = utcnow()
+    batch = PlatformWebhookBatch
+    takeable = ((batch.id == batch_id) & batch.processed_at.is_null() & batch.parked_at.is_null()
+                & (batch.claimed_at.is_null() | (batch.claimed_at < now - CLAIM_TIMEOUT)))
+    died = Case(None, [(batch.claimed_at.is_null(False), DIED)], batch.last_error)
+    taken = (batch.update({batch.claimed_at: now, batch.attempts: batch.attempts + 1, batch.last_error: died})
+             .where(takeable & (batch.attempts < MAX_ATTEMPTS)).execute())
+    if taken == 1:
+        return True
+    parked = (batch.update({batch.claimed_at: None, batch.parked_at: now, batch.last_error: died})
+              .where(takeable & (batch.attempts >= MAX_ATTEMPTS)).execute())
+    if parked == 1:
+        log.error("platform webhook batch %s parked after %d attempts: %s", batch_id, MAX_ATTEMPTS,
+                  batch.get_by_id(batch_id).last_error)
+    return False
+
+
+@dataclass(frozen=True)
+class ParkedBatch:
+    id: int
+    received_at: dt.datetime
+    parked_at: dt.datetime
+    attempts: int
+    last_error: str | None
+    # The sends its statuses name: recovery leaves them alone while the batch is parked.
+    sends_named: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "received_at": isoformat(self.received_at), "parked_at": isoformat(self.parked_at),
+                "attempts": self.attempts, "last_error": self.last_error, "sends_named": self.sends_named}
+
+
+def parked_batches(limit: int = 100) -> list[ParkedBatch]:
+    """Parked batches, oldest first."""
+    batch = PlatformWebhookBatch
+    rows = (batch.select(batch.id, batch.received_at, batch.parked_at, batch.attempts, batch.last_error,
+                         batch.callbacks)
+            .where(batch.processed_at.is_null() & batch.parked_at.is_null(False))
+            .order_by(batch.id).limit(limit))
+    return [ParkedBatch(row.id, row.received_at, row.parked_at, row.attempts, row.last_error,
+                        len((row.callbacks or "").split())) for row in rows]
+
+
+def retry_parked(batch_id: int) -> bool:
+    """Give a parked batch its attempts back (its last error stays until it is processed); False
+    when no parked batch has that id. The caller queues it."""
+    batch = PlatformWebhookBatch
+    return (batch.update({batch.parked_at: None, batch.attempts: 0, batch.claimed_at: None})
+            .where((batch.id == batch_id) & batch.processed_at.is_null() & batch.parked_at.is_null(False))
+            .execute()) == 1
 
 
 def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:

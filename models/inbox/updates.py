@@ -5,7 +5,7 @@
 - a business-app echo is reported (`message.echo.created`);
 - every user a batch names is remembered first, in one order (`remember_users_in_order`);
 - history and business-app contacts, marketing preferences, template status, quality and
-  account updates change the numbers' state.
+  category, and account updates change the numbers' state (a template's, with its event).
 
 Statuses are applied by models/sending/statuses.py; the batch they come in, by models/inbox/batches.py.
 """
@@ -28,6 +28,8 @@ from messaging.webhooks import (
     PlatformUser,
     StatusUpdate,
     SyncedContact,
+    TemplateCategoryUpdate,
+    TemplateQualityUpdate,
     TemplateStatusUpdate,
     UserPreference,
 )
@@ -35,7 +37,7 @@ from models.clock import isoformat, to_utc_naive
 from models.events.outbox import emit
 from models.numbers import accounts, platform_users
 from models.numbers.tables import MessagingAccount, ProcessedMessage
-from models.numbers.templates import apply_template_status
+from models.numbers.template_review import apply_template_category, apply_template_quality, apply_template_status
 from models.receivables.debts import open_debts_of_phone
 from models.sending.tables import Campaign, CampaignRecipient
 from models.store.db import lock_rows
@@ -74,7 +76,11 @@ def apply_update(update: Any, outcome: BatchOutcome) -> None:
     elif isinstance(update, EchoMessage):
         _apply_echo(update, outcome)
     elif isinstance(update, TemplateStatusUpdate):
-        _apply_template_status(update, outcome)
+        outcome.resync_templates |= apply_template_status(update)
+    elif isinstance(update, TemplateQualityUpdate):
+        outcome.resync_templates |= apply_template_quality(update)
+    elif isinstance(update, TemplateCategoryUpdate):
+        outcome.resync_templates |= apply_template_category(update)
     elif isinstance(update, PhoneQualityUpdate):
         _apply_quality(update, outcome)
     elif isinstance(update, AccountUpdate):
@@ -260,10 +266,6 @@ def _apply_user_preference(preference: UserPreference) -> None:
     if account is None or preference.category != "marketing_messages":
         return
     platform_users.set_marketing_opt_out(account.id, preference.user, preference.value == "stop")
-
-
-def _apply_template_status(update: TemplateStatusUpdate, outcome: BatchOutcome) -> None:
-    outcome.resync_templates |= apply_template_status(update)
 
 
 def _apply_quality(update: PhoneQualityUpdate, outcome: BatchOutcome) -> None:

@@ -7,6 +7,11 @@
   24-hour customer windows and the users a number started a conversation with.
 - `onboarding.py`: coexistence onboarding: `oba_` attempts, completed into an active number.
 - `templates.py`: each number's templates kept in step with the platform.
+- `template_rules.py`: the platform's rules for a new template, checked before submitting.
+- `template_authoring.py`: templates written through the service: created (submitted for
+  review) and deleted.
+- `template_review.py`: the platform's review as its webhooks tell it (status, rejection reason,
+  pause, quality, category), each change emitting `template.status_changed`.
 - `platform_users.py`: WhatsApp users as the platform names them (phone, business-scoped id).
 - `graph.py`: the process's Graph API client and a number's decrypted token.
 

@@ -91,6 +91,11 @@ class Template(BaseModel):
     components = JSONField(default=list)
     active = BooleanField(default=True)
     updated_at = DateTimeField(default=utcnow)
+    # The platform's review, kept as it said it (models/numbers/template_review.py): the reason of
+    # a rejection, what it said about a pause or pacing, the category it moved the template from.
+    rejected_reason = CharField(max_length=255, null=True)
+    status_detail = CharField(max_length=512, null=True)
+    previous_category = CharField(max_length=32, null=True)
 
     class Meta:
         indexes = ((("account", "name", "language"), True),)
@@ -111,6 +116,11 @@ class Template(BaseModel):
             "components": self.components or [],
             "updated_at": isoformat(self.updated_at),
         }
+
+    def with_review(self) -> dict:
+        """The template with what the platform's review said (templates authored here)."""
+        return {**self.as_dict(), "rejected_reason": self.rejected_reason, "status_detail": self.status_detail,
+                "previous_category": self.previous_category}
 
 
 class ContactWindow(BaseModel):
@@ -213,8 +223,11 @@ def with_query(url: str, params: dict[str, str]) -> str:
 # Short on purpose: processing is idempotent, so a slow run overtaken by a second one only costs
 # the repeated work, while a long timeout would hold a dead worker's statuses back that long.
 CLAIM_TIMEOUT = dt.timedelta(seconds=15)
-# After this many failed runs a batch is left alone (and logged) instead of failing forever.
-MAX_ATTEMPTS = 20
+# Every run that takes a batch is an attempt; one that does not finish (it raised, or its worker
+# died and its claim expired) uses it up. After this many, the batch is parked with its last error
+# (`parked_at`): a batch that kills every worker taking it costs this many worker restarts, not an
+# endless loop. `svcctl inbox retry` gives a parked batch its attempts again.
+MAX_ATTEMPTS = 5
 
 
 class PlatformWebhookBatch(BaseModel):
@@ -229,6 +242,11 @@ class PlatformWebhookBatch(BaseModel):
     processed_at = DateTimeField(null=True)
     attempts = IntegerField(default=0)
     last_error = TextField(null=True)
+    # Left alone after `MAX_ATTEMPTS` unfinished runs, until an operator retries it.
+    parked_at = DateTimeField(null=True)
+    # The callback data (`rcp_`/`msg_` ids) its statuses carry, one a line: the sends it may prove
+    # accepted, readable without the body (models/sending/recovery.py).
+    callbacks = TextField(null=True)
 
     class Meta:
         indexes = ((("processed_at", "id"), False),)

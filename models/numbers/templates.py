@@ -2,8 +2,7 @@
 
 A full sync reads every template of the number's business account and upserts them; the ones
 the platform no longer has are kept but marked inactive (a campaign may still reference them).
-Template status webhooks update a single template in place, or ask for a full sync when the
-template is unknown here or the new status cannot be read from the event alone.
+The platform's template webhooks update a single template in place: template_review.py.
 """
 
 from __future__ import annotations
@@ -12,26 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from messaging.client import template_from_graph
-from messaging.webhooks import TemplateStatusUpdate
 from models.clock import utcnow
 from models.numbers.graph import account_token, graph_client
 from models.numbers.tables import MessagingAccount, Template
 from models.store.db import atomic
 
-# Template events that name the template's new status outright.
-STATUS_EVENTS = {
-    "APPROVED": "approved",
-    "REJECTED": "rejected",
-    "PENDING": "pending",
-    "PAUSED": "paused",
-    "DISABLED": "disabled",
-    "FLAGGED": "flagged",
-    "IN_APPEAL": "in_appeal",
-    "PENDING_DELETION": "pending_deletion",
-    "LIMIT_EXCEEDED": "limit_exceeded",
-}
-# Gone from the platform: kept here for history, never listed or sent.
-GONE_EVENTS = {"DELETED"}
 SYNCED_FIELDS = ("platform_id", "status", "category", "quality_score", "body_text", "header_type",
                  "variable_count", "variables", "components", "active")
 
@@ -98,38 +82,3 @@ def _values(item: dict[str, Any]) -> dict[str, Any]:
 
 def _cut(value: Any, length: int) -> str | None:
     return None if value is None else str(value)[:length]
-
-
-def apply_template_status(update: TemplateStatusUpdate) -> set[int]:
-    """Apply a template status webhook to every number of its business account.
-
-    Returns the ids of the accounts that need a full sync instead (unknown template, or an event
-    such as REINSTATED that does not name the resulting status).
-    """
-    event = update.status.upper()
-    resync: set[int] = set()
-    numbers = MessagingAccount.select().where(MessagingAccount.business_account_id == update.waba_id)
-    for account in numbers:
-        template = _find(account.id, update)
-        if template is None or (event not in STATUS_EVENTS and event not in GONE_EVENTS):
-            resync.add(account.id)
-            continue
-        if event in GONE_EVENTS:
-            changes = {"status": "deleted", "active": False}
-        else:
-            changes = {"status": STATUS_EVENTS[event], "active": True}
-        if any(getattr(template, name) != value for name, value in changes.items()):
-            Template.update(updated_at=utcnow(), **changes).where(Template.id == template.id).execute()
-    return resync
-
-
-def _find(account_id: int, update: TemplateStatusUpdate) -> Template | None:
-    if update.template_id:
-        template = Template.get_or_none((Template.account == account_id)
-                                        & (Template.platform_id == update.template_id))
-        if template is not None:
-            return template
-    if update.name and update.language:
-        return Template.get_or_none((Template.account == account_id) & (Template.name == update.name)
-                                    & (Template.language == update.language))
-    return None

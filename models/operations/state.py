@@ -138,11 +138,15 @@ def running_campaigns(window_seconds: int = PACE_WINDOW_SECONDS) -> list[dict]:
 
 
 def platform_webhooks() -> dict[str, float]:
+    """Batches waiting to be processed (the oldest's age), and apart from them the parked ones
+    (models/inbox/batches.py), which wait for an operator, not for a worker."""
     now = utcnow()
-    pending, oldest = (PlatformWebhookBatch.select(fn.COUNT(PlatformWebhookBatch.id),
-                                                   fn.MIN(PlatformWebhookBatch.received_at))
-                       .where(PlatformWebhookBatch.processed_at.is_null()).tuples().get())
-    return {"batches_pending": pending or 0, "oldest_batch_age_seconds": _age_seconds(oldest, now)}
+    batch = PlatformWebhookBatch
+    pending, oldest = (batch.select(fn.COUNT(batch.id), fn.MIN(batch.received_at))
+                       .where(batch.processed_at.is_null() & batch.parked_at.is_null()).tuples().get())
+    parked = batch.select().where(batch.processed_at.is_null() & batch.parked_at.is_null(False)).count()
+    return {"batches_pending": pending or 0, "oldest_batch_age_seconds": _age_seconds(oldest, now),
+            "batches_parked": parked}
 
 
 def debts_by_status() -> dict[str, int]:

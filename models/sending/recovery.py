@@ -8,7 +8,9 @@ mark committed (engine.py), and a claim is only ever given up here, once its eng
   new slot, no attempt used);
 - started: the call may have reached the platform. A status webhook naming it (its callback
   data) settles it as `sent` at any time; one still unproven once the platform has had time to
-  report it is failed `send_unconfirmed` (its credit released), never sent again.
+  report it is failed `send_unconfirmed` (its credit released), never sent again. A started
+  claim that a platform batch not processed yet names is left for that batch to settle; no
+  other claim waits for the intake.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import datetime as dt
 import logging
 
 from models.clock import utcnow
-from models.numbers.tables import MAX_ATTEMPTS, PlatformWebhookBatch
+from models.numbers.tables import PlatformWebhookBatch
 from models.sending.campaign_store import CampaignStore
 from models.sending.message_store import MessageStore
+from models.sending.tables import CampaignRecipient, Message
 from models.sending.work import Store
 from models.store.counters import counters
 
@@ -30,12 +33,6 @@ log = logging.getLogger(__name__)
 # the platform's status webhooks to name them.
 DEAD_ENGINE_GRACE = dt.timedelta(seconds=15)
 STUCK_AFTER = dt.timedelta(minutes=2)
-# Platform webhooks received this long ago and not yet processed are a backlog: the evidence for a
-# claim may be in it, so recovery waits for it to drain.
-WEBHOOK_BACKLOG = dt.timedelta(seconds=3)
-# A batch held by a worker is waited for this long after it arrived: enough for a dead worker's
-# claim to time out and the intake's next task or sweep to take it over.
-HELD_BATCH_LIMIT = dt.timedelta(minutes=2)
 
 
 def engine_key(engine_id: str) -> str:
@@ -47,15 +44,15 @@ def recover_stuck(pacer=None, now: dt.datetime | None = None, stuck_after: dt.ti
     """Settle claims nobody will answer; returns how many were failed.
 
     A claim older than `grace` whose engine has stopped beating, or any claim older than
-    `stuck_after`, gets no answer any more. One never started goes back to the queue at once.
+    `stuck_after`, gets no answer any more. One never started goes back to the queue.
     A started one is ambiguous: status webhooks carrying the row's callback data have had that
-    long to prove it reached the platform (they move `queued` rows to `sent` and on), and once
-    the intake has no backlog, what is still `queued` has no evidence; sending it again could
-    duplicate it, so it fails with `send_unconfirmed` and its credit is released.
+    long to prove it reached the platform (they move `queued` rows to `sent` and on); what is
+    still `queued` has no evidence, and sending it again could duplicate it, so it fails with
+    `send_unconfirmed` and its credit is released. A started claim that a platform batch not
+    processed yet names waits for that batch (`without_evidence_waiting`).
     """
     pacer = pacer or counters()
     now = now or utcnow()
-    caught_up = None
     settled = 0
     for store in stores or [CampaignStore(), MessageStore()]:
         claims = store.claims_before(now - grace)
@@ -72,36 +69,40 @@ def recover_stuck(pacer=None, now: dt.datetime | None = None, stuck_after: dt.ti
             if returned:
                 log.warning("gave %d claimed but unstarted sends back to the queue (%s store)", returned,
                             store.name)
-        started = [(row_id, token) for row_id, token, started in stuck if started]
-        if not started:
-            continue
-        if caught_up is None:
-            caught_up = webhooks_caught_up(now)
-        if not caught_up:
-            continue
-        failed = store.fail_unconfirmed(started, now)
+        started = without_evidence_waiting(store.name, [(row_id, token) for row_id, token, started in stuck
+                                                        if started])
+        failed = store.fail_unconfirmed(started, now) if started else 0
         if failed:
             log.warning("recovered %d unconfirmed sends (%s store)", failed, store.name)
         settled += failed
     return settled
 
 
-def webhooks_caught_up(now: dt.datetime | None = None) -> bool:
-    """No platform webhook received before the last few seconds is still waiting to be applied.
+def without_evidence_waiting(store_name: str, claims: list[tuple[int, str | None]]) -> list[tuple[int, str | None]]:
+    """The claims no platform batch still to be processed names.
 
-    Recovery must not decide a claim got no answer while the answer sits unprocessed in the
-    intake. A worker that dies running an engine often dies processing the very batch that names
-    that engine's last sends: the batch stays claimed until its claim times out (15 s) and another
-    worker takes it over, so claimed batches count too -- but only for `HELD_BATCH_LIMIT` after
-    they arrived, so that a batch that kills every worker taking it cannot hold recovery back for
-    good. Batches the intake gave up on do not count either. Should such a batch name a row
-    recovery failed, the status update accepts it late (models/sending/statuses.py), so the record still
-    ends as the platform says.
+    Recovery must not decide a claim got no answer while the answer sits in the intake: a worker
+    that dies running an engine often dies processing the very batch that names that engine's last
+    sends, and a batch may be waiting, held by a dead worker, or parked after killing every worker
+    that took it. Each batch keeps the callback data its statuses carry (`callbacks`, written when
+    it is stored), so only the sends it names wait for it -- for as long as it is unprocessed,
+    parked included, so that a send it proves accepted is charged once and never failed first.
+    Every other claim is settled on time, whatever the intake holds.
     """
-    now = now or utcnow()
+    if not claims:
+        return claims
     batch = PlatformWebhookBatch
-    return not (batch.select(batch.id)
-                .where(batch.processed_at.is_null() & (batch.attempts < MAX_ATTEMPTS)
-                       & (batch.received_at < now - WEBHOOK_BACKLOG)
-                       & (batch.claimed_at.is_null() | (batch.received_at > now - HELD_BATCH_LIMIT)))
-                .exists())
+    named = {callback for (text,) in batch.select(batch.callbacks)
+             .where(batch.processed_at.is_null() & batch.callbacks.is_null(False) & (batch.callbacks != ""))
+             .tuples() for callback in text.split()}
+    if not named:
+        return claims
+    model = CampaignRecipient if store_name == "campaign" else Message
+    ids = [row_id for row_id, _ in claims]
+    waiting: set[int] = set()
+    for start in range(0, len(ids), 500):
+        waiting.update(row_id for row_id, public_id in model.select(model.id, model.public_id)
+                       .where(model.id.in_(ids[start:start + 500])).tuples() if public_id in named)
+    if waiting:
+        log.info("%d unanswered %s sends wait for the platform batches that name them", len(waiting), store_name)
+    return [claim for claim in claims if claim[0] not in waiting]

@@ -31,6 +31,7 @@ SCOPES = (
     "accounts:read",
     "accounts:connect",
     "templates:read",
+    "templates:write",
     "campaigns:read",
     "campaigns:write",
     "campaigns:cancel",
