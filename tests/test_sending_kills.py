@@ -71,6 +71,10 @@ def kill_and_restart(service: LiveService, snapshot, earlier: list[HeldAtKill]) 
     return at_kill
 
 
+def backend(settings) -> str:
+    return "postgres+redis" if settings.database_url else "sqlite"
+
+
 def received_by_platform(service: LiveService, account) -> collections.Counter:
     sent = requests.get(f"{service.sim_url}/_sim/sent", timeout=30).json()["data"]
     return collections.Counter(item["biz_opaque_callback_data"] for item in sent
@@ -144,8 +148,8 @@ def test_a_campaign_outlives_its_consumer_killed_at_20_and_60_percent(live_servi
 
     wait_until(completed, timeout=240, interval=0.5, message="the campaign to complete and settle")
     rows = {row.public_id: row for row in CampaignRecipient.select().where(mine)}
-    assert_whole(f"{size} recipients at {mps} msgs/s ({storage.database_url and 'postgres+redis' or 'sqlite'})",
-                 persona, account, live_service, rows, kills, "recipient_id")
+    assert_whole(f"{size} recipients at {mps} msgs/s ({backend(storage)})", persona, account, live_service, rows,
+                 kills, "recipient_id")
 
 
 def test_single_messages_in_flight_outlive_their_consumer_killed(live_service, storage):
@@ -173,4 +177,5 @@ def test_single_messages_in_flight_outlive_their_consumer_killed(live_service, s
     wait_until(lambda: not Message.select().where(mine & (Message.status == "queued")).exists(), timeout=180,
                interval=0.5, message="every message to settle")
     rows = {row.public_id: row for row in Message.select().where(mine)}
-    assert_whole("200 single messages at 40 msgs/s", persona, account, live_service, rows, kills, "message_id")
+    assert_whole(f"200 single messages at 40 msgs/s ({backend(storage)})", persona, account, live_service, rows,
+                 kills, "message_id")

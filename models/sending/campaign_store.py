@@ -5,7 +5,9 @@
   number is gone fail.
 - `claim`: a number's share split evenly between its campaigns, pending -> queued with a claim
   token, in one transaction.
+- `start`: the send-started mark, set on a wave of claims just before their platform calls.
 - `record`: a sent batch's outcomes with their credits and events, in one transaction.
+- `give_back_unstarted`, `fail_unconfirmed`: what recovery does with a dead engine's claims.
 
 Every transaction here keeps the lock order of docs/reliability.md: campaign rows (state changes
 only), then recipient rows (ascending id), then business sends, credit counters and wallets.
