@@ -324,18 +324,22 @@ class CampaignStore:
     # 3. Sends started.
 
     def start(self, jobs: list[Job], now: dt.datetime | None = None) -> set[int]:
-        """Mark these claims started, just before their platform calls: one UPDATE per claim
-        token (a wave of sends is one token's). Returns the ids marked: a claim given up meanwhile
+        """Mark these claims started, just before their platform calls: one transaction, the rows
+        locked in ascending id, then one UPDATE per claim token (a wave of sends is one token's).
+        Returns the ids marked: a claim given up meanwhile
         (recovery sent it back to the queue) is not, and must not be sent."""
         now = now or utcnow()
         table = CampaignRecipient._meta.table_name
         marked: set[int] = set()
-        for token, group in _by_token(jobs).items():
-            for start in range(0, len(group), CHUNK):
-                ids = [job.id for job in group[start:start + CHUNK]]
-                marked |= {row[0] for row in run_sql(
-                    f'UPDATE "{table}" SET send_started_at = ? WHERE id IN ({placeholders(len(ids))}) '
-                    "AND status = ? AND claim_token = ? RETURNING id", [now, *ids, "queued", token]).fetchall()}
+        with atomic():
+            # In the lock order, as every writer of recipient rows: ascending id first.
+            lock_rows(CampaignRecipient, [job.id for job in jobs])
+            for token, group in _by_token(jobs).items():
+                for start in range(0, len(group), CHUNK):
+                    ids = [job.id for job in group[start:start + CHUNK]]
+                    marked |= {row[0] for row in run_sql(
+                        f'UPDATE "{table}" SET send_started_at = ? WHERE id IN ({placeholders(len(ids))}) '
+                        "AND status = ? AND claim_token = ? RETURNING id", [now, *ids, "queued", token]).fetchall()}
         return marked
 
     # 4. Outcomes.

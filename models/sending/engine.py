@@ -376,11 +376,12 @@ class Engine:
         # Scheduled here, not by the batch: a batch waits for a free batch thread (others may be
         # recording), and its sends must not wait with it past their slots.
         sends = _Countdown(len(jobs))
-        for wave in _waves(jobs, settings.start_window):
+        waves = _waves(jobs, settings.start_window)
+        for wave in waves:
             sender.submit_at(wave.jobs[0].send_at - settings.start_lead, self._start_wave, wave)
             for job in wave.jobs:
                 sender.submit_at(job.send_at, self._send_one, job, wave, sends)
-        batch = batcher.submit(self._send_batch, jobs, sends)
+        batch = batcher.submit(self._send_batch, jobs, sends, waves)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
 
@@ -388,10 +389,14 @@ class Engine:
         self._batches.discard(batch)
         self._changed.set()
 
-    def _send_batch(self, jobs: list[Job], sends: _Countdown) -> None:
+    def _send_batch(self, jobs: list[Job], sends: _Countdown, waves: list[_Wave]) -> None:
         given_back = True
         try:
             sends.wait()
+            # A send gives up on a mark that comes too late, but the record must not write the
+            # rows while their mark is still being written.
+            for wave in waves:
+                wave.marked.wait()
             with connection():
                 result = self._record(jobs)
                 self._after(result, jobs)

@@ -119,10 +119,12 @@ class MessageStore:
         does); returns the ids marked."""
         now = now or utcnow()
         marked: set[int] = set()
-        for token, ids in _ids_by_token([(job.id, job.claim_token) for job in jobs]).items():
-            marked |= {row.id for row in Message.update(send_started_at=now).where(
-                Message.id.in_(ids) & (Message.status == "queued") & (Message.claim_token == token))
-                .returning(Message.id).execute()}
+        with atomic():
+            lock_rows(Message, [job.id for job in jobs])
+            for token, ids in _ids_by_token([(job.id, job.claim_token) for job in jobs]).items():
+                marked |= {row.id for row in Message.update(send_started_at=now).where(
+                    Message.id.in_(ids) & (Message.status == "queued") & (Message.claim_token == token))
+                    .returning(Message.id).execute()}
         return marked
 
     # 4. Outcomes.
