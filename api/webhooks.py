@@ -140,8 +140,8 @@ class DeliveriesResource:
                tags=("webhooks",),
                description="The delivery log, filtered by endpoint, event, status and creation time (any "
                            "together). Paged by cursor rather than by page number, so a page deep in a long log "
-                           "reads no more than the first, and deliveries created while a client pages never shift "
-                           "the pages it has not read: pass `meta.next_cursor` back as `cursor` (or follow "
+                           "reads no more than the first, and new deliveries do not shift the pages still to be "
+                           "read: pass `meta.next_cursor` back as `cursor` (or follow "
                            "`links.next`) until it is null. Each matching delivery is on exactly one page.")
     def on_get(self, req, resp) -> Reply:
         filters, cursor, per_page = _delivery_filters(req)
