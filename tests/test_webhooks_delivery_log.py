@@ -22,7 +22,7 @@ from models.store.db import atomic
 from models.tenancy.keys import create_key
 from tests.live import LiveService, env_for, wait_until
 from tests.portal_fixtures import *  # noqa: F403
-from tests.portal_fixtures import PASSWORD
+from tests.portal_fixtures import PASSWORD, signed_in
 
 DELIVERIES = 5000
 STATUSES = ("delivered", "failed", "pending", "exhausted")
@@ -172,3 +172,26 @@ def test_every_filter_of_the_portal_pages_to_exactly_the_matching_deliveries(ser
                  if isinstance(value, dt.datetime) else value for name, value in filters.items()}
         seen = portal_walk(service, session, **query)
         assert len(seen) == len(set(seen)) and seen == wanted and wanted, filters
+
+
+def test_bad_filters_are_refused_with_the_parameter_named(client, alice, owner):
+    answer = client.simulate_get("/api/v1/webhooks/deliveries", headers=alice.headers, params={
+        "status": "lost", "event": "message.lost", "since": "yesterday", "until": "2026-11-01T12:00:00",
+        "cursor": "0", "per_page": "101"})
+    assert answer.status_code == 422, answer.text
+    assert answer.json["error"]["code"] == "validation_failed"
+    assert set(answer.json["error"]["details"]["errors"]) == {"status", "event", "since", "until", "cursor",
+                                                               "per_page"}
+    assert client.simulate_get("/api/v1/webhooks/deliveries", headers=alice.headers,
+                               params={"cursor": "9" * 5000}).status_code == 422
+    browser = signed_in(client, owner)
+    page = browser.get("/portal/webhooks/deliveries", since="next tuesday")
+    assert page.status_code == 422 and "year-month-day" in page.text
+
+
+def test_a_company_sees_only_its_own_deliveries(client, alice, charlie, delivery_log):
+    answer = client.simulate_get("/api/v1/webhooks/deliveries", headers=charlie.headers,
+                                 params={"endpoint_id": delivery_log[0].public_id})
+    assert answer.status_code == 200 and answer.json["data"] == [] and answer.json["links"]["next"] is None
+    theirs = client.simulate_get("/api/v1/webhooks/deliveries", headers=charlie.headers, params={"per_page": 100})
+    assert {item["id"] for item in theirs.json["data"]} <= set(expected(charlie.id))
