@@ -490,10 +490,6 @@ class _Batch:
             debt.id = ids[debt.external_id]
 
 
-_ACCOUNT_TABLE = MessagingAccount._meta.table_name
-_FIRST_ITEM = operator.itemgetter(0)
-
-
 def _nulls_last(key: tuple) -> tuple:
     """A unique key made sortable when some of its values are NULL (a debtor without a phone)."""
     return tuple((value is None, value or "") for value in key)
@@ -502,6 +498,9 @@ def _nulls_last(key: tuple) -> tuple:
 def _debtor_key(row: tuple) -> tuple:
     return _nulls_last(row[2:4])  # (documento, telefono) of a row of `_insert_debtors`
 
+
+_ACCOUNT_TABLE = MessagingAccount._meta.table_name
+_FIRST_ITEM = operator.itemgetter(0)
 _EXTERNAL_ID, _ACCOUNT_NAME = operator.attrgetter("external_id"), operator.attrgetter("account_id")
 _DOCUMENT, _PHONE = operator.attrgetter("debtor.document"), operator.attrgetter("debtor.phone")
 _DEBT_INSERT_COLUMNS = [Debt.tenant, Debt.external_id, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia,

@@ -448,8 +448,8 @@ _CONFLICT_CODES = frozenset({"40P01", "40001", "55P03"})
 
 
 def lock_conflict(error: BaseException) -> bool:
-    return isinstance(error, peewee.OperationalError) and \
-        getattr(_driver_error(error), "pgcode", None) in _CONFLICT_CODES
+    return (isinstance(error, peewee.OperationalError)
+            and getattr(_driver_error(error), "pgcode", None) in _CONFLICT_CODES)
 
 
 def _driver_error(error: BaseException) -> BaseException | None:
