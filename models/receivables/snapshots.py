@@ -520,23 +520,35 @@ _DEBT_UPDATE_FIELDS = [Debt.account, Debt.debtor, Debt.moneda, Debt.referencia, 
                        Debt.external_updated_at, Debt.updated_at]
 
 
+# Each refused attempt has waited for the writer it met to commit, so the next one sees its rows:
+# only writers inserting yet more of the batch's new keys meanwhile can refuse it again.
+_WHOLE_BATCH_ATTEMPTS = 5
+
+
 def upsert_debts(tenant_id: int, specs: list[DebtSpec], *, today: dt.date | None = None) -> list[UpsertResult]:
     """Create or update debts from ERP snapshots, one result per spec, in the caller's order.
 
     Elements are independent: a business error rejects that element and the others are saved.
     The batch is planned and written together (fast); if the database refuses the combined
     write (a concurrent writer created the same debt or debtor meanwhile), the batch is undone
-    and each element is applied alone in its own savepoint.
+    and planned again, now seeing that writer's rows; if it is refused every time, each element
+    is applied alone in its own savepoint.
+
+    Planned again whole rather than at once one by one: a whole batch takes its locks in the
+    lock order (docs/reliability.md), while elements applied one by one take them in the
+    caller's order, which two overlapping imports do not share.
     """
     if not specs:
         return []
     today = today or tenant_today(tenant_id)
     with atomic():
-        try:
-            with atomic():
-                return _Batch(tenant_id, today).apply(specs)
-        except IntegrityError:
-            log.info("batch of %d debts conflicted with a concurrent write; applying one by one", len(specs))
+        for _attempt in range(_WHOLE_BATCH_ATTEMPTS):
+            try:
+                with atomic():
+                    return _Batch(tenant_id, today).apply(specs)
+            except IntegrityError:
+                log.info("batch of %d debts conflicted with a concurrent write", len(specs))
+        log.info("applying the batch of %d debts one by one", len(specs))
         return [_upsert_alone(tenant_id, spec, today) for spec in specs]
 
 
