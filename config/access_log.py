@@ -15,10 +15,11 @@ from config.settings import get_settings
 TEXT_ACCESS_FORMAT = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %(L)ss rid=%({x-request-id}o)s'
 
 
-# A URL may carry a credential: the portal's invitation links have their token in the path, and the
-# platform's verification request its verify token in the query. A logged path has the token
-# replaced and no query, so a line still matches its request without holding the secret.
-_SECRET_IN_PATH = re.compile(r"(/portal/invitations/)[^/]+")
+# A URL may carry a credential: the portal's invitation links and the debtor's page (`/d/…`, and
+# a reminder's `/pay/dl_…`) have their token in the path, and the platform's verification request
+# its verify token in the query. A logged path has the token replaced and no query, so a line
+# still matches its request without holding the secret.
+_SECRET_IN_PATH = re.compile(r"(/portal/invitations/|/d/|/pay/(?=dl_))[^/?#]+")
 
 
 def loggable_path(path: str) -> str:

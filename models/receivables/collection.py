@@ -16,7 +16,8 @@ message. Reminders go out as campaigns of the `payment_reminder` template (vars:
 name and the outstanding balance with its currency), one campaign per number and run, so they
 reserve and consume credits like any message. A company with a payment gateway whose number has
 `payment_reminder_link` sends that one instead: the same words, and a "Pay now" URL button that
-opens a payment link (payments.py). A debt that settles takes its reminders back (reminders.py).
+opens the debtor's page (debtor_links.py), where the debtor sees and pays their debts. A debt
+that settles takes its reminders back (reminders.py).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from config import get_settings
 from models.clock import utcnow
 from models.errors import DomainError
 from models.numbers.tables import MessagingAccount
+from models.receivables.debtor_links import reminder_buttons
 from models.receivables.debts import zone_of
 from models.receivables.money import format_amount
-from models.receivables.payments import LINK_TEMPLATE, reminder_link_buttons
+from models.receivables.payments import LINK_TEMPLATE
 from models.receivables.tables import OPEN_DEBT, OPEN_INSTALLMENT, STAGES, Debt, Debtor, Installment, Reminder
 from models.sending import work_arrived
 from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
@@ -195,8 +197,8 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
             balances[debt_id] = (claimed[0].balance, claimed[0].currency)
     if not recipients:
         return None
-    # With a payment gateway, the reminder carries a link to pay in its URL button (payments.py).
-    links = reminder_link_buttons(tenant_id, account_public_id, balances)
+    # With a payment gateway, the reminder's URL button opens the debtor's page (debtor_links.py).
+    links = reminder_buttons(tenant_id, account_public_id, list(balances))
     if links:
         for recipient, debt_id in zip(recipients, balances, strict=True):
             recipient["buttons"] = links[debt_id]

@@ -1,11 +1,11 @@
 """Payments through the gateway: credentials, links, notifications, reversals, reconciliation.
 
 The flow (docs/payments.md):
-1. a payment link (`plk_`) is made for an amount on a debt, from the API or with a collection
-   reminder; its public URL `/pay/{plk_}` sends the payer to the gateway's checkout, created on
-   first use for reminder links (no network call inside the reminder's transaction). A reminder
-   carries it in the `payment_reminder_link` template's URL button, `/pay/{{1}}`, whose
-   suffix is the link's id;
+1. a payment link (`plk_`) is made for an amount on a debt, from the API or from the debtor's
+   page (debtor_links.py; a collection reminder's `payment_reminder_link` URL button,
+   `/pay/{{1}}`, carries the debtor's page token as its suffix); its public URL `/pay/{plk_}`
+   sends the payer to the gateway's checkout (links that earlier reminders carried get theirs
+   on first use);
 2. the gateway's signed notification names a transaction; it is stored once per request id and
    the transaction's state is fetched from the gateway, never taken from the notification;
 3. `apply_transaction` records it once: the payment through `debts.record_service_payment`
@@ -166,8 +166,10 @@ def _link_amount(debt: Debt, installment: Installment | None, requested: Decimal
 
 
 def create_link(tenant_id: int, debt_external_id: str, *, amount: Decimal | None = None,
-                installment_external_id: str | None = None) -> dict:
-    """A payment link for a debt (POST .../payment-link): the gateway's checkout is created now."""
+                installment_external_id: str | None = None, origin: str = "api",
+                back_url: str | None = None) -> dict:
+    """A payment link for a debt (POST .../payment-link, or the debtor's page with `origin`
+    "page"): the gateway's checkout is created now, and returns the payer to `back_url`."""
     debt = get_debt(tenant_id, debt_external_id)
     _check_payable(debt)
     installment = None
@@ -190,13 +192,13 @@ def create_link(tenant_id: int, debt_external_id: str, *, amount: Decimal | None
     try:
         checkout = client.create_link(reference=public_id, title=_title(debt), amount=from_minor(minor, debt.moneda),
                                       currency=debt.moneda, notification_url=notification_url(tenant_public_id),
-                                      expires_at=expires_at.replace(tzinfo=dt.UTC))
+                                      expires_at=expires_at.replace(tzinfo=dt.UTC), back_url=back_url)
     except GatewayError as error:
         raise _unavailable(error) from None
     with atomic():
         link = PaymentLink.create(public_id=public_id, tenant=tenant_id, debt=debt.id,
                                   installment=installment.id if installment else None, amount=minor,
-                                  currency=debt.moneda, origin="api", checkout_id=checkout.id,
+                                  currency=debt.moneda, origin=origin, checkout_id=checkout.id,
                                   checkout_url=checkout.url, expires_at=expires_at)
     return link_dict(link, installment_external_id)
 
@@ -220,14 +222,13 @@ def link_template_definition(public_url: str | None = None) -> dict:
                          "example": [f"{base}{PAY_PATH}/plk_0000example"]}]}
 
 
-def _link_button_index(tenant_id: int, account_public_id: str) -> int | None:
+def link_button_index(account: MessagingAccount, suffix: str) -> int | None:
     """The index of the number's `payment_reminder_link` button that opens this service's payment
-    page, when the template is approved and a reminder can fill it: its body takes
+    page, when the template is approved and a reminder can fill it with `suffix`: its body takes
     payment_reminder's variables, and that button is all it needs. None otherwise (an older
     template with the link in its body, or a button pointing elsewhere), and the reminder goes
     out without a link rather than with one that would not open."""
-    account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant_id)
-                                           & (MessagingAccount.public_id == account_public_id))
+    account_public_id = account.public_id
     try:
         template = approved_template(account, LINK_TEMPLATE, LINK_TEMPLATE_LANGUAGE)
     except DomainError:
@@ -240,45 +241,11 @@ def _link_button_index(tenant_id: int, account_public_id: str) -> int | None:
     wanted = link_button_url()
     for index, button in enumerate(buttons):
         if str(button.get("type", "")).upper() == "URL" and button.get("url") == wanted \
-                and button_mismatch(buttons, [ButtonInput(index=index, type="url", text="plk_")]) is None:
+                and button_mismatch(buttons, [ButtonInput(index=index, type="url", text=suffix)]) is None:
             return index
     log.warning("%s on %s has no URL button to %s that a reminder can fill: reminders go without a link",
                 LINK_TEMPLATE, account_public_id, wanted)
     return None
-
-
-def reminder_link_buttons(tenant_id: int, account_public_id: str,
-                          debts: dict[int, tuple[int, str]]) -> dict[int, list[dict]]:
-    """The button parameters that carry a payment link, for reminders about to go out, keyed by
-    debt id: `[{"index": i, "type": "url", "text": "plk_..."}]`, the link's id being the suffix
-    of the template's `/pay/{{1}}` button. {} when the company has no gateway or the number no
-    `payment_reminder_link` template a reminder can fill. `debts`: debt id -> (balance, currency).
-
-    Called inside the reminder's transaction: only rows are written; the gateway's checkout is
-    made when the payer first opens the link. An unexpired reminder link for the same amount is
-    sent again rather than a new one.
-    """
-    if not debts or not PaymentGateway.select().where(PaymentGateway.tenant == tenant_id).exists():
-        return {}
-    index = _link_button_index(tenant_id, account_public_id)
-    if index is None:
-        return {}
-    now = utcnow()
-    reusable = {(link.debt_id, link.amount): link.public_id for link in PaymentLink.select().where(
-        (PaymentLink.tenant == tenant_id) & PaymentLink.debt.in_(list(debts)) & (PaymentLink.origin == "reminder")
-        & (PaymentLink.status == "active") & (PaymentLink.expires_at > now + dt.timedelta(hours=1)))}
-    expires_at = now + dt.timedelta(hours=get_settings().payments_link_ttl_hours)
-    found, rows = {}, []
-    for debt_id, (balance, currency) in debts.items():
-        public_id = reusable.get((debt_id, balance))
-        if public_id is None:
-            public_id = new_id("plk_")
-            rows.append({"public_id": public_id, "tenant": tenant_id, "debt": debt_id, "amount": balance,
-                         "currency": currency, "origin": "reminder", "expires_at": expires_at, "created_at": now})
-        found[debt_id] = [{"index": index, "type": "url", "text": public_id}]
-    if rows:
-        PaymentLink.insert_many(rows).execute()
-    return found
 
 
 class LinkUnavailable(Exception):

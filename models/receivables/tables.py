@@ -252,3 +252,23 @@ class PaymentExportSequence(BaseModel):
 
     class Meta:
         table_name = "payment_export_sequence"
+
+
+# The debtor's page (debtor_links.py).
+
+class DebtorLink(BaseModel):
+    """The one link a debtor has to their page with a company. The token is never stored: it is
+    derived from the installation's key and `nonce` (so a reminder can send it again), and found
+    by its SHA-256, `token_hash`. A new nonce (once the link has expired) makes a new token."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debtor = ForeignKeyField(Debtor, on_delete="CASCADE")
+    nonce = CharField(max_length=64)
+    token_hash = CharField(max_length=64, unique=True)
+    expires_at = DateTimeField()
+    opened_at = DateTimeField(null=True)  # the last time the debtor opened the page
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debtor_link"
+        indexes = ((("tenant", "debtor"), True),)
