@@ -1,8 +1,9 @@
 """End to end on the live stack (gunicorn, the consumer, the platform simulator and the payment
 gateway simulator as processes): a collection reminder opens the debtor's page; in the system
-Chromium the debtor pays the debt on the simulated checkout and comes back to the page; the debt's balance drops, the company's
-receiver gets `debt.payment_received` once, signed, and the ERP's export lists the payment once,
-however many times, late and out of order, the gateway notifies it.
+Chromium the debtor pays the debt on the simulated checkout and comes back to the page; the
+debt's balance drops, the company's receiver gets `debt.payment_received` once, signed, and the
+ERP's export lists the payment once, however many times, late and out of order, the gateway
+notifies it.
 """
 
 from __future__ import annotations
