@@ -11,6 +11,7 @@ payer: the payment link it names leads back to the page, so the token never goes
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from urllib.parse import urlsplit
 
@@ -20,8 +21,9 @@ from config import get_settings
 from config.client_address import client_ip
 from config.i18n import N_, PageLocale, choose
 from models.errors import DomainError
-from models.receivables import debtor_links
+from models.receivables import debtor_links, promises
 from models.receivables.debtor_links import PAGE_PATH, PageGone
+from models.receivables.debts import tenant_today
 from models.store.db import storage_unavailable
 from models.tenancy.tables import Tenant
 from portal import errors
@@ -37,6 +39,8 @@ GONE = {
                                             "the company for it.")),
 }
 NOTICES = {
+    "promised": N_("Thank you. The company knows the date you will pay by."),
+    "disputed": N_("Thank you. The company will review the debt and answer you."),
     "returned": N_("Thank you. Your payment shows here as soon as the payment gateway confirms it; reload the "
                    "page in a moment."),
 }
@@ -120,8 +124,10 @@ class DebtorPage:
         debtor_links.mark_opened(link)
         notice = NOTICES.get(req.get_param("ok") or "")
         shown = debtor_links.statement(link)
+        today = tenant_today(link.tenant_id)
         _render(resp, page_locale, "debtor.html", statement=shown, company=shown.company,
-                csrf=debtor_links.form_token(link),
+                csrf=debtor_links.form_token(link), promise_from=today + dt.timedelta(days=1),
+                promise_until=today + dt.timedelta(days=promises.PROMISE_MAX_DAYS),
                 action=req.path, notice=page_locale.gettext(notice) if notice else None)
 
     @_guarded
@@ -133,11 +139,20 @@ class DebtorPage:
         action = form.get("action")
         if action not in ACTIONS:
             raise Refused(422, errors.CHECK_THE_FORM, N_("Choose what to do: pay, promise or dispute."))
-        if action != "pay":
-            raise Refused(501, N_("Not available yet"), N_("This choice is not available yet. Contact the company."))
-        checkout = debtor_links.pay(link, form.get("scope"), form.get("debt"), form.get("installment"))
         resp.status = falcon.HTTP_303
-        resp.location = checkout
+        if action == "pay":
+            resp.location = debtor_links.pay(link, form.get("scope"), form.get("debt"), form.get("installment"))
+            return
+        debt = debtor_links.own_debt(link, form.get("debt"))
+        if action == "promise":
+            try:
+                promised_date = dt.date.fromisoformat(form.get("date"))
+            except ValueError:
+                raise Refused(422, errors.CHECK_THE_FORM, N_("Choose the date you will pay by.")) from None
+            promises.promise(debt, promised_date)
+        else:
+            promises.dispute(debt, form.raw("reason")[:2000])
+        resp.location = f"{req.path}?ok={'promised' if action == 'promise' else 'disputed'}"
 
 
 class ReturnPage:

@@ -1,7 +1,8 @@
 """The debtor's page through the Falcon app, on both backends: one token per debtor and company
 that shows only that debtor's debts with that company, in the company's language; expired,
 unknown and forged tokens, forms without their token and too many requests each get a page of
-their own; paying an installment makes a gateway link for it (the gateway simulator over HTTP).
+their own; paying an installment makes a gateway link for it (the gateway simulator over HTTP);
+a promise to pay by a date and a dispute with a reason are recorded and pause collection.
 The whole loop, reminder to payment applied, is tests/test_debtor_links_live.py."""
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import pytest
 import requests
 
 from models.clock import utcnow
-from models.receivables import debtor_links, snapshots
+from models.receivables import debtor_links, debts, promises, snapshots
+from models.receivables.collection import due_reminders
 from models.receivables.inputs import parse_debt
-from models.receivables.tables import Debt, DebtorLink, PaymentLink
+from models.receivables.tables import Debt, DebtDispute, DebtorLink, DebtPromise, PaymentLink
 from models.tenancy.tables import Tenant
 from tests.campaigns_fixtures import make_number
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)
@@ -184,3 +186,68 @@ def _encode(fields: dict[str, str]) -> str:
     from urllib.parse import urlencode
 
     return urlencode(fields)
+
+
+def post(client, token: str, fields: dict[str, str]):
+    return client.simulate_post(f"/d/{token}", body=_encode(fields),
+                                headers={"Content-Type": "application/x-www-form-urlencoded"})
+
+
+def action_fields(page: str, action: str, debt: str) -> dict[str, str]:
+    [form] = [found for found in re.findall(r"<form.*?</form>", page, re.S)
+              if f'name="action" value="{action}"' in found and f'value="{debt}"' in found]
+    return dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form))
+
+
+def test_a_promise_to_pay_by_a_date_within_the_limit(client, alice, ana):
+    fields = action_fields(client.simulate_get(f"/d/{ana}").text, "promise", "F-1")
+    today = debts.tenant_today(alice.id)
+    for too_soon_or_late in (today, today + dt.timedelta(days=promises.PROMISE_MAX_DAYS + 1)):
+        refused = post(client, ana, {**fields, "date": too_soon_or_late.isoformat()})
+        assert refused.status_code == 422 and "como máximo a 30 días" in text_of(refused.text)
+    assert post(client, ana, {**fields, "date": "mañana"}).status_code == 422
+    assert DebtPromise.select().count() == 0
+
+    promised = post(client, ana, {**fields, "date": (today + dt.timedelta(days=5)).isoformat()})
+    assert promised.status_code == 303 and promised.headers["location"] == f"/d/{ana}?ok=promised"
+    page = text_of(client.simulate_get(promised.headers["location"]).text)
+    assert "La empresa ya sabe la fecha" in page and "Prometiste pagar a más tardar el" in page
+    # A later promise replaces it.
+    assert post(client, ana, {**fields, "date": (today + dt.timedelta(days=9)).isoformat()}).status_code == 303
+    assert [(row.status, row.promised_date) for row in DebtPromise.select().order_by(DebtPromise.id)] == [
+        ("replaced", today + dt.timedelta(days=5)), ("active", today + dt.timedelta(days=9))]
+    # Another debtor's debt cannot be promised from this page.
+    assert post(client, ana, {**fields, "debt": "L-9", "date": (today + dt.timedelta(days=2)).isoformat()}) \
+        .status_code == 404
+
+
+def test_a_dispute_with_a_reason(client, alice, ana):
+    fields = action_fields(client.simulate_get(f"/d/{ana}").text, "dispute", "F-2")
+    assert post(client, ana, {**fields, "reason": "   "}).status_code == 422
+    assert post(client, ana, {**fields, "reason": "x" * 501}).status_code == 422
+    disputed = post(client, ana, {**fields, "reason": "Ya la pagué en la tienda <b>"})
+    assert disputed.status_code == 303 and disputed.headers["location"] == f"/d/{ana}?ok=disputed"
+    answer = client.simulate_get(disputed.headers["location"])
+    assert "Reclamaste esta deuda: Ya la pagué en la tienda &lt;b&gt;" in answer.text  # written as text
+    assert 'name="action" value="dispute"' not in answer.text.split('data-debt="F-2"', 1)[1]
+    again = post(client, ana, {**fields, "reason": "otra vez"})
+    assert again.status_code == 409 and "ya está en reclamo" in text_of(again.text)
+    assert [(row.reason, row.status) for row in DebtDispute.select()] == [("Ya la pagué en la tienda <b>", "open")]
+
+
+def test_collection_leaves_promised_and_disputed_debts_alone(alice):
+    Tenant.update(timezone="UTC").where(Tenant.id == alice.id).execute()
+    number = make_number(alice.id)
+    day = dt.date(2031, 1, 10)
+    noon = dt.datetime(2031, 1, 10, 12, 0)
+    made = {name: add_debt(alice, number, name, document=f"doc-{name}", phone=f"5699000000{n}",
+                           installments=((1, 1000, day.isoformat()),))
+            for n, name in enumerate(("KEPT", "PROMISED", "DISPUTED"))}
+    Debt.update(auto_send=True).execute()
+    assert {item.debt_external_id for item in due_reminders(noon)} == {"KEPT", "PROMISED", "DISPUTED"}
+    promises.promise(made["PROMISED"], day + dt.timedelta(days=3), today=day)
+    promises.dispute(made["DISPUTED"], "no es mía")
+    assert {item.debt_external_id for item in due_reminders(noon)} == {"KEPT"}
+    # Once the promised day has passed, the promised debt is reminded again; the dispute holds.
+    later = noon + dt.timedelta(days=4)
+    assert {item.debt_external_id for item in due_reminders(later)} == {"KEPT", "PROMISED"}

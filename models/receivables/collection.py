@@ -37,7 +37,17 @@ from models.receivables.debtor_links import reminder_buttons
 from models.receivables.debts import zone_of
 from models.receivables.money import format_amount
 from models.receivables.payments import LINK_TEMPLATE
-from models.receivables.tables import OPEN_DEBT, OPEN_INSTALLMENT, STAGES, Debt, Debtor, Installment, Reminder
+from models.receivables.tables import (
+    OPEN_DEBT,
+    OPEN_INSTALLMENT,
+    STAGES,
+    Debt,
+    DebtDispute,
+    Debtor,
+    DebtPromise,
+    Installment,
+    Reminder,
+)
 from models.sending import work_arrived
 from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
 from models.store.db import atomic
@@ -110,6 +120,12 @@ def _due_for(tenant_ids: list[int], today: dt.date) -> list[DueReminder]:
     last_stage = STAGES[-1][0]
     already_finished = fn.EXISTS(Reminder.select(Reminder.id).where(
         (Reminder.installment == Installment.id) & (Reminder.stage == last_stage)))
+    # What the debtor said on their page (promises.py): a promise pauses reminders until its day
+    # has passed, a dispute until the company resolves it.
+    promised = fn.EXISTS(DebtPromise.select(DebtPromise.id).where(
+        (DebtPromise.debt == Debt.id) & (DebtPromise.status == "active") & (DebtPromise.promised_date >= today)))
+    disputed = fn.EXISTS(DebtDispute.select(DebtDispute.id).where(
+        (DebtDispute.debt == Debt.id) & (DebtDispute.status == "open")))
     query = (Installment
              .select(Installment.id, Installment.external_id, Installment.vence, Debt.id, Debt.external_id,
                      Debt.tenant, Debt.saldo_pendiente, Debt.moneda, Debtor.nombre, Debtor.telefono,
@@ -118,7 +134,7 @@ def _due_for(tenant_ids: list[int], today: dt.date) -> list[DueReminder]:
              .where(Debt.tenant.in_(tenant_ids) & (Debt.auto_send == True)  # noqa: E712
                     & Debt.status.in_(OPEN_DEBT) & Debt.resolution.is_null() & (Debt.saldo_pendiente > 0)
                     & Installment.status.in_(OPEN_INSTALLMENT) & (Installment.vence <= today + LOOKAHEAD)
-                    & Debtor.telefono.is_null(False) & ~already_finished)
+                    & Debtor.telefono.is_null(False) & ~already_finished & ~promised & ~disputed)
              .order_by(Debt.id, Installment.vence, Installment.numero)
              .tuples())
     candidates = []

@@ -32,6 +32,7 @@ from models.numbers.tables import MessagingAccount
 from models.receivables.debts import allocations_of, installments_of
 from models.receivables.money import from_minor
 from models.receivables.payments import create_link, link_button_index
+from models.receivables.promises import standing
 from models.receivables.tables import (
     OPEN_DEBT,
     OPEN_INSTALLMENT,
@@ -176,6 +177,7 @@ def statement(link: DebtorLink) -> Statement:
     payments = list(Payment.select().where(Payment.debt.in_([debt.id for debt in debts]))
                     .order_by(Payment.pagado_en, Payment.id)) if debts else []
     allocations = allocations_of([payment.id for payment in payments])
+    said = standing([debt.id for debt in debts])
     shown, totals = [], {}
     for debt in debts:
         currency = debt.moneda
@@ -191,7 +193,8 @@ def statement(link: DebtorLink) -> Statement:
         shown.append({"external_id": debt.external_id, "referencia": debt.referencia, "moneda": currency,
                       "monto_original": from_minor(debt.monto_original, currency),
                       "saldo": from_minor(debt.saldo_pendiente, currency), "status": debt.status,
-                      "installments": installments, "payments": paid})
+                      "installments": installments, "payments": paid,
+                      "promised_date": said[debt.id]["promise"], "dispute": said[debt.id]["dispute"]})
         totals[currency] = totals.get(currency, Decimal(0)) + from_minor(debt.saldo_pendiente, currency)
     can_pay = PaymentGateway.select().where(PaymentGateway.tenant == link.tenant_id).exists()
     return Statement(tenant.name, tenant.locale, tenant.timezone, debtor.nombre, shown, can_pay, totals)
@@ -207,7 +210,16 @@ def company_of_token(token: str) -> Tenant | None:
             .where(DebtorLink.token_hash == token_hash(token)).first())
 
 
-# -- paying from the page ---------------------------------------------------------------------
+# -- acting from the page ---------------------------------------------------------------------
+
+def own_debt(link: DebtorLink, debt_external_id: str) -> Debt:
+    """One of the link's debtor's open debts with its company; another's is not found."""
+    debt = Debt.select().where((Debt.tenant == link.tenant_id) & (Debt.debtor == link.debtor_id)
+                               & (Debt.external_id == debt_external_id) & Debt.status.in_(OPEN_DEBT)).first()
+    if debt is None:
+        raise NotFound("no such debt on this page", code="debt_not_found")
+    return debt
+
 
 def pay(link: DebtorLink, scope: str, debt_external_id: str = "", installment_external_id: str = "") -> str:
     """A payment link for what the debtor chose, made through the gateway; returns its checkout URL.
@@ -226,9 +238,7 @@ def pay(link: DebtorLink, scope: str, debt_external_id: str = "", installment_ex
             raise Conflict("pay each debt on its own", code="pay_each_debt")
         debt = debts[0]
     else:
-        debt = own.where(Debt.external_id == debt_external_id).first()
-        if debt is None:
-            raise NotFound("no such debt on this page", code="debt_not_found")
+        debt = own_debt(link, debt_external_id)
     if scope == "installment":
         if not installment_external_id:
             raise Invalid("choose an installment", details={"errors": {"installment": ["required"]}})

@@ -272,3 +272,32 @@ class DebtorLink(BaseModel):
     class Meta:
         table_name = "debtor_link"
         indexes = ((("tenant", "debtor"), True),)
+
+
+class DebtPromise(BaseModel):
+    """A debtor's promise to pay a debt by a date, made on their page (promises.py)."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    promised_date = DateField()
+    status = CharField(max_length=16, default="active")  # active, replaced (by a later promise)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debt_promise"
+        indexes = ((("debt", "status"), False),)
+
+
+class DebtDispute(BaseModel):
+    """A debtor's dispute of a debt, with their reason, made on their page (disputes.py)."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    reason = CharField(max_length=500)
+    status = CharField(max_length=16, default="open")  # open, resolved (by the company)
+    created_at = DateTimeField(default=utcnow)
+    resolved_at = DateTimeField(null=True)
+
+    class Meta:
+        table_name = "debt_dispute"
+        indexes = ((("debt", "status"), False),)

@@ -1,10 +1,11 @@
 """The debtor's page: one link per debtor and company, found by the SHA-256 of its token (the
-token itself is never stored; models/receivables/debtor_links.py).
+token itself is never stored; models/receivables/debtor_links.py), and what a debtor says there:
+promises to pay by a date, and disputes with a reason.
 
 A frozen copy of the table as this migration creates it, so later changes to the live model do
 not change what it does."""
 
-from peewee import CharField, DateTimeField, ForeignKeyField, Model
+from peewee import CharField, DateField, DateTimeField, ForeignKeyField, Model
 
 
 def up(migrator, db):
@@ -34,4 +35,31 @@ def up(migrator, db):
             table_name = "debtor_link"
             indexes = ((("tenant", "debtor"), True),)
 
-    db.create_tables([DebtorLink])
+    class Debt(Base):
+        class Meta:
+            table_name = "debt"
+
+    class DebtPromise(Base):
+        tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+        debt = ForeignKeyField(Debt, on_delete="CASCADE")
+        promised_date = DateField()
+        status = CharField(max_length=16, default="active")
+        created_at = DateTimeField()
+
+        class Meta:
+            table_name = "debt_promise"
+            indexes = ((("debt", "status"), False),)
+
+    class DebtDispute(Base):
+        tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+        debt = ForeignKeyField(Debt, on_delete="CASCADE")
+        reason = CharField(max_length=500)
+        status = CharField(max_length=16, default="open")
+        created_at = DateTimeField()
+        resolved_at = DateTimeField(null=True)
+
+        class Meta:
+            table_name = "debt_dispute"
+            indexes = ((("debt", "status"), False),)
+
+    db.create_tables([DebtorLink, DebtPromise, DebtDispute])
