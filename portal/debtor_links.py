@@ -141,7 +141,8 @@ class DebtorPage:
             raise Refused(422, errors.CHECK_THE_FORM, N_("Choose what to do: pay, promise or dispute."))
         resp.status = falcon.HTTP_303
         if action == "pay":
-            resp.location = debtor_links.pay(link, form.get("scope"), form.get("debt"), form.get("installment"))
+            resp.location = debtor_links.pay(link, form.get("scope"), form.get("debt"), form.get("installment"),
+                                             form.get("currency"))
             return
         debt = debtor_links.own_debt(link, form.get("debt"))
         if action == "promise":

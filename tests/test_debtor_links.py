@@ -15,10 +15,20 @@ import pytest
 import requests
 
 from models.clock import utcnow
+from models.events.tables import Event
 from models.receivables import debtor_links, debts, promises, snapshots
 from models.receivables.collection import due_reminders
 from models.receivables.inputs import parse_debt
-from models.receivables.tables import Debt, DebtDispute, DebtorLink, DebtPromise, PaymentLink
+from models.receivables.tables import (
+    Debt,
+    DebtDispute,
+    DebtorLink,
+    DebtPromise,
+    Payment,
+    PaymentLink,
+    PaymentLinkPart,
+    PaymentReversal,
+)
 from models.tenancy.tables import Tenant
 from tests.campaigns_fixtures import make_number
 from tests.payments_fixtures import *  # noqa: F403  (gateway_sim, gateway)
@@ -251,3 +261,36 @@ def test_collection_leaves_promised_and_disputed_debts_alone(alice):
     # Once the promised day has passed, the promised debt is reminded again; the dispute holds.
     later = noon + dt.timedelta(days=4)
     assert {item.debt_external_id for item in due_reminders(later)} == {"KEPT", "PROMISED"}
+
+
+def test_paying_everything_pays_each_debt_once_and_a_refund_comes_off_the_last_first(client, alice, gateway, ana):
+    page = client.simulate_get(f"/d/{ana}").text
+    [form] = [found for found in re.findall(r"<form.*?</form>", page, re.S) if 'value="all"' in found]
+    fields = dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form))
+    assert fields["currency"] == "CLP" and "Pagar todo: CLP 180.000" in text_of(form)
+    answer = post(client, ana, fields)
+    assert answer.status_code == 303, answer.text
+    assert "CLP 180000" in requests.get(answer.headers["location"], timeout=5).text
+    [link] = PaymentLink.select()
+    assert (link.amount, link.origin) == (180000, "page")
+    assert [(part.debt.external_id, part.amount) for part in link.parts.order_by(PaymentLinkPart.position)] == [
+        ("F-1", 150000), ("F-2", 30000)]
+
+    # The debtor pays 160.000 of it: the first debt whole, 10.000 of the second; told twice, recorded once.
+    paid = gateway.pay({"checkout_url": answer.headers["location"]}, amount="160000")
+    for _ in range(2):
+        path, headers, body = gateway.notification(paid["id"])
+        assert client.simulate_post(path, body=body, headers=headers).status_code == 200
+    recorded = {row.transaction_id: (row.debt.external_id, row.monto) for row in Payment.select()}
+    assert recorded == {f"{paid['id']}/1": ("F-1", 150000), f"{paid['id']}/2": ("F-2", 10000)}
+    balances = dict(Debt.select(Debt.external_id, Debt.saldo_pendiente).tuples())
+    assert (balances["F-1"], balances["F-2"]) == (0, 20000)
+    assert Event.select().where(Event.name == "debt.payment_received").count() == 2
+
+    # 20.000 given back: the second debt's 10.000 first, then 10.000 of the first.
+    gateway.control(f"payments/{paid['id']}/refund", amount="20000")
+    path, headers, body = gateway.notification(paid["id"])
+    client.simulate_post(path, body=body, headers=headers)
+    balances = dict(Debt.select(Debt.external_id, Debt.saldo_pendiente).tuples())
+    assert (balances["F-1"], balances["F-2"]) == (10000, 30000)
+    assert sorted(row.amount for row in PaymentReversal.select()) == [10000, 10000]

@@ -31,7 +31,7 @@ from models.errors import Conflict, Invalid, NotFound
 from models.numbers.tables import MessagingAccount
 from models.receivables.debts import allocations_of, installments_of
 from models.receivables.money import from_minor
-from models.receivables.payments import create_link, link_button_index
+from models.receivables.payments import create_debts_link, create_link, link_button_index
 from models.receivables.promises import standing
 from models.receivables.tables import (
     OPEN_DEBT,
@@ -221,21 +221,24 @@ def own_debt(link: DebtorLink, debt_external_id: str) -> Debt:
     return debt
 
 
-def pay(link: DebtorLink, scope: str, debt_external_id: str = "", installment_external_id: str = "") -> str:
+def pay(link: DebtorLink, scope: str, debt_external_id: str = "", installment_external_id: str = "",
+        currency: str = "") -> str:
     """A payment link for what the debtor chose, made through the gateway; returns its checkout URL.
 
     `scope`: `installment` (what that installment still owes), `debt` (the debt's balance), or
-    `all` (the balance of the only open debt: a checkout pays one debt, so a debtor with several
-    pays each in turn). Only the link's own debts can be named; another's is not found.
+    `all` (every open debt's balance in `currency`, one link that pays them all). Only the link's
+    own debts can be named; another's is not found.
     """
     if scope not in PAY_SCOPES:
         raise Invalid("choose what to pay", details={"errors": {"scope": ["must be one of " + ", ".join(PAY_SCOPES)]}})
-    own = Debt.select().where((Debt.tenant == link.tenant_id) & (Debt.debtor == link.debtor_id)
-                              & Debt.status.in_(OPEN_DEBT) & (Debt.saldo_pendiente > 0))
     if scope == "all":
-        debts = list(own)
-        if len(debts) != 1:
-            raise Conflict("pay each debt on its own", code="pay_each_debt")
+        debts = list(Debt.select().where((Debt.tenant == link.tenant_id) & (Debt.debtor == link.debtor_id)
+                                         & Debt.status.in_(OPEN_DEBT) & (Debt.saldo_pendiente > 0)
+                                         & (Debt.moneda == currency)).order_by(Debt.created_at, Debt.id))
+        if not debts:
+            raise NotFound("no open debt in this currency on this page", code="debt_not_found")
+        if len(debts) > 1:
+            return create_debts_link(link.tenant_id, debts, back_url=back_url())["checkout_url"]
         debt = debts[0]
     else:
         debt = own_debt(link, debt_external_id)

@@ -48,6 +48,7 @@ from models.receivables.tables import (
     Payment,
     PaymentGateway,
     PaymentLink,
+    PaymentLinkPart,
     PaymentReversal,
 )
 from models.sending.campaigns import ButtonInput, approved_template, button_mismatch, template_buttons
@@ -201,6 +202,36 @@ def create_link(tenant_id: int, debt_external_id: str, *, amount: Decimal | None
                                   currency=debt.moneda, origin=origin, checkout_id=checkout.id,
                                   checkout_url=checkout.url, expires_at=expires_at)
     return link_dict(link, installment_external_id)
+
+
+def create_debts_link(tenant_id: int, debts: list[Debt], *, back_url: str | None = None) -> dict:
+    """One payment link for the whole balance of several open debts of one currency (everything a
+    debtor owes, from their page, origin "page"): the link names the first debt, and its parts say
+    what goes to each. A payment is recorded on each debt in turn (`apply_transaction`)."""
+    if len({debt.moneda for debt in debts}) != 1 or len(debts) < 2:
+        raise Invalid("a link for several debts takes two or more debts in one currency")
+    for debt in debts:
+        _check_payable(debt)
+    currency, total = debts[0].moneda, sum(debt.saldo_pendiente for debt in debts)
+    tenant_public_id = Tenant.select(Tenant.public_id).where(Tenant.id == tenant_id).scalar()
+    public_id = new_id("plk_")
+    expires_at = utcnow() + dt.timedelta(hours=get_settings().payments_link_ttl_hours)
+    title = ", ".join(debt.referencia or debt.external_id for debt in debts)[:250]
+    try:
+        checkout = client_for(tenant_id).create_link(
+            reference=public_id, title=title, amount=from_minor(total, currency), currency=currency,
+            notification_url=notification_url(tenant_public_id), expires_at=expires_at.replace(tzinfo=dt.UTC),
+            back_url=back_url)
+    except GatewayError as error:
+        raise _unavailable(error) from None
+    with atomic():
+        link = PaymentLink.create(public_id=public_id, tenant=tenant_id, debt=debts[0].id, amount=total,
+                                  currency=currency, origin="page", checkout_id=checkout.id,
+                                  checkout_url=checkout.url, expires_at=expires_at)
+        PaymentLinkPart.insert_many([{"link": link.id, "debt": debt.id, "position": position,
+                                      "amount": debt.saldo_pendiente}
+                                     for position, debt in enumerate(debts, start=1)]).execute()
+    return link_dict(link)
 
 
 def _title(debt: Debt) -> str:
@@ -383,6 +414,9 @@ def apply_transaction(tenant_id: int, transaction: Transaction) -> tuple[str, st
     except MoneyError as error:
         return "refused", f"transaction {transaction.id}: {error}"
     paid_at = transaction.paid_at or transaction.updated_at
+    parts = list(PaymentLinkPart.select().where(PaymentLinkPart.link == link.id).order_by(PaymentLinkPart.position))
+    if parts:
+        return _apply_to_parts(tenant_id, link, parts, transaction, reversed_minor)
     try:
         with atomic():
             # The debt's lock first (debts.py's rule for its writers), so `known` cannot change
@@ -406,6 +440,58 @@ def apply_transaction(tenant_id: int, transaction: Transaction) -> tuple[str, st
     done = [] if known else [f"payment {payment.public_id}"]
     if reversal is not None:
         done.append(f"{reversal.kind} {reversal.public_id}")
+    if not done:
+        return "unchanged", f"transaction {transaction.id} was already recorded"
+    return "recorded", f"transaction {transaction.id}: " + ", ".join(done)
+
+
+def _shares(amount: int, limits: list[int]) -> list[int]:
+    """`amount` spread over parts in order, each up to its limit; what is left goes to the last."""
+    shares, left = [], amount
+    for limit in limits:
+        share = min(left, limit)
+        shares.append(share)
+        left -= share
+    shares[-1] += left
+    return shares
+
+
+def _apply_to_parts(tenant_id: int, link: PaymentLink, parts: list[PaymentLinkPart],
+                    transaction: Transaction, reversed_minor: int) -> tuple[str, str]:
+    """`apply_transaction` for a link that pays several debts: the amount paid goes to the parts
+    in order (each up to its amount, any excess to the last), and each share is recorded on its
+    debt as a payment of its own, whose transaction id is the gateway's with the part's position
+    (`123/2`), so each is recorded once. What the gateway gives back is taken from the last part
+    first. The debts' rows are locked in id order, so two such transactions never wait on each other."""
+    paid = to_minor(transaction.amount, link.currency)
+    shares = _shares(paid, [part.amount for part in parts])
+    kept = _shares(paid - min(reversed_minor, paid), shares) if reversed_minor else shares
+    paid_at = transaction.paid_at or transaction.updated_at
+    kind = "chargeback" if transaction.state == CHARGED_BACK else "refund"
+    done = []
+    try:
+        with atomic():
+            for part in sorted(parts, key=lambda item: item.debt_id):
+                Debt.update(row_version=Debt.row_version + 1).where(Debt.id == part.debt_id).execute()
+            for part, share, keep in zip(parts, shares, kept, strict=True):
+                if share <= 0:
+                    continue
+                transaction_id = f"{transaction.id}/{part.position}"
+                known = Payment.select().where((Payment.tenant == tenant_id)
+                                               & (Payment.transaction_id == transaction_id)).exists()
+                debt_external_id = Debt.select(Debt.external_id).where(Debt.id == part.debt_id).scalar()
+                payment = record_service_payment(tenant_id, debt_external_id, from_minor(share, link.currency),
+                                                 "gateway", transaction_id=transaction_id,
+                                                 paid_at=to_utc_naive(paid_at) if paid_at else None)
+                if not known:
+                    done.append(f"payment {payment.public_id}")
+                reversal = _reverse_up_to(payment, share - keep, kind, transaction.updated_at)
+                if reversal is not None:
+                    done.append(f"{reversal.kind} {reversal.public_id}")
+            if link.status != "paid":
+                PaymentLink.update(status="paid", paid_at=utcnow()).where(PaymentLink.id == link.id).execute()
+    except DomainError as error:
+        return "refused", f"transaction {transaction.id}: {error.message}"
     if not done:
         return "unchanged", f"transaction {transaction.id} was already recorded"
     return "recorded", f"transaction {transaction.id}: " + ", ".join(done)

@@ -301,3 +301,17 @@ class DebtDispute(BaseModel):
     class Meta:
         table_name = "debt_dispute"
         indexes = ((("debt", "status"), False),)
+
+
+class PaymentLinkPart(BaseModel):
+    """One debt of a payment link that pays several (everything a debtor owes in a currency, from
+    their page): what of the link's amount goes to that debt, in `position` order."""
+
+    link = ForeignKeyField(PaymentLink, backref="parts", on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    position = IntegerField()
+    amount = BigIntegerField()
+
+    class Meta:
+        table_name = "payment_link_part"
+        indexes = ((("link", "position"), True),)

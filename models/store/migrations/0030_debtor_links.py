@@ -1,11 +1,12 @@
 """The debtor's page: one link per debtor and company, found by the SHA-256 of its token (the
 token itself is never stored; models/receivables/debtor_links.py), and what a debtor says there:
-promises to pay by a date, and disputes with a reason.
+promises to pay by a date, and disputes with a reason; and the debts a payment link for
+everything a debtor owes pays (its parts).
 
 A frozen copy of the table as this migration creates it, so later changes to the live model do
 not change what it does."""
 
-from peewee import CharField, DateField, DateTimeField, ForeignKeyField, Model
+from peewee import BigIntegerField, CharField, DateField, DateTimeField, ForeignKeyField, IntegerField, Model
 
 
 def up(migrator, db):
@@ -62,4 +63,18 @@ def up(migrator, db):
             table_name = "debt_dispute"
             indexes = ((("debt", "status"), False),)
 
-    db.create_tables([DebtorLink, DebtPromise, DebtDispute])
+    class PaymentLink(Base):
+        class Meta:
+            table_name = "payment_link"
+
+    class PaymentLinkPart(Base):
+        link = ForeignKeyField(PaymentLink, on_delete="CASCADE")
+        debt = ForeignKeyField(Debt, on_delete="CASCADE")
+        position = IntegerField()
+        amount = BigIntegerField()
+
+        class Meta:
+            table_name = "payment_link_part"
+            indexes = ((("link", "position"), True),)
+
+    db.create_tables([DebtorLink, DebtPromise, DebtDispute, PaymentLinkPart])
