@@ -9,7 +9,8 @@ The flow (docs/payments.md):
 2. the gateway's signed notification names a transaction; it is stored once per request id and
    the transaction's state is fetched from the gateway, never taken from the notification;
 3. `apply_transaction` records it once: the payment through `debts.record_service_payment`
-   (keyed by the gateway's transaction id, emitting `debt.payment_received`), and any amount the
+   (keyed by the gateway's transaction id, emitting `debt.payment_received`; a link for several
+   debts records a share on each, keyed by the id and the share's position), and any amount the
    gateway has since given back (refund) or lost (chargeback) as a reversal that restores the
    balance. Reconciliation feeds the gateway's own list through the same function;
 4. every payment and reversal originated in the service gets the next number of its tenant's
