@@ -27,7 +27,7 @@ from decimal import Decimal
 from config import get_settings
 from config.settings import derive_secret
 from models.clock import utcnow
-from models.errors import Conflict, Invalid, NotFound
+from models.errors import Invalid, NotFound
 from models.numbers.tables import MessagingAccount
 from models.receivables.debts import allocations_of, installments_of
 from models.receivables.money import from_minor
@@ -76,10 +76,6 @@ def _token(nonce: str) -> str:
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def page_url(token: str) -> str:
-    return f"{get_settings().public_url}{PAGE_PATH}/{token}"
 
 
 def issue(tenant_id: int, debtor_id: int, now: dt.datetime | None = None) -> str:
@@ -159,8 +155,6 @@ def throttled(link_hash: str | None, address: str) -> int | None:
 @dataclass(frozen=True)
 class Statement:
     company: str
-    locale: str
-    timezone: str
     debtor_name: str
     debts: list[dict]
     can_pay: bool
@@ -197,7 +191,7 @@ def statement(link: DebtorLink) -> Statement:
                       "promised_date": said[debt.id]["promise"], "dispute": said[debt.id]["dispute"]})
         totals[currency] = totals.get(currency, Decimal(0)) + from_minor(debt.saldo_pendiente, currency)
     can_pay = PaymentGateway.select().where(PaymentGateway.tenant == link.tenant_id).exists()
-    return Statement(tenant.name, tenant.locale, tenant.timezone, debtor.nombre, shown, can_pay, totals)
+    return Statement(tenant.name, debtor.nombre, shown, can_pay, totals)
 
 
 def company_of(link: DebtorLink) -> Tenant:
