@@ -294,3 +294,12 @@ def test_paying_everything_pays_each_debt_once_and_a_refund_comes_off_the_last_f
     balances = dict(Debt.select(Debt.external_id, Debt.saldo_pendiente).tuples())
     assert (balances["F-1"], balances["F-2"]) == (10000, 30000)
     assert sorted(row.amount for row in PaymentReversal.select()) == [10000, 10000]
+
+
+def test_one_address_trying_many_tokens_gets_the_429_page(client, alice):
+    # Guessing tokens is counted per client address, whatever tokens it tries.
+    answers = []
+    while len(answers) <= 2 * debtor_links.PER_ADDRESS_LIMIT and (not answers or answers[-1].status_code == 404):
+        answers.append(client.simulate_get(f"/d/dl_guess{len(answers):06d}", headers={"Accept-Language": "pt-BR"}))
+    assert len(answers) > debtor_links.PER_ADDRESS_LIMIT
+    assert answers[-1].status_code == 429 and "Solicitações demais" in text_of(answers[-1].text)
