@@ -5,8 +5,8 @@ derived from the installation's master key: the database holds the nonce and the
 SHA-256, never the token, so a copy of the database alone opens no page, while a reminder can
 still send the same token again. A link lives LINK_TTL after the last reminder that carried it
 (each reminder moves its expiry on); once expired, the next reminder draws a new nonce, and the
-old token stays dead. A rotated master key makes new tokens the same way (the next reminder
-stores the new hash).
+old token stays dead. A rotated master key makes new tokens: the old one opens until the next
+reminder stores the new one's hash.
 
 The page reads only that debtor's debts with that company. A form on it carries a form token,
 an HMAC of the link's token hash under another derived key: a form made for one link is refused
@@ -264,9 +264,11 @@ def page_after_payment(payment_link_id: str, now: dt.datetime | None = None) -> 
     link = DebtorLink.get_or_none((DebtorLink.tenant == found.tenant_id) & (DebtorLink.debtor == debtor_id))
     if link is None:
         raise PageGone("not_found")
-    if link.expires_at <= now:
+    token = _token(link.nonce)
+    # A master key rotated since the last reminder: the stored hash is the old token's.
+    if link.expires_at <= now or token_hash(token) != link.token_hash:
         raise PageGone("expired", link.tenant_id)
-    return _token(link.nonce)
+    return token
 
 
 def reminder_buttons(tenant_id: int, account_public_id: str, debt_ids: list[int]) -> dict[int, list[dict]]:
