@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from jobs.campaigns import START_LEAD, start_scheduled
 from messaging.webhooks import TemplateQualityUpdate, TemplateStatusUpdate
-from models.clock import isoformat, utcnow
+from models.clock import isoformat
 from models.numbers.template_review import apply_template_quality, apply_template_status
 from models.sending.tables import Campaign, CampaignRecipient
 from svcctl.main import app as svcctl  # noqa: E402  (after the fixtures, whose `app` it would shadow)
