@@ -18,7 +18,7 @@ from models.numbers.template_review import apply_template_quality, apply_templat
 from models.sending.tables import Campaign, CampaignRecipient
 from svcctl.main import app as svcctl  # noqa: E402  (after the fixtures, whose `app` it would shadow)
 from tests.campaigns_fixtures import *  # noqa: F403
-from tests.campaigns_fixtures import campaign_body, wa, wallet
+from tests.campaigns_fixtures import campaign_body, create_for, wa, wallet
 
 URL = "/api/v1/campaigns"
 
@@ -120,3 +120,24 @@ def test_a_template_paused_or_rated_red_is_template_not_approved(client, alice, 
     apply_template_quality(TemplateQualityUpdate(number.business_account_id, None, "hello_world", "en_US", "YELLOW",
                                                  "RED"))
     assert post(client, alice, campaign_body(number, [wa()])).status_code == 201
+
+
+def test_the_sweep_starts_a_due_campaign_whose_start_was_lost_and_gives_coming_ones_a_start(
+        client, alice, number, sim, immediate_queue):
+    from jobs.campaigns import sweep_scheduled
+    from jobs.queue import huey
+
+    immediate_queue.immediate = False  # the starts go to a queue nobody runs: lost
+    due = create_for(alice, number, [wa()], send_at=at(-30))
+    coming = create_for(alice, number, [wa()], send_at=at(40))
+    later = create_for(alice, number, [wa()], send_at=at(3600))
+    immediate_queue.immediate = True
+    assert {row.status for row in Campaign.select()} == {"queued"}
+
+    assert sweep_scheduled.call_local() == 2  # the due one and the one coming within the minute
+    assert Campaign.get_by_id(due.id).status == "completed"
+    assert [item["to"] for item in sim.sent() if item["phone_number_id"] == number.phone_id] == [
+        CampaignRecipient.get(CampaignRecipient.campaign == due.id).wa_id]
+    starts = [task.args for task in huey.scheduled() if task.name == "start_scheduled"]
+    assert starts == [(coming.id,)]
+    assert (Campaign.get_by_id(coming.id).status, Campaign.get_by_id(later.id).status) == ("queued", "queued")
