@@ -54,13 +54,14 @@ def schedule_start(campaign_id: int, send_at: dt.datetime) -> None:
 def start_scheduled(campaign_id: int) -> None:
     """Run the engine at the campaign's `send_at` (this task comes a little before it)."""
     campaign = Campaign.get_or_none(Campaign.id == campaign_id)
-    wait = (campaign.send_at - utcnow()).total_seconds() if campaign and campaign.send_at else 0.0
-    if wait > 2 * START_LEAD and campaign.status == "queued":
-        schedule_start(campaign_id, campaign.send_at)  # came far too early (a clock moved): again later
-        return
-    if wait > 0:
-        time.sleep(wait)
-        campaign = Campaign.get_or_none(Campaign.id == campaign_id)  # cancelled meanwhile, say
+    if campaign is not None and campaign.status == "queued" and campaign.send_at:
+        wait = (campaign.send_at - utcnow()).total_seconds()
+        if wait > 2 * START_LEAD:
+            schedule_start(campaign_id, campaign.send_at)  # came far too early (a clock moved): again later
+            return
+        if wait > 0:
+            time.sleep(wait)
+            campaign = Campaign.get_or_none(Campaign.id == campaign_id)  # cancelled meanwhile, say
     if campaign is None or campaign.status != "queued":
         log.info("scheduled campaign %s is %s: not started", campaign.public_id if campaign else campaign_id,
                  campaign.status if campaign else "gone")
