@@ -7,14 +7,14 @@ import datetime as dt
 
 from config.i18n import N_
 from jobs import webhooks as delivery
-from models.clock import utcnow
+from models.clock import to_utc_naive, utcnow
 from models.errors import NotFound
 from models.events import webhooks
 from models.events.delivery.ping import send_test
 from models.events.tables import ALL_EVENTS, CORE_EVENTS, DELIVERY_STATUSES, WebhookDelivery, WebhookEndpoint
 from models.store.db import atomic
 from portal.errors import CHECK_THE_FORM
-from portal.web import BASE, Refused, audit, choice, ctx, form, page, paginate_by_keyset, redirect, render
+from portal.web import BASE, Refused, audit, choice, ctx, form, locale_of, page, paginate_by_keyset, redirect, render
 
 REPLAY_WINDOWS = {"1": N_("the last hour"), "6": N_("the last 6 hours"), "24": N_("the last day"),
                   "72": N_("the last 3 days"), "168": N_("the last 7 days")}
@@ -70,7 +70,22 @@ class EndpointTest:
 
 def _filters(req) -> dict[str, str | None]:
     return {"event": req.get_param("event") or None, "endpoint": req.get_param("endpoint") or None,
-            "status": choice(req, "status", DELIVERY_STATUSES)}
+            "status": choice(req, "status", DELIVERY_STATUSES), "since": req.get_param("since") or None,
+            "until": req.get_param("until") or None}
+
+
+def _moment(req, text: str | None) -> dt.datetime | None:
+    """A time filter's value (the form's `YYYY-MM-DDTHH:MM`, in the company's time zone, as the
+    log shows its times) in naive UTC."""
+    if text is None:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise Refused(422, CHECK_THE_FORM, N_("Enter a date and time as year-month-day and hours:minutes.")) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=locale_of(req).zone)
+    return to_utc_naive(moment)
 
 
 class Deliveries:
@@ -78,7 +93,8 @@ class Deliveries:
     def on_get(self, req, resp):
         tenant_id = ctx(req).tenant_id
         filters = _filters(req)
-        query = webhooks.deliveries(tenant_id, filters["endpoint"], filters["event"], filters["status"])
+        query = webhooks.deliveries(tenant_id, filters["endpoint"], filters["event"], filters["status"],
+                                    _moment(req, filters["since"]), _moment(req, filters["until"]))
         listing = paginate_by_keyset(req, query)
         endpoints = list(WebhookEndpoint.select().where(WebhookEndpoint.tenant == tenant_id)
                          .order_by(WebhookEndpoint.id.desc()))

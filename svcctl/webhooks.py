@@ -22,7 +22,7 @@ _RELATIVE = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
-def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
+def parse_since(value: str, now: dt.datetime | None = None, option: str = "--since") -> dt.datetime:
     """An ISO 8601 date-time (UTC when it has no offset) or a duration back from now: 90s, 15m, 2h, 3d."""
     value = value.strip()
     if match := _RELATIVE.match(value):
@@ -31,7 +31,7 @@ def parse_since(value: str, now: dt.datetime | None = None) -> dt.datetime:
     try:
         return to_utc_naive(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
     except ValueError:
-        raise Invalid(f"--since: expected an ISO 8601 date-time or a duration like 2h, got {value!r}") from None
+        raise Invalid(f"{option}: expected an ISO 8601 date-time or a duration like 2h, got {value!r}") from None
 
 
 @app.command("endpoints")
@@ -56,10 +56,16 @@ def list_deliveries(tenant: str = typer.Option(..., "--tenant"),
                     event: str = typer.Option(None, "--event", help="An event name, e.g. message.sent."),
                     status: str = typer.Option(None, "--status",
                                                help="pending, failed, delivered, exhausted or cancelled."),
+                    since: str = typer.Option(None, "--since", help="Created at or after: 2h, 3d or an ISO 8601 "
+                                                                    "date-time (UTC without an offset)."),
+                    until: str = typer.Option(None, "--until", help="Created before; as --since."),
                     limit: int = typer.Option(50, "--limit", min=1, max=10000),
                     as_json: bool = JSON_OPTION):
     """The delivery log, newest first."""
-    query = webhooks.deliveries(get_tenant(tenant).id, endpoint, event, status).limit(limit)
+    created_since = parse_since(since) if since else None
+    created_until = parse_since(until, option="--until") if until else None
+    query = webhooks.deliveries(get_tenant(tenant).id, endpoint, event, status, created_since, created_until)
+    query = query.limit(limit)
     data = [webhooks.delivery_as_dict(item) for item in query]
     # The table keeps to what fits a terminal; --json and `attempts` have the rest.
     show(data, as_json, lambda: table("webhook deliveries", ("id", "event id", "event", "status", "tries",

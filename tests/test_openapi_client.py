@@ -167,6 +167,20 @@ def register_endpoints(api: GeneratedClient, hooks: Receiver) -> Any:
     return endpoint
 
 
+def author_template(api: GeneratedClient, account_id: str) -> None:
+    """A template submitted in the platform's own shape; the simulator's review approves it
+    (template.status_changed), and then it is listed among the number's approved templates."""
+    api.call("accounts.post_accounts_account_id_templates", 201, account_id=account_id,
+             idempotency_key="template-1", body=api.body("TemplateInput", {
+                 "name": "order_ready", "language": "es", "category": "UTILITY", "components": [
+                     {"type": "BODY", "text": "Hola {{1}}, tu pedido está listo.",
+                      "example": {"body_text": [["Ana"]]}},
+                     {"type": "BUTTONS", "buttons": [{"type": "QUICK_REPLY", "text": "Gracias"}]}]}))
+    wait_until(lambda: "order_ready" in [template.name for template in api.call(
+        "accounts.get_accounts_account_id_templates", 200, account_id=account_id).data],
+        timeout=30, interval=0.5, message="the template's approval")
+
+
 def sync_receivables(service: PaymentsLiveService, api: GeneratedClient, account_id: str) -> None:
     """A debt of the contact, a batch (one element refused), an ERP payment, a resolution; then a
     payment link paid on the gateway's checkout (debt.payment_received)."""
@@ -251,6 +265,7 @@ def test_a_generated_client_drives_the_service_and_every_posted_event_matches_th
     api.call("accounts.get_accounts", 200)
     account = api.call("accounts.get_accounts_account_id", 200, account_id=account_id).data
     api.call("accounts.get_accounts_account_id_templates", 200, account_id=account_id)
+    author_template(api, account_id)
     sync_receivables(service, api, account_id)
     run_campaigns(api, account_id)
     converse(service, api, account, hooks)

@@ -62,6 +62,9 @@ def test_the_delivery_log_filters_by_status_event_and_endpoint(alice, charlie, m
                            "--status", "delivered")
     assert len(by_endpoint) == 3
     assert run_json("deliveries", "--tenant", tenant, "--status", "exhausted") == []
+    assert len(run_json("deliveries", "--tenant", tenant, "--since", "1h")) == 5
+    assert run_json("deliveries", "--tenant", tenant, "--until", "1h") == []
+    assert run_json("deliveries", "--tenant", tenant, "--since", "2999-01-01T00:00:00Z") == []
 
     attempts = run_json("attempts", str(failed[0]["id"]))
     assert [(a["number"], a["outcome"], a["status_code"], a["response_excerpt"]) for a in attempts] == [
@@ -73,6 +76,8 @@ def test_the_delivery_log_filters_by_status_event_and_endpoint(alice, charlie, m
 def test_bad_filters_fail_with_one_line(alice):
     result = run("deliveries", "--tenant", alice.tenant.public_id, "--status", "lost", ok=False)
     assert result.exit_code == 1 and "unknown delivery status" in result.stderr
+    result = run("deliveries", "--tenant", alice.tenant.public_id, "--until", "last week", ok=False)
+    assert result.exit_code == 1 and "--until: expected an ISO 8601 date-time" in result.stderr
     assert run("deliveries", "--tenant", "ten_nobody", ok=False).exit_code == 1
     assert "no delivery" in run("attempts", "999999", ok=False).stderr
 

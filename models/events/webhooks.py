@@ -685,11 +685,20 @@ def _replay_in_batches(events_after: Callable[[int], list[Event]]) -> tuple[int,
 
 
 def deliveries(tenant_id: int, endpoint_public_id: str | None = None, event_name: str | None = None,
-               status: str | None = None):
-    """A tenant's deliveries, newest first, with their endpoint and event joined."""
+               status: str | None = None, since: dt.datetime | None = None, until: dt.datetime | None = None):
+    """A tenant's deliveries, newest first, with their endpoint and event joined; each filter
+    given narrows it (created at or after `since`, before `until`: naive UTC).
+
+    Newest first means by id, which is unique: a list paged by id (`older_deliveries`) has no
+    ties to break, however many deliveries share a creation time, so every matching delivery
+    is on exactly one page."""
     query = (WebhookDelivery.select(WebhookDelivery, WebhookEndpoint, Event)
              .join(WebhookEndpoint).switch(WebhookDelivery).join(Event)
              .where(WebhookDelivery.tenant == tenant_id).order_by(WebhookDelivery.id.desc()))
+    if since is not None:
+        query = query.where(WebhookDelivery.created_at >= since)
+    if until is not None:
+        query = query.where(WebhookDelivery.created_at < until)
     if endpoint_public_id is not None:
         query = query.where(WebhookEndpoint.public_id == endpoint_public_id)
     if event_name is not None:
@@ -699,6 +708,16 @@ def deliveries(tenant_id: int, endpoint_public_id: str | None = None, event_name
             raise Invalid(f"unknown delivery status {status!r}; one of {', '.join(DELIVERY_STATUSES)}")
         query = query.where(WebhookDelivery.status == status)
     return query
+
+
+def older_deliveries(query, before_id: int | None, limit: int) -> tuple[list[WebhookDelivery], bool]:
+    """The page of `deliveries(...)` after the cursor `before_id` (the last id of the page
+    before; None for the first): up to `limit` deliveries, newest first, and whether more
+    follow. An index seek on (tenant, id), whatever the page's depth."""
+    if before_id is not None:
+        query = query.where(WebhookDelivery.id < before_id)
+    rows = list(query.order_by(WebhookDelivery.id.desc()).limit(limit + 1))
+    return rows[:limit], len(rows) > limit
 
 
 def delivery_as_dict(delivery: WebhookDelivery) -> dict:

@@ -2,9 +2,13 @@
 
 Memory stays flat whatever the file size: the input is read in blocks of about one batch of
 debts, and each batch is written in its own transaction through `snapshots.upsert_debts`,
-the same operation the API uses. A CSV block of plainly valid debts is checked a column at a
-time (models/receivables/columns.py) and, when none of its debts or debtors is stored yet, written
-the same way (`snapshots.insert_new_debts`); the rest takes the road above.
+the same operation the API uses. A batch the database rolled back to break a lock conflict with
+a concurrent import (or that met the storage down) runs again whole (`outlast_outage`), and only
+the run that committed is counted, so a summary says what this import created and updated.
+
+A CSV block of plainly valid debts is checked a column at a time (models/receivables/columns.py)
+and, when none of its debts or debtors is stored yet, written the same way
+(`snapshots.insert_new_debts`, retried the same way); the rest takes the road above.
 
 A bad row is reported with its line number and skipped; when a row of a CSV debt is bad the
 whole debt is skipped, since saving its other rows as a snapshot would cancel the installment
@@ -36,6 +40,7 @@ from models.receivables.inputs import (
     plain_fields_spec,
 )
 from models.receivables.snapshots import insert_new_debts, upsert_debts
+from models.store.db import outlast_outage
 
 BATCH_SIZE = 500
 
@@ -482,7 +487,9 @@ def import_debts(tenant_id: int, records: Iterable[DebtRecord | DebtColumns], *,
             on_error(error)
 
     def flush() -> None:
-        results = upsert_debts(tenant_id, [record.spec for record in pending])  # type: ignore[misc]
+        specs = [record.spec for record in pending]
+        results = outlast_outage(lambda: upsert_debts(tenant_id, specs),  # type: ignore[arg-type]
+                                 what=f"an import batch of {len(specs)} debts")
         actions = {"created": 0, "updated": 0, "ignored_stale": 0}
         for record, result in zip(pending, results, strict=True):
             if result.error is not None:
@@ -501,7 +508,8 @@ def import_debts(tenant_id: int, records: Iterable[DebtRecord | DebtColumns], *,
         if type(item) is DebtColumns:
             if pending:
                 flush()
-            if insert_new_debts(tenant_id, item):
+            if outlast_outage(lambda item=item: insert_new_debts(tenant_id, item),
+                              what=f"an import block of {len(item.counts)} new debts"):
                 summary.debts += len(item.counts)
                 summary.rows += item.row_count
                 summary.created += len(item.counts)

@@ -120,8 +120,10 @@ def _insert_new(model, fields: list, columns: list, key_size: int) -> list[int]:
     """
     size = len(columns[-1])
     if is_postgres():
-        returned = _insert_skipping(model, fields, list(zip(*columns, strict=True)),
-                                    returning=[model.id, *fields[-key_size:]])
+        # In the order of the unique key: a concurrent writer inserting some of the same keys
+        # waits for this one at the first key they share, never in a circle (docs/reliability.md).
+        rows = sorted(zip(*columns, strict=True), key=lambda row: _nulls_last(row[-key_size:]))
+        returned = _insert_skipping(model, fields, rows, returning=[model.id, *fields[-key_size:]])
         if len(returned) != size:
             raise _NotAllNew
         ids = {tuple(row[1:]): row[0] for row in returned}  # RETURNING promises no order
@@ -245,9 +247,14 @@ class _Batch:
         names = list(set(map(_ACCOUNT_NAME, specs)))
         self.accounts = dict(execute(f'SELECT "public_id", "id" FROM "{_ACCOUNT_TABLE}" WHERE "tenant_id" = ? '
                                      f'AND "public_id" IN ({_marks(names)})', [tenant, *names]).fetchall())
-        # Lock and find in one statement (the lock is what serializes writers; see debts.py).
-        locked = execute(f'UPDATE "debt" SET "row_version" = "row_version" + 1 WHERE "tenant_id" = ? '
-                         f'AND "external_id" IN ({_marks(external_ids)}) RETURNING "id"', [tenant, *external_ids])
+        # Lock and find in one statement (the lock is what serializes writers; see debts.py). On
+        # PostgreSQL the rows are locked in ascending id, the receivables' lock order
+        # (docs/reliability.md): two batches naming the same stored debts in other orders then
+        # wait for each other instead of deadlocking. SQLite runs one writer at a time.
+        in_order = ' ORDER BY "id" FOR UPDATE' if is_postgres() else ""
+        locked = execute(f'UPDATE "debt" SET "row_version" = "row_version" + 1 WHERE "id" IN (SELECT "id" FROM "debt" '
+                         f'WHERE "tenant_id" = ? AND "external_id" IN ({_marks(external_ids)}){in_order}) '
+                         'RETURNING "id"', [tenant, *external_ids])
         existing_ids = [row[0] for row in locked.fetchall()]
         if existing_ids:
             existing = list(Debt.select().where(Debt.id.in_(existing_ids)))
@@ -424,7 +431,8 @@ class _Batch:
     def _flush(self) -> None:
         if self.new_debtors:
             self._insert_debtors()
-        for debtor in self.changed_debtors.values():
+        # Ascending id, as every other writer of several debtors (docs/reliability.md).
+        for _debtor_id, debtor in sorted(self.changed_debtors.items(), key=_FIRST_ITEM):
             debtor.save(only=[Debtor.nombre, Debtor.documento, Debtor.telefono, Debtor.updated_at])
         touched = [state for state in self.debts.values() if state.touched]
         for state in touched:
@@ -458,7 +466,10 @@ class _Batch:
 
     def _insert_debtors(self) -> None:
         now = _bound_once(self.now)
-        rows = [(self.tenant_id, d.nombre, d.documento, d.telefono, now, now) for d in self.new_debtors]
+        # Inserted in the order of their keys: a concurrent batch inserting some of the same
+        # debtors waits for this one at its first shared key instead of deadlocking at a later one.
+        rows = sorted(((self.tenant_id, d.nombre, d.documento, d.telefono, now, now) for d in self.new_debtors),
+                      key=_debtor_key)
         returned = bulk_insert(Debtor, [Debtor.tenant, Debtor.nombre, Debtor.documento, Debtor.telefono,
                                         Debtor.created_at, Debtor.updated_at], rows,
                                returning=[Debtor.id, Debtor.documento, Debtor.telefono])
@@ -471,14 +482,25 @@ class _Batch:
     def _insert_debts(self, debts: list[_NewDebt]) -> None:
         # A new debt's created_at and updated_at are the batch's moment.
         row_of, stamps = _DEBT_INSERT_ROW, (_bound_once(self.now),) * 2
-        rows = [row_of(debt) + stamps for debt in debts]
+        # In the order of their keys, as the debtors above.
+        rows = [row_of(debt) + stamps for debt in sorted(debts, key=_EXTERNAL_ID)]
         returned = bulk_insert(Debt, _DEBT_INSERT_COLUMNS, rows, returning=[Debt.id, Debt.external_id])
         ids = {external_id: debt_id for debt_id, external_id in returned}
         for debt in debts:
             debt.id = ids[debt.external_id]
 
 
+def _nulls_last(key: tuple) -> tuple:
+    """A unique key made sortable when some of its values are NULL (a debtor without a phone)."""
+    return tuple((value is None, value or "") for value in key)
+
+
+def _debtor_key(row: tuple) -> tuple:
+    return _nulls_last(row[2:4])  # (documento, telefono) of a row of `_insert_debtors`
+
+
 _ACCOUNT_TABLE = MessagingAccount._meta.table_name
+_FIRST_ITEM = operator.itemgetter(0)
 _EXTERNAL_ID, _ACCOUNT_NAME = operator.attrgetter("external_id"), operator.attrgetter("account_id")
 _DOCUMENT, _PHONE = operator.attrgetter("debtor.document"), operator.attrgetter("debtor.phone")
 _DEBT_INSERT_COLUMNS = [Debt.tenant, Debt.external_id, Debt.account, Debt.debtor, Debt.moneda, Debt.referencia,
@@ -498,23 +520,35 @@ _DEBT_UPDATE_FIELDS = [Debt.account, Debt.debtor, Debt.moneda, Debt.referencia, 
                        Debt.external_updated_at, Debt.updated_at]
 
 
+# Each refused attempt has waited for the writer it met to commit, so the next one sees its rows:
+# only writers inserting yet more of the batch's new keys meanwhile can refuse it again.
+_WHOLE_BATCH_ATTEMPTS = 5
+
+
 def upsert_debts(tenant_id: int, specs: list[DebtSpec], *, today: dt.date | None = None) -> list[UpsertResult]:
     """Create or update debts from ERP snapshots, one result per spec, in the caller's order.
 
     Elements are independent: a business error rejects that element and the others are saved.
     The batch is planned and written together (fast); if the database refuses the combined
     write (a concurrent writer created the same debt or debtor meanwhile), the batch is undone
-    and each element is applied alone in its own savepoint.
+    and planned again, now seeing that writer's rows; if it is refused every time, each element
+    is applied alone in its own savepoint.
+
+    Planned again whole rather than at once one by one: a whole batch takes its locks in the
+    lock order (docs/reliability.md), while elements applied one by one take them in the
+    caller's order, which two overlapping imports do not share.
     """
     if not specs:
         return []
     today = today or tenant_today(tenant_id)
     with atomic():
-        try:
-            with atomic():
-                return _Batch(tenant_id, today).apply(specs)
-        except IntegrityError:
-            log.info("batch of %d debts conflicted with a concurrent write; applying one by one", len(specs))
+        for _attempt in range(_WHOLE_BATCH_ATTEMPTS):
+            try:
+                with atomic():
+                    return _Batch(tenant_id, today).apply(specs)
+            except IntegrityError:
+                log.info("batch of %d debts conflicted with a concurrent write", len(specs))
+        log.info("applying the batch of %d debts one by one", len(specs))
         return [_upsert_alone(tenant_id, spec, today) for spec in specs]
 
 

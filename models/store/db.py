@@ -398,8 +398,7 @@ def storage_unavailable(error: BaseException) -> bool:
         return True
     if not isinstance(error, peewee.OperationalError | peewee.InterfaceError):
         return False
-    original = error.args[0] if error.args else None  # peewee wraps the driver's error
-    if isinstance(original, sqlite3.Error):
+    if isinstance(_driver_error(error), sqlite3.Error):
         return any(marker in str(error).lower() for marker in _SQLITE_UNAVAILABLE)
     return True
 
@@ -449,8 +448,14 @@ _CONFLICT_CODES = frozenset({"40P01", "40001", "55P03"})
 
 
 def lock_conflict(error: BaseException) -> bool:
-    original = error.args[0] if error.args else None  # peewee wraps the driver's error
-    return isinstance(error, peewee.OperationalError) and getattr(original, "pgcode", None) in _CONFLICT_CODES
+    return (isinstance(error, peewee.OperationalError)
+            and getattr(_driver_error(error), "pgcode", None) in _CONFLICT_CODES)
+
+
+def _driver_error(error: BaseException) -> BaseException | None:
+    """The driver's exception that peewee's wraps: peewee keeps it as `orig` (its message alone in
+    `args`), so the driver's error code is read there, never from the message."""
+    return getattr(error, "orig", None)
 
 
 def upgrade() -> list[str]:
