@@ -16,7 +16,7 @@ One engine runs per worker process, inside a queue task (jobs/sending.py), over 
 4. The tick's claims are one batch: each sent at its own slot on the send pool (slots.py; every
    HTTP call is bounded by the client's timeout; a send whose turn comes too late for its slot
    goes back to the queue unsent). Just before they go, the sends are marked started in waves
-   (one statement per store for the sends of the next 0.1 s); a send whose mark is not on record
+   (one transaction per store for the sends of the next 0.1 s); a send whose mark is not on record
    by its slot is not made and goes back to the queue. The batch is then recorded by each store
    in one transaction (see the messenger's error policy): accepted -> `sent` with the credit
    consumed; refused -> `failed` with the credit released; throttled -> back to the queue while
@@ -72,9 +72,9 @@ class Settings:
     max_in_flight: int = 1200  # messages claimed and not yet recorded, per engine (backpressure)
     batch_threads: int = 6  # batches sent and recorded at once
     burst_seconds: float = 0.5  # pacing grants send slots up to this many seconds ahead
-    # Sends are marked started in waves: one statement per store marks the sends whose slots fall
-    # in the next `start_window` seconds, `start_lead` seconds before the first of them (at most
-    # 10 statements a second per store, whatever the rate). A dead engine's sends marked and not
+    # Sends are marked started in waves: one transaction per store marks the sends whose slots
+    # fall in the next `start_window` seconds, `start_lead` seconds before the first of them (at
+    # most 10 a second per store, whatever the rate). A dead engine's sends marked and not
     # yet made are what recovery cannot tell from sends made: about a wave and its lead at the
     # number's rate, plus those whose turn came late.
     start_window: float = 0.1
@@ -138,7 +138,7 @@ class _Countdown:
 
 @dataclass
 class _Wave:
-    """Sends of one batch whose slots are close together, marked started by one statement."""
+    """Sends of one batch whose slots are close together, marked started together."""
 
     jobs: list[Job]
     marked: threading.Event = field(default_factory=threading.Event)
@@ -429,7 +429,7 @@ class Engine:
         return result
 
     def _start_wave(self, wave: _Wave) -> None:
-        """Mark a wave's sends started, one statement per store, before the first of them goes."""
+        """Mark a wave's sends started, one transaction per store, before the first of them goes."""
         try:
             with connection():
                 for store in self.stores:

@@ -88,8 +88,8 @@ class Store(Protocol):
         """Claim up to `grants[number]` due messages per number, in one transaction."""
 
     def start(self, jobs: list[Job], now: dt.datetime | None = None) -> set[int]:
-        """Mark these claims started, just before their platform calls, in one statement per
-        claim token; returns the ids marked (a claim given up meanwhile is not, and is not sent)."""
+        """Mark these claims started, just before their platform calls, in one transaction;
+        returns the ids marked (a claim given up meanwhile is not, and is not sent)."""
 
     def record(self, jobs: list[Job]) -> BatchResult:
         """Write a sent batch's outcomes, credits and events in one transaction."""
