@@ -5,7 +5,9 @@ each and attributed to the last reminder within 7 days; aging buckets and DSO by
 from __future__ import annotations
 
 import datetime as dt
+import html
 import json
+import re
 import zlib
 
 import pytest
@@ -23,6 +25,7 @@ from models.tenancy.tables import Tenant
 from svcctl.main import app as svcctl_app
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client: the app pointed at the simulator)
 from tests.campaigns_fixtures import make_number, status_update
+from tests.portal_fixtures import owner, signed_in  # noqa: F401  (owner: a fixture)
 from tests.receivables_fixtures import API, debt_body
 
 DAY = dt.timedelta(days=1)
@@ -169,3 +172,25 @@ def test_a_bad_period_is_refused_in_the_envelope(alice, client):
     response = client.simulate_get(f"{API}/reporte", params={"since": "2026-02-01T00:00:00Z",
                                                              "until": "2026-01-01T00:00:00Z"}, headers=alice.headers)
     assert response.status_code == 422 and "until" in response.json["error"]["details"]["errors"]
+
+
+def test_the_portal_page_draws_the_charts_in_the_readers_language(scenario, client, owner):
+    browser = signed_in(client, owner, headers={"Accept-Language": "pt-BR"})
+    page = browser.get("/portal/receivables/report")
+    assert page.status_code == 200, page.text
+    text = html.unescape(page.text)
+    # One chart a step and one a currency of the aging, drawn here: no script, nothing fetched.
+    assert text.count("<svg") == 3 + 2 and "<script" not in text.split("<main")[-1]
+    assert re.findall(r'src="https?:', text) == []
+    # The "due" step's funnel: 2 reminded is the longest bar, 1 delivered… half of it.
+    due_chart = text.split("<svg")[2]
+    assert re.findall(r'<rect x="160" y="3" width="(\d+)"', due_chart) == ["360", "360", "180", "0", "180", "0",
+                                                                           "180"]
+    assert "Lembrados" in text and "Aging em USD" in text
+    assert "US$\u00a0150,00" in text  # the aging's 1-30 days, written as Brazil writes money
+    assert "123,8" in text  # DSO
+
+
+def test_the_portal_refuses_a_bad_date_with_its_page(client, owner):
+    browser = signed_in(client, owner)
+    assert browser.get("/portal/receivables/report", since="yesterday").status_code == 422
