@@ -14,11 +14,9 @@ from api.errors import validation_error
 from api.operation import Reply, ok, operation
 from api.payments import EXPORT_QUERY, ExportPage, PaymentLinkItem, export_page
 from api.schemas import Output, Success
-from models.errors import DomainError
 from models.clock import to_utc_naive
+from models.errors import DomainError
 from models.receivables import debts, payments, snapshots
-from models.receivables.report import report
-from models.tenancy.tables import Tenant
 from models.receivables.inputs import (
     DebtBatchInput,
     DebtInput,
@@ -28,6 +26,8 @@ from models.receivables.inputs import (
     parse_debt,
     payment_spec,
 )
+from models.receivables.report import report
+from models.tenancy.tables import Tenant
 
 TAGS = ("cartera",)
 WRITE_ERRORS = (401, 403, 404, 409, 422, 429)

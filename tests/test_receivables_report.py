@@ -25,7 +25,8 @@ from models.tenancy.tables import Tenant
 from svcctl.main import app as svcctl_app
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client: the app pointed at the simulator)
 from tests.campaigns_fixtures import make_number, status_update
-from tests.portal_fixtures import owner, signed_in  # noqa: F401  (owner: a fixture)
+from tests.portal_fixtures import *  # noqa: F403  (owner: a signed-in company's user)
+from tests.portal_fixtures import signed_in
 from tests.receivables_fixtures import API, debt_body
 
 DAY = dt.timedelta(days=1)

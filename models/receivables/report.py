@@ -136,10 +136,13 @@ FROM "debt_payment" y JOIN "debt" d ON d."id" = y."debt_id" WHERE y."tenant_id" 
 """
 
 
-def _attribution_sql(key: str, since: dt.datetime | None, until: dt.datetime | None) -> tuple[str, str]:
-    """The WITH clause that credits each event to one message, and the messages of the period."""
+def _attribution_sql(key: str, since: dt.datetime | None, until: dt.datetime | None) -> str:
+    """The WITH clause: `credited`, each event with the one message it counts for (the debtor's
+    last before it, within the window, among all their reminders, not only the period's), and
+    `period`, the messages sent in [since, until) with `key` (stage or campaign) as `grp`."""
     window = _within_window("m.sent_at", "e.at")
-    credited = f"""
+    bounds = [condition for condition, moment in (("sent_at >= ?", since), ("sent_at < ?", until)) if moment]
+    return f"""
 WITH sent AS ({_SENT}),
 messages AS (SELECT DISTINCT message, debtor, sent_at FROM sent),
 events AS ({_EVENTS}),
@@ -151,13 +154,12 @@ ranked AS (
 credited AS (SELECT kind, amount, currency, message FROM ranked WHERE place = 1),
 period AS (
   SELECT DISTINCT {key} AS grp, message, delivered_at, read_at FROM sent
-  WHERE 1 = 1{' AND sent_at >= ?' if since else ''}{' AND sent_at < ?' if until else ''}
+  {"WHERE " + " AND ".join(bounds) if bounds else ""}
 )"""
-    return credited, "period"
 
 
 def _funnel(tenant_id: int, key: str, since: dt.datetime | None, until: dt.datetime | None) -> list[FunnelRow]:
-    head, _ = _attribution_sql(key, since, until)
+    head = _attribution_sql(key, since, until)
     params: list = [tenant_id, tenant_id] + [tenant_id] * 4 + [bound_datetime(moment) for moment in (since, until)
                                                                 if moment]
     counted = {kind: f"COUNT(DISTINCT CASE WHEN k.kind = '{kind}' THEN p.message END)"
