@@ -162,6 +162,10 @@ def test_the_api_and_the_cli_give_the_same_figures(scenario, client, alice):
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == from_api
     assert from_api["steps"][1]["recovered"] == [{"currency": "USD", "amount": 50.0}]
+    # Without --tenant: every active company, this one among them with the same figures.
+    every = CliRunner().invoke(svcctl_app, ["cartera", "report", "--since", since, "--json"])
+    assert every.exit_code == 0, every.output
+    assert [item for item in json.loads(every.output) if item["tenant"] == from_api["tenant"]] == [from_api]
     table = CliRunner().invoke(svcctl_app, ["cartera", "report", "--tenant", scenario["tenant"].public_id])
     assert table.exit_code == 0 and "days_over_90" in table.output
 
