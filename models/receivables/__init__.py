@@ -2,7 +2,7 @@
 
 - `tables.py`: the tables: debtors, debts, installments, payments and their allocations,
   reminders, the payment gateway's credentials, links, notifications, reversals and export, and
-  the debtors' page links, promises and disputes.
+  the debtors' page links, openings, promises and disputes.
 - `money.py`: ISO 4217 currencies, their minor units, and exact conversions.
 - `inputs.py`: the wire shapes of a debt, a payment and a resolution, and their exact parsing.
 - `columns.py`: a block of CSV debts checked a column at a time (the importer's plain road).
@@ -15,6 +15,7 @@
 - `promises.py`: what a debtor says on their page: promises to pay by a date, and disputes.
 - `debtor_links.py`: the debtor's page: its token per debtor and company, what it shows, paying
   from it, and the reminder's button that opens it.
+- `report.py`: what the reminders recovered (the funnel per step and campaign), aging, DSO.
 - `export.py`: the ERP's export of the payments and reversals made in the service.
 
 This module imports none of them, so importing one stays cheap.

@@ -274,6 +274,18 @@ class DebtorLink(BaseModel):
         indexes = ((("tenant", "debtor"), True),)
 
 
+class DebtorPageOpen(BaseModel):
+    """One opening of a debtor's page: the collection report's "page opened" (report.py)."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE", index=False)
+    debtor = ForeignKeyField(Debtor, on_delete="CASCADE", index=False)
+    opened_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debtor_page_open"
+        indexes = ((("tenant", "debtor", "opened_at"), False),)
+
+
 class DebtPromise(BaseModel):
     """A debtor's promise to pay a debt by a date, made on their page (promises.py)."""
 
