@@ -60,7 +60,7 @@ def link_in(message: dict, template: dict) -> str:
     The body carries no link."""
     [body] = [c for c in message["components"] if c["type"] == "body"]
     assert len(body["parameters"]) == 2 and "/pay/" not in str(body)
-    [button] = [c for c in message["components"] if c["type"] == "button"]
+    [button] = [c for c in message["components"] if c["type"] == "button" and c.get("sub_type") == "url"]
     [declared] = [c["buttons"] for c in template["components"] if c["type"] == "BUTTONS"]
     return declared[int(button["index"])]["url"].replace("{{1}}", button["parameters"][0]["text"])
 
