@@ -187,13 +187,16 @@ def test_svcctl_up_sim_gives_the_demo_number_the_link_template_with_its_button(s
                                       headers={"Authorization": f"Bearer {key}"})
             except requests.RequestException:
                 return None  # the API is still starting
-            found = [t for t in answer.json().get("data", []) if t["name"] == "payment_reminder_link"]
+            found = [t for t in answer.json().get("data", []) if t["name"] == "payment_reminder_link"
+                     and t["language"] == "es"]
             return found[0] if found else None
 
         template = wait_until(link_template, timeout=30, message="the demo number's link template")
         assert template["body_text"] == "Hola {{1}}, tu saldo pendiente es {{2}}." and template["variable_count"] == 2
         [buttons] = [c["buttons"] for c in template["components"] if c["type"] == "BUTTONS"]
-        assert [(b["type"], b["text"], b["url"]) for b in buttons] == [("URL", "Pay now", f"{api}/pay/{{{{1}}}}")]
+        assert [(b["type"], b["text"], b.get("url")) for b in buttons] == [
+            ("URL", "Pay now", f"{api}/pay/{{{{1}}}}"), ("QUICK_REPLY", "Ya pagué", None),
+            ("QUICK_REPLY", "Pagaré en 7 días", None), ("QUICK_REPLY", "No reconozco", None)]
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=40)
