@@ -153,7 +153,7 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
         data["debt_external_ids"] = debts
         # A reminder's quick reply is recorded and answered; free text is attached to the debts.
         answer = None if message.edited_wamid is not None else replies.apply_reply(
-            account, key, message.wamid, message.type, message.body, message.payload)
+            account, key, message.wamid, message.type, message.body, message.payload, at)
         if answer is not None:
             outcome.answers.append(answer)
     emit(account.tenant_id, "message.inbound.created", data)

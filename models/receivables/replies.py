@@ -77,7 +77,7 @@ def reminder_buttons(account: MessagingAccount, template_name: str, language: st
 
 
 def apply_reply(account: MessagingAccount, sender: str, wamid: str, kind: str, body: str | None,
-                payload: str | None) -> int | None:
+                payload: str | None, at: dt.datetime) -> int | None:
     """A debtor's inbound message, applied with it (in its transaction): a press is recorded and
     answered, free text attached to the sender's open debts. Returns the id of the answer queued
     (a single message the caller hands to the sending core once committed), or None."""
@@ -85,9 +85,9 @@ def apply_reply(account: MessagingAccount, sender: str, wamid: str, kind: str, b
         return None
     if kind == "button":
         pressed = parse_payload(payload)
-        return _press(account, sender, wamid, *pressed) if pressed else None
+        return _press(account, sender, wamid, at, *pressed) if pressed else None
     if kind == "text" and body:
-        _attach_text(account.tenant_id, sender, wamid, body)
+        _attach_text(account.tenant_id, sender, wamid, body, at)
     return None
 
 
@@ -97,21 +97,22 @@ def _debts_of_phone(tenant_id: int, phone: str):
                    & Debt.status.in_(OPEN_DEBT)))
 
 
-def _attach_text(tenant_id: int, phone: str, wamid: str, body: str) -> None:
+def _attach_text(tenant_id: int, phone: str, wamid: str, body: str, at: dt.datetime) -> None:
     rows = [{"tenant": tenant_id, "debt": debt.id, "wam_id": wamid[:255], "sender": phone, "kind": "text",
-             "body": body} for debt in _debts_of_phone(tenant_id, phone)]
+             "body": body, "received_at": at} for debt in _debts_of_phone(tenant_id, phone)]
     if rows:
         DebtReply.insert_many(rows).on_conflict_ignore().execute()
 
 
-def _press(account: MessagingAccount, phone: str, wamid: str, action: str, debt_external_id: str) -> int | None:
+def _press(account: MessagingAccount, phone: str, wamid: str, at: dt.datetime, action: str,
+           debt_external_id: str) -> int | None:
     # Only the sender's own open debt: a payload naming another's is ignored.
     debt = _debts_of_phone(account.tenant_id, phone).where(Debt.external_id == debt_external_id).first()
     if debt is None:
         log.info("a quick reply on %s names no open debt of its sender: ignored", account.public_id)
         return None
     inserted = (DebtReply.insert(tenant=account.tenant_id, debt=debt.id, wam_id=wamid[:255], sender=phone,
-                                 kind="button", action=action)
+                                 kind="button", action=action, received_at=at)
                 .on_conflict_ignore().as_rowcount().execute())
     if not inserted:
         return None  # recorded before
