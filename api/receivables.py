@@ -10,13 +10,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from pydantic import Field
+
 from api.errors import validation_error
 from api.operation import Reply, ok, operation
-from api.payments import EXPORT_QUERY, ExportPage, PaymentLinkItem, export_page
+from api.payments import EXPORT_QUERY, ExportMeta, ExportPage, PaymentLinkItem, export_page, export_query
 from api.schemas import Output, Success
 from models.clock import to_utc_naive
 from models.errors import DomainError
-from models.receivables import debts, payments, snapshots
+from models.receivables import debts, payments, responses, snapshots
 from models.receivables.inputs import (
     DebtBatchInput,
     DebtInput,
@@ -222,6 +224,42 @@ class PaymentsResource:
         return export_page(req)
 
 
+class ResponseItem(Output):
+    cursor: int
+    tipo: str = Field(description="`promesa` (a promise to pay by `promised_date`), `disputa` (with `reason`) or "
+                                  "`pago_informado` (the debtor says they paid: check it in your books)")
+    origin: str = Field(description="`page` (the debtor's page) or `whatsapp` (a reminder's quick reply)")
+    deuda_external_id: str
+    promised_date: str | None = Field(description="`YYYY-MM-DD`: a promise's day")
+    reason: str | None = Field(description="a dispute's reason")
+    saldo_pendiente: float = Field(description="the debt's balance now")
+    moneda: str
+    registrado_en: str
+
+
+class ResponsesPage(Output):
+    success: bool = True
+    data: list[ResponseItem]
+    meta: ExportMeta
+
+
+class ResponsesResource:
+    @operation("List what debtors said: promises, disputes and payments they claim, for the ERP",
+               scope="cartera:read", responses={200: ResponsesPage}, errors=(401, 403, 422, 429), query=EXPORT_QUERY,
+               tags=TAGS,
+               description="Promises and disputes made on the debtor's page or with a reminder's quick reply, and the "
+                           "payments debtors say they made (`pago_informado`: nothing is paid until you record it), "
+                           "oldest first. Pass `meta.next_cursor` back as `cursor` to get only what is new; "
+                           "`svcctl cartera responses export` gives the same rows as CSV or JSON Lines.")
+    def on_get(self, req, resp) -> Reply:
+        since, cursor, limit = export_query(req)
+        rows = list(responses.response_rows(req.context.tenant_id, since=since, after=cursor, limit=limit + 1))
+        page = rows[:limit]
+        next_cursor = page[-1]["cursor"] if page else cursor
+        return Reply(200, {"success": True, "data": page, "meta": {"next_cursor": next_cursor,
+                                                                    "has_more": len(rows) > len(page)}})
+
+
 class ResolveResource:
     @operation("Resolve a debt: paid, cancelled or written off", scope="cartera:write", body=ResolveInput,
                receivables=True, responses={200: Success[DebtResolved]}, errors=WRITE_ERRORS, tags=TAGS,
@@ -339,5 +377,6 @@ ROUTES = [
     ("/cartera/deudas/lote", DebtBatchResource()),
     ("/cartera/deudas/{external_id}", DebtResource()),
     ("/cartera/pagos", PaymentsResource()),
+    ("/cartera/respuestas", ResponsesResource()),
     ("/cartera/deudas/{external_id}/resolver", ResolveResource()),
 ]

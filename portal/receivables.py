@@ -1,6 +1,6 @@
 """Receivables: find debts by external id or debtor document, read one with its installments,
-payments and reminders, record a manual payment (owners only), and the collection report with
-its charts (bars drawn here as SVG)."""
+payments, reminders, what the debtor said (a promise, a dispute) and answered in WhatsApp, record
+a manual payment (owners only), and the collection report with its charts (bars drawn here as SVG)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from models.receivables import debts
 from models.receivables.inputs import PAYMENT_METHODS
 from models.receivables.money import from_minor, minor_units
 from models.receivables.report import AGING_BUCKETS, FUNNEL, report
+from models.receivables.promises import standing
+from models.receivables.replies import replies_of
 from models.receivables.tables import Debt, Debtor, Reminder
 from models.store.db import atomic
 from models.tenancy.tables import Tenant
@@ -50,7 +52,8 @@ class DebtPage:
         debt = _debt(req)
         reminders = list(Reminder.select().where(Reminder.debt == debt.id).order_by(Reminder.id))
         render(req, resp, "debt.html", debt=debts.debt_detail(debt), reminders=reminders, methods=PAYMENT_METHODS,
-               example=_example(req, debt.moneda))
+               example=_example(req, debt.moneda), replies=replies_of(debt.id),
+               said=standing([debt.id])[debt.id])
 
 
 def _example(req, currency: str) -> str:

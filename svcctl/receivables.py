@@ -25,11 +25,13 @@ from models.tenancy.tables import Tenant
 from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
 from svcctl.payments import export_app as payments_export_app
+from svcctl.responses import export_app as responses_export_app
 
 app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True)
 endpoint_app = typer.Typer(help="Where debt.payment_received events are delivered.", no_args_is_help=True)
 app.add_typer(endpoint_app, name="endpoint")
 app.add_typer(payments_export_app, name="payments")
+app.add_typer(responses_export_app, name="responses")
 
 # Bad rows echoed on stderr; the rest only go to --errors FILE (a big file can have thousands).
 SHOWN_ERRORS = 20

@@ -2,9 +2,9 @@
 in its tool environment `.venv/tools/openapi-client`) makes a client from the document the live service
 serves, and that client drives the service (gunicorn, the consumer, the platform and payment
 gateway simulators as processes): a webhook endpoint, a number, debts and payments, a campaign, a
-single message, credits. Every answer, errors included, must parse into the generated models with
-nothing left in `additional_properties` where the document lists fields: the document names every
-field the service answers.
+single message, credits, a promise and a dispute on the debtor's page. Every answer, errors
+included, must parse into the generated models with nothing left in `additional_properties` where
+the document lists fields: the document names every field the service answers.
 
 The same flow makes the service post every event it has. Each delivery the test's receivers get
 must match the document's `webhooks` section: its body the event's schema (a JSON Schema
@@ -14,6 +14,7 @@ endpoint's secret.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import json
 import subprocess
@@ -30,10 +31,12 @@ from jsonschema import Draft202012Validator
 
 from models.events import webhooks
 from models.events.tables import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, PING_EVENT
-from models.receivables import payments
+from models.receivables import debtor_links, payments
+from models.receivables.tables import Debt
 from tests.conftest import Persona
 from tests.live import ROOT, PaymentsLiveService, env_for, wait_until
 from tests.openapi_fixtures import event_errors, webhook_post
+from tests.test_debtor_links_live import form_of
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Receiver, verify
 
@@ -211,6 +214,23 @@ def sync_receivables(service: PaymentsLiveService, api: GeneratedClient, account
     assert sorted(payment.origin for payment in detail.pagos) == ["erp", "service"] and detail.links_de_pago
 
 
+def speak_on_the_page(service: PaymentsLiveService, api: GeneratedClient, company: Persona) -> None:
+    """The debtor opens their page (its token issued as a reminder would) and promises to pay
+    FAC-1, then disputes it (debt.promise_made, debt.disputed); the ERP reads both in its feed."""
+    debtor_id = Debt.get((Debt.tenant == company.id) & (Debt.external_id == "FAC-1")).debtor_id
+    url = f"{service.api_url}/d/{debtor_links.issue(company.id, debtor_id)}"
+    browser = requests.Session()
+    page = browser.get(url, timeout=10)
+    assert page.status_code == 200, page.text
+    promise = form_of(page.text, 'value="promise"')
+    promise["date"] = (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=5)).isoformat()
+    assert browser.post(url, data=promise, allow_redirects=False, timeout=10).status_code == 303
+    dispute = {**form_of(page.text, 'value="dispute"'), "reason": "Ya la pagué en efectivo"}
+    assert browser.post(url, data=dispute, allow_redirects=False, timeout=10).status_code == 303
+    said = api.call("cartera.get_cartera_respuestas", 200).data
+    assert [(row.tipo, row.origin) for row in said] == [("promesa", "page"), ("disputa", "page")]
+
+
 def run_campaigns(api: GeneratedClient, account_id: str) -> None:
     """One recipient accepted, one refused at send, one failing after acceptance; then a second
     campaign cancelled at once."""
@@ -267,6 +287,7 @@ def test_a_generated_client_drives_the_service_and_every_posted_event_matches_th
     api.call("accounts.get_accounts_account_id_templates", 200, account_id=account_id)
     author_template(api, account_id)
     sync_receivables(service, api, account_id)
+    speak_on_the_page(service, api, company)
     run_campaigns(api, account_id)
     converse(service, api, account, hooks)
     api.call("credits_.get_credits_balance", 200)

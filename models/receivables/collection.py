@@ -37,6 +37,7 @@ from models.receivables.debtor_links import reminder_buttons
 from models.receivables.debts import zone_of
 from models.receivables.money import format_amount
 from models.receivables.payments import LINK_TEMPLATE
+from models.receivables.replies import reminder_buttons as quick_reply_buttons
 from models.receivables.tables import (
     OPEN_DEBT,
     OPEN_INSTALLMENT,
@@ -215,11 +216,19 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
         return None
     # With a payment gateway, the reminder's URL button opens the debtor's page (debtor_links.py).
     links = reminder_buttons(tenant_id, account_public_id, list(balances))
-    if links:
-        for recipient, debt_id in zip(recipients, balances, strict=True):
-            recipient["buttons"] = links[debt_id]
+    template_name = LINK_TEMPLATE if links else TEMPLATE_NAME
+    # The template's quick replies (replies.py) name the debt in their payloads.
+    account = MessagingAccount.get((MessagingAccount.tenant == tenant_id)
+                                   & (MessagingAccount.public_id == account_public_id))
+    presses = quick_reply_buttons(account, template_name, TEMPLATE_LANGUAGE,
+                                  {debt_id: recipient["external_contact_id"]
+                                   for recipient, debt_id in zip(recipients, balances, strict=True)})
+    for recipient, debt_id in zip(recipients, balances, strict=True):
+        buttons = links.get(debt_id, []) + presses.get(debt_id, [])
+        if buttons:
+            recipient["buttons"] = buttons
     local_day = now.date().isoformat()
-    spec = {"account_id": account_public_id, "template_name": LINK_TEMPLATE if links else TEMPLATE_NAME,
+    spec = {"account_id": account_public_id, "template_name": template_name,
             "language": TEMPLATE_LANGUAGE,
             "recipients": recipients, "external_reference": f"cobranza {local_day}"}
     campaign = create_campaign(tenant_id, spec, source="collection")
