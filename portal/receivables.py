@@ -12,7 +12,7 @@ from models.errors import NotFound
 from models.receivables import debts
 from models.receivables.inputs import PAYMENT_METHODS
 from models.receivables.money import from_minor, minor_units
-from models.receivables.tables import Debt, Debtor, Reminder
+from models.receivables.tables import Debt, Reminder
 from models.store.db import atomic
 from portal.errors import CHECK_THE_FORM
 from portal.web import BASE, Refused, audit, ctx, form, locale_of, page, paginate_by_keyset, redirect, render
@@ -24,9 +24,8 @@ class Receivables:
     @page()
     def on_get(self, req, resp):
         query_text = (req.get_param("q") or "").strip()[:MAX_QUERY]
-        query = debts.list_debts(ctx(req).tenant_id)
-        if query_text:
-            query = query.where((Debt.external_id == query_text) | (Debtor.documento == query_text))
+        tenant_id = ctx(req).tenant_id
+        query = debts.search_debts(tenant_id, query_text) if query_text else debts.list_debts(tenant_id)
         listing = paginate_by_keyset(req, query)
         for debt in listing.items:
             debt.outstanding = from_minor(debt.saldo_pendiente, debt.moneda)
