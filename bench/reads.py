@@ -58,7 +58,7 @@ def seed(env: dict[str, str]) -> tuple[str, list[str]]:
     init_db(settings)
     upgrade()
     with connection(), atomic():
-        tenant = create_tenant("Bench Reads Co")
+        tenant = create_tenant(f"Bench Reads Co {uuid.uuid4().hex[:6]}")  # a database may be used again
         for n in range(30):
             credits.grant(tenant.id, 1000 + n)
         _key, key = create_key(tenant, list(SCOPES), rate_limit=1_000_000)
@@ -212,7 +212,8 @@ def run(env: dict[str, str], workers: int, seconds: int, rounds: int, connection
     rows = []
     for read in reads:
         service, floor = (statistics.median(samples[read][name]) for name in ("service", "floor"))
-        rows.append({"read": "GET " + re.sub(r"/(cmp|msg|wacc)_\w+", r"/{\1}", read), "service_ms": service, "floor_ms": floor, "bare_ms": bare_ms,
+        label = "GET " + re.sub(r"/(cmp|msg|wacc)_\w+", r"/{\1}", read)  # ids change from run to run
+        rows.append({"read": label, "service_ms": service, "floor_ms": floor, "bare_ms": bare_ms,
                      "statements": len(plan["reads"][PREFIX + read][0]),
                      "bytes": len(plan["reads"][PREFIX + read][1])})
     return rows
