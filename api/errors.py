@@ -12,6 +12,7 @@ from typing import Any
 import falcon
 import orjson
 
+from config.logs import loggable_path
 from models.errors import DomainError
 from models.store.db import storage_unavailable
 
@@ -94,11 +95,11 @@ def handle_unexpected(req: falcon.Request, resp: falcon.Response, exception: Exc
         return
     if storage_unavailable(exception):
         # A retryable condition, not a bug: 503 with Retry-After rather than 500.
-        log.warning("storage unavailable on %s %s: %s", req.method, req.path, exception)
+        log.warning("storage unavailable on %s %s: %s", req.method, loggable_path(req.path), exception)
         render_error(resp, ApiError(503, "service_unavailable", "the service's storage is unavailable; retry shortly",
                                     headers={"Retry-After": "5"}))
         return
-    log.exception("unhandled error on %s %s", req.method, req.path)
+    log.exception("unhandled error on %s %s", req.method, loggable_path(req.path))
     render_error(resp, ApiError(500, "internal_error", "internal error; the request was not completed"))
 
 

@@ -23,7 +23,7 @@ from config import get_settings
 from gateway import GatewayError, InvalidNotification
 from gateway.mercadopago import parse_notification
 from models.errors import DomainError
-from models.receivables import export, payments
+from models.receivables import debtor_links, export, payments
 from models.receivables.inputs import ExactInput, PositiveAmount
 from models.tenancy.tables import Tenant
 
@@ -184,9 +184,17 @@ def _page(resp: falcon.Response, reason: str) -> None:
 
 
 class PayResource:
-    """GET /pay/{plk_}: the link a debtor opens from a reminder; redirects to the checkout."""
+    """GET /pay/{plk_}: a payment link; redirects to the checkout. GET /pay/{dl_}: a reminder's
+    button, which opens the debtor's page."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, link_id: str) -> None:
+        if link_id.startswith(debtor_links.TOKEN_PREFIX):
+            # A reminder's button (`/pay/{{1}}`, the template's URL) carrying the debtor's page token.
+            resp.status = falcon.HTTP_303
+            resp.location = f"{debtor_links.PAGE_PATH}/{link_id[:64]}"
+            resp.cache_control = ["no-store"]
+            resp.set_header("Referrer-Policy", "no-referrer")
+            return
         try:
             target = payments.checkout_for(link_id[:64])
         except payments.LinkUnavailable as unavailable:

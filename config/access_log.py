@@ -4,25 +4,14 @@ access line with the request's id (the response's X-Request-Id)."""
 from __future__ import annotations
 
 import logging
-import re
 
 from gunicorn import glogging
 
-from config.logs import TENANT_ENVIRON_KEY, ContextFilter, JsonFormatter
+from config.logs import TENANT_ENVIRON_KEY, ContextFilter, JsonFormatter, loggable_path
 from config.settings import get_settings
 
 # Apache's combined format and the request id, which is what matches a company's complaint to a line.
 TEXT_ACCESS_FORMAT = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %(L)ss rid=%({x-request-id}o)s'
-
-
-# A URL may carry a credential: the portal's invitation links have their token in the path, and the
-# platform's verification request its verify token in the query. A logged path has the token
-# replaced and no query, so a line still matches its request without holding the secret.
-_SECRET_IN_PATH = re.compile(r"(/portal/invitations/)[^/]+")
-
-
-def loggable_path(path: str) -> str:
-    return _SECRET_IN_PATH.sub(r"\1…", path.split("?", 1)[0])
 
 
 def _header(resp, name: str) -> str | None:

@@ -24,6 +24,17 @@ request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request
 tenant_id: contextvars.ContextVar = contextvars.ContextVar("tenant_id", default=None)
 task_name: contextvars.ContextVar[str | None] = contextvars.ContextVar("task_name", default=None)
 
+# A URL may carry a credential: the portal's invitation links and the debtor's page (`/d/…`, and
+# a reminder's `/pay/dl_…`) have their token in the path, and the platform's verification request
+# its verify token in the query. A logged path has the token replaced and no query, so a line
+# still matches its request without holding the secret (the access log, errors of a request).
+_SECRET_IN_PATH = re.compile(r"(/portal/invitations/|/d/|/pay/(?=dl_))[^/?#]+")
+
+
+def loggable_path(path: str) -> str:
+    return _SECRET_IN_PATH.sub(r"\1…", path.split("?", 1)[0])
+
+
 # A client's own id is kept when it is short and plain enough to sit safely in a log line and a
 # label-free header; anything else is replaced (and never echoed).
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")

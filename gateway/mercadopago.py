@@ -215,8 +215,8 @@ class MercadoPago:
         return data
 
     def create_link(self, *, reference: str, title: str, amount: Decimal, currency: str,
-                    notification_url: str, expires_at: dt.datetime) -> CheckoutLink:
-        body = {
+                    notification_url: str, expires_at: dt.datetime, back_url: str | None = None) -> CheckoutLink:
+        body: dict = {
             "items": [{"id": reference, "title": title, "quantity": 1, "currency_id": currency,
                        "unit_price": _wire_amount(amount)}],
             "external_reference": reference,
@@ -225,6 +225,11 @@ class MercadoPago:
             "expiration_date_to": _wire_time(expires_at),
             "binary_mode": True,  # approved or rejected at once: a payer is never left pending
         }
+        if back_url:
+            # Where the payer's browser returns after paying (or not): the gateway adds the
+            # payment's id, status and external_reference to its query.
+            body["back_urls"] = {"success": back_url, "failure": back_url, "pending": back_url}
+            body["auto_return"] = "all"
         data = self._call("POST", "/checkout/preferences", body=body, idempotency_key=reference)
         if not isinstance(data, dict) or not data.get("id") or not data.get("init_point"):
             raise GatewayError("the gateway's preference has no id or init_point")

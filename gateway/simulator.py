@@ -170,6 +170,7 @@ class GatewaySimulator:
             "id": preference_id, "collector_id": int(seller["user_id"]), "items": [dict(item)],
             "external_reference": body.get("external_reference") or "",
             "notification_url": body.get("notification_url"), "expires": bool(body.get("expires")),
+            "back_urls": body.get("back_urls") if isinstance(body.get("back_urls"), dict) else {},
             "expiration_date_to": _iso(expires_to), "date_created": _iso(_now()),
             "init_point": f"{self.base_url}/checkout/v1/redirect?pref_id={preference_id}",
             "sandbox_init_point": f"{self.base_url}/checkout/v1/redirect?pref_id={preference_id}",
@@ -425,8 +426,17 @@ class GatewaySimulator:
         if method == "POST" and path == "/checkout/v1/pay":
             form = {key: values[0] for key, values in parse_qs(body.decode()).items()}
             payment = self.pay(form.get("pref_id", ""), form.get("outcome", "approve"), form.get("amount") or None)
+            back = self._preference(form.get("pref_id", ""))["back_urls"].get(
+                "success" if payment["status"] == "approved" else "failure")
+            if back:
+                # What MercadoPago adds to a back URL; a plain link, as its page has one.
+                query = urlencode({"payment_id": payment["id"], "status": payment["status"],
+                                   "external_reference": payment["external_reference"],
+                                   "preference_id": form.get("pref_id", "")})
+                target = back + ("&" if "?" in back else "?") + query
+                back = f"<p><a id='back' href='{html.escape(target)}'>Volver</a></p>"
             return 200, "text/html", _html("Resultado", f"<p id='result'>{payment['status']}</p>"
-                                                        f"<p id='payment-id'>{payment['id']}</p>")
+                                                        f"<p id='payment-id'>{payment['id']}</p>{back or ''}")
         raise SimError(404, f"no {method} {path}", "not_found")
 
 

@@ -23,6 +23,9 @@ def mount(app: falcon.App) -> None:
     for name in PAGES:
         for path, resource in importlib.import_module(f"portal.{name}").ROUTES:
             app.add_route(BASE + path, resource)
+    # The debtor's page is public and outside /portal: its link goes to debtors, not users.
+    for path, resource in importlib.import_module("portal.debtor_links").ROOT_ROUTES:
+        app.add_route(path, resource)
     app.add_static_route(f"{BASE}/static", STATIC)
     # A sink is matched before static routes: it leaves the static prefix to them.
     app.add_sink(not_found, rf"{BASE}/(?!static/)")

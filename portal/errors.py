@@ -32,6 +32,10 @@ BY_CODE = {
     "campaign_not_cancellable": N_("Only a queued campaign can be cancelled, and this one has started or ended."),
     "debt_not_payable": N_("This debt takes no payments: it is %(status)s."),
     "payment_currency_mismatch": N_("The debt is in %(debt_currency)s: record the payment in that currency."),
+    "payment_gateway_unavailable": N_("The payment could not be opened right now. Try again in a few minutes."),
+    "promise_date_out_of_range": N_("Choose a date after today and at most %(max_days)s days ahead."),
+    "dispute_reason_invalid": N_("Tell us why, in at most %(max)s characters."),
+    "debt_already_disputed": N_("This debt is disputed already: the company will answer you."),
 }
 
 BY_FIELD = {

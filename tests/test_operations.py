@@ -317,3 +317,7 @@ def test_a_logged_path_holds_no_credential():
     assert loggable_path("/portal/invitations/pinv_s3cr3t") == "/portal/invitations/…"
     assert loggable_path("/platform/webhook?hub.mode=subscribe&hub.verify_token=vt_x") == "/platform/webhook"
     assert loggable_path("/api/v1/campaigns/cmp_1/recipients") == "/api/v1/campaigns/cmp_1/recipients"
+    # The debtor's page: its token in the path, and in a reminder's /pay/ button; payment links stay.
+    assert loggable_path("/d/dl_s3cr3t?ok=returned") == "/d/…"
+    assert loggable_path("http://svc.example/pay/dl_s3cr3t") == "http://svc.example/pay/…"
+    assert loggable_path("/pay/plk_1") == "/pay/plk_1"

@@ -1,8 +1,9 @@
 """End to end on the live stack (gunicorn, the consumer, the platform simulator and the payment
-gateway simulator as processes): a collection reminder carries a payment link; opened in the
-system Chromium it pays on the simulated checkout; the debt's balance drops, the company's
-receiver gets `debt.payment_received` once, signed, and the ERP's export lists the payment once,
-however many times, late and out of order, the gateway notifies it.
+gateway simulator as processes): a collection reminder opens the debtor's page; in the system
+Chromium the debtor pays the debt on the simulated checkout and comes back to the page; the
+debt's balance drops, the company's receiver gets `debt.payment_received` once, signed, and the
+ERP's export lists the payment once, however many times, late and out of order, the gateway
+notifies it.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def remind_with_a_link(service: PaymentsLiveService, alice) -> tuple[dict, str]:
     [message] = wait_until(lambda: sent_to(service, DEBTOR_PHONE), message="the reminder")
     assert message["template"] == "payment_reminder_link"
     url = link_in(message, link_template)
-    assert url.startswith(f"{service.api_url}/pay/plk_")
+    assert url.startswith(f"{service.api_url}/pay/dl_")  # the debtor's page (docs/receivables.md)
     return message, url
 
 
@@ -99,10 +100,15 @@ def test_a_reminder_sends_its_link_in_the_button_and_the_link_opens_the_checkout
 
     [body] = [c for c in message["components"] if c["type"] == "body"]
     assert [p["text"] for p in body["parameters"]] == ["Ana", "COP 150.000,00"]
-    opened = requests.get(url, timeout=10)  # the debtor taps "Pay now": /pay/plk_… redirects
-    assert opened.history and opened.history[0].status_code == 302
-    assert opened.status_code == 200 and opened.url.startswith(f"{service.gateway_url}/checkout/v1/redirect")
-    assert "COP 150000" in opened.text  # the gateway simulator's checkout, for the debt's balance
+    session = requests.Session()
+    opened = session.get(url, timeout=10)  # the debtor taps "Pay now": /pay/dl_… opens the page
+    assert opened.history and opened.history[0].status_code == 303
+    assert opened.status_code == 200 and opened.url.startswith(f"{service.api_url}/d/dl_")
+    [form] = [found for found in re.findall(r"<form.*?</form>", opened.text, re.S) if 'value="debt"' in found]
+    paid = session.post(opened.url, data=dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form)), timeout=10)
+    assert paid.history and paid.history[0].status_code == 303
+    assert paid.status_code == 200 and paid.url.startswith(f"{service.gateway_url}/checkout/v1/redirect")
+    assert "COP 150000" in paid.text  # the gateway simulator's checkout, for the debt's balance
 
 
 @pytest.mark.timeout(120)
@@ -111,14 +117,19 @@ def test_a_reminder_is_paid_from_the_phone_and_reaches_the_erp_once(service, ali
     _message, url = remind_with_a_link(service, alice)
     today = dt.datetime.now(dt.UTC).date().isoformat()
 
-    # The debtor taps the link: the service sends the browser to the gateway's checkout.
-    page = browser.new_page()
+    # The debtor taps the link: their page, on a phone's width; paying the debt goes to the checkout.
+    page = browser.new_page(viewport={"width": 360, "height": 740})
     page.goto(url)
+    assert page.url.startswith(f"{service.api_url}/d/dl_") and "Factura" in page.inner_text("main")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360  # nothing wider than the phone
+    page.click("form.pay:has(input[value=debt]) button")
     assert page.url.startswith(service.gateway_url) and "COP 150000" in page.inner_text("#amount")
     page.click("#pay")
     page.wait_for_selector("#result")
     assert page.inner_text("#result") == "approved"
     transaction_id = page.inner_text("#payment-id")
+    page.click("#back")  # the gateway's way back: the debtor's page again
+    assert page.url.startswith(f"{service.api_url}/d/dl_") and page.is_visible("#notice")
 
     wait_until(lambda: Debt.get(Debt.external_id == "E2E-1").saldo_pendiente == 0, message="the balance to drop")
     [delivery] = receiver.wait_for(1, timeout=30)

@@ -1,7 +1,7 @@
-"""Collection reminders carry a payment link when the company has a gateway and its number the
-`payment_reminder_link` template: payment_reminder's words, and the link in the template's
-"Pay now" URL button (`{public URL}/pay/{{1}}`, the link's id the suffix), never in the body.
-The link's checkout is made when the debtor first opens it."""
+"""Collection reminders open the debtor's page when the company has a gateway and its number the
+`payment_reminder_link` template: payment_reminder's words, and the page's token in the
+template's "Pay now" URL button (`{public URL}/pay/{{1}}`, the token the suffix), never in the
+body. On the page the debtor chooses what to pay (tests/test_debtor_links.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import requests
 
 from config import get_settings
-from models.receivables import payments
+from models.receivables import debtor_links, payments
 from models.receivables.collection import send_due_reminders
-from models.receivables.tables import PaymentLink
+from models.receivables.tables import DebtorLink, PaymentLink
 from models.sending.tables import Campaign, CampaignRecipient
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import TEMPLATES, make_number
@@ -34,41 +34,41 @@ def sent_to(sim, number) -> list[dict]:
     return [item for item in sim.sent() if item["phone_number_id"] == number.phone_id]
 
 
-def test_a_reminder_carries_its_link_in_the_button_and_the_link_opens_the_checkout(client, alice, sim, gateway):
+def test_a_reminder_carries_the_debtors_page_in_the_button_and_it_opens(client, alice, sim, gateway):
     row = add_link_template(sim.base_url)
     number = make_number(alice.id, sim, templates=[*TEMPLATES, row])
     sync(alice, number, "A", [NOON.date()], phone="56911120001")
     [campaign] = send_due_reminders(NOON)
     assert Campaign.get(Campaign.public_id == campaign).template_name == "payment_reminder_link"
     reminder = recipients(campaign)["A"]
-    link = PaymentLink.get()
+    [token] = [button["text"] for button in reminder.buttons]
     assert reminder.vars == ["Cliente A", "USD 100,00"]
-    assert reminder.buttons == [{"index": 0, "type": "url", "text": link.public_id}]
-    assert (link.origin, link.amount, link.checkout_url) == ("reminder", 10000, None)
+    assert reminder.buttons == [{"index": 0, "type": "url", "text": token}] and token.startswith("dl_")
+    assert PaymentLink.select().count() == 0  # a payment link is made when the debtor chooses what to pay
+    assert DebtorLink.get().token_hash == debtor_links.token_hash(token)
 
-    # What the platform got: two body parameters without the link, and the link as the button's suffix.
+    # What the platform got: two body parameters without the token, and the token as the button's suffix.
     [message] = sent_to(sim, number)
     [body] = [c for c in message["components"] if c["type"] == "body"]
     assert [p["text"] for p in body["parameters"]] == ["Cliente A", "USD 100,00"]
-    assert link.public_id not in str(body)
+    assert token not in str(body)
     [button] = [c for c in message["components"] if c["type"] == "button"]
     assert button == {"type": "button", "sub_type": "url", "index": "0",
-                      "parameters": [{"type": "text", "text": link.public_id}]}
+                      "parameters": [{"type": "text", "text": token}]}
 
-    # The button the debtor taps: the template's URL with the suffix put in, the service's /pay page.
+    # The button the debtor taps: the template's URL with the suffix put in, which opens the page.
     [declared] = [c["buttons"] for c in row["components"] if c["type"] == "BUTTONS"]
     assert declared[0]["text"] == "Pay now"
     url = declared[0]["url"].replace("{{1}}", button["parameters"][0]["text"])
-    assert url == f"{get_settings().public_url}/pay/{link.public_id}"
+    assert url == f"{get_settings().public_url}/pay/{token}"
     first = client.simulate_get(urlsplit(url).path)
-    assert first.status_code == 302 and first.headers["location"].startswith(gateway.sim.base_url)
-    checkout = requests.get(first.headers["location"], timeout=5)
-    assert checkout.status_code == 200 and "USD 100" in checkout.text  # the gateway's checkout answers
-    assert client.simulate_get(urlsplit(url).path).headers["location"] == first.headers["location"]
+    assert first.status_code == 303 and first.headers["location"] == f"/d/{token}"
+    page = client.simulate_get(first.headers["location"])
+    assert page.status_code == 200 and "Cliente A" in page.text and "A-1" in page.text
 
-    # The next stage's reminder, for the same balance, sends the same link again.
+    # The next stage's reminder sends the same token again.
     [later] = send_due_reminders(NOON + 3 * DAY)
-    assert recipients(later)["A"].buttons == reminder.buttons and PaymentLink.select().count() == 1
+    assert recipients(later)["A"].buttons == reminder.buttons and DebtorLink.select().count() == 1
 
 
 def test_without_the_template_or_a_gateway_the_reminder_has_no_link(alice, sim, gateway, charlie):

@@ -1,7 +1,8 @@
 """Receivables: a replica of companies' ERP debts, installments and payments, and collection on it.
 
 - `tables.py`: the tables: debtors, debts, installments, payments and their allocations,
-  reminders, and the payment gateway's credentials, links, notifications, reversals and export.
+  reminders, the payment gateway's credentials, links, notifications, reversals and export, and
+  the debtors' page links, promises and disputes.
 - `money.py`: ISO 4217 currencies, their minor units, and exact conversions.
 - `inputs.py`: the wire shapes of a debt, a payment and a resolution, and their exact parsing.
 - `columns.py`: a block of CSV debts checked a column at a time (the importer's plain road).
@@ -11,6 +12,9 @@
 - `reminders.py`: a settled debt's reminders withdrawn, the stages it will not get cancelled.
 - `collection.py`: due reminders sent as campaigns of the payment reminder template.
 - `payments.py`: the payment gateway: credentials, links, notifications, reversals, reconciliation.
+- `promises.py`: what a debtor says on their page: promises to pay by a date, and disputes.
+- `debtor_links.py`: the debtor's page: its token per debtor and company, what it shows, paying
+  from it, and the reminder's button that opens it.
 - `export.py`: the ERP's export of the payments and reversals made in the service.
 
 This module imports none of them, so importing one stays cheap.

@@ -16,7 +16,8 @@ message. Reminders go out as campaigns of the `payment_reminder` template (vars:
 name and the outstanding balance with its currency), one campaign per number and run, so they
 reserve and consume credits like any message. A company with a payment gateway whose number has
 `payment_reminder_link` sends that one instead: the same words, and a "Pay now" URL button that
-opens a payment link (payments.py). A debt that settles takes its reminders back (reminders.py).
+opens the debtor's page (debtor_links.py), where the debtor sees and pays their debts. A debt
+that settles takes its reminders back (reminders.py).
 """
 
 from __future__ import annotations
@@ -32,10 +33,21 @@ from config import get_settings
 from models.clock import utcnow
 from models.errors import DomainError
 from models.numbers.tables import MessagingAccount
+from models.receivables.debtor_links import reminder_buttons
 from models.receivables.debts import zone_of
 from models.receivables.money import format_amount
-from models.receivables.payments import LINK_TEMPLATE, reminder_link_buttons
-from models.receivables.tables import OPEN_DEBT, OPEN_INSTALLMENT, STAGES, Debt, Debtor, Installment, Reminder
+from models.receivables.payments import LINK_TEMPLATE
+from models.receivables.tables import (
+    OPEN_DEBT,
+    OPEN_INSTALLMENT,
+    STAGES,
+    Debt,
+    DebtDispute,
+    Debtor,
+    DebtPromise,
+    Installment,
+    Reminder,
+)
 from models.sending import work_arrived
 from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
 from models.store.db import atomic
@@ -108,6 +120,12 @@ def _due_for(tenant_ids: list[int], today: dt.date) -> list[DueReminder]:
     last_stage = STAGES[-1][0]
     already_finished = fn.EXISTS(Reminder.select(Reminder.id).where(
         (Reminder.installment == Installment.id) & (Reminder.stage == last_stage)))
+    # What the debtor said on their page (promises.py): a promise pauses reminders until its day
+    # has passed, a dispute until the company resolves it.
+    promised = fn.EXISTS(DebtPromise.select(DebtPromise.id).where(
+        (DebtPromise.debt == Debt.id) & (DebtPromise.status == "active") & (DebtPromise.promised_date >= today)))
+    disputed = fn.EXISTS(DebtDispute.select(DebtDispute.id).where(
+        (DebtDispute.debt == Debt.id) & (DebtDispute.status == "open")))
     query = (Installment
              .select(Installment.id, Installment.external_id, Installment.vence, Debt.id, Debt.external_id,
                      Debt.tenant, Debt.saldo_pendiente, Debt.moneda, Debtor.nombre, Debtor.telefono,
@@ -116,7 +134,7 @@ def _due_for(tenant_ids: list[int], today: dt.date) -> list[DueReminder]:
              .where(Debt.tenant.in_(tenant_ids) & (Debt.auto_send == True)  # noqa: E712
                     & Debt.status.in_(OPEN_DEBT) & Debt.resolution.is_null() & (Debt.saldo_pendiente > 0)
                     & Installment.status.in_(OPEN_INSTALLMENT) & (Installment.vence <= today + LOOKAHEAD)
-                    & Debtor.telefono.is_null(False) & ~already_finished)
+                    & Debtor.telefono.is_null(False) & ~already_finished & ~promised & ~disputed)
              .order_by(Debt.id, Installment.vence, Installment.numero)
              .tuples())
     candidates = []
@@ -195,8 +213,8 @@ def _claim_and_create(tenant_id: int, account_public_id: str, by_debt: dict[int,
             balances[debt_id] = (claimed[0].balance, claimed[0].currency)
     if not recipients:
         return None
-    # With a payment gateway, the reminder carries a link to pay in its URL button (payments.py).
-    links = reminder_link_buttons(tenant_id, account_public_id, balances)
+    # With a payment gateway, the reminder's URL button opens the debtor's page (debtor_links.py).
+    links = reminder_buttons(tenant_id, account_public_id, list(balances))
     if links:
         for recipient, debt_id in zip(recipients, balances, strict=True):
             recipient["buttons"] = links[debt_id]

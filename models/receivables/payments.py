@@ -1,15 +1,16 @@
 """Payments through the gateway: credentials, links, notifications, reversals, reconciliation.
 
 The flow (docs/payments.md):
-1. a payment link (`plk_`) is made for an amount on a debt, from the API or with a collection
-   reminder; its public URL `/pay/{plk_}` sends the payer to the gateway's checkout, created on
-   first use for reminder links (no network call inside the reminder's transaction). A reminder
-   carries it in the `payment_reminder_link` template's URL button, `/pay/{{1}}`, whose
-   suffix is the link's id;
+1. a payment link (`plk_`) is made for an amount on a debt, from the API or from the debtor's
+   page (debtor_links.py; a collection reminder's `payment_reminder_link` URL button,
+   `/pay/{{1}}`, carries the debtor's page token as its suffix); its public URL `/pay/{plk_}`
+   sends the payer to the gateway's checkout (links that earlier reminders carried get theirs
+   on first use);
 2. the gateway's signed notification names a transaction; it is stored once per request id and
    the transaction's state is fetched from the gateway, never taken from the notification;
 3. `apply_transaction` records it once: the payment through `debts.record_service_payment`
-   (keyed by the gateway's transaction id, emitting `debt.payment_received`), and any amount the
+   (keyed by the gateway's transaction id, emitting `debt.payment_received`; a link for several
+   debts records a share on each, keyed by the id and the share's position), and any amount the
    gateway has since given back (refund) or lost (chargeback) as a reversal that restores the
    balance. Reconciliation feeds the gateway's own list through the same function;
 4. every payment and reversal originated in the service gets the next number of its tenant's
@@ -48,6 +49,7 @@ from models.receivables.tables import (
     Payment,
     PaymentGateway,
     PaymentLink,
+    PaymentLinkPart,
     PaymentReversal,
 )
 from models.sending.campaigns import ButtonInput, approved_template, button_mismatch, template_buttons
@@ -166,8 +168,10 @@ def _link_amount(debt: Debt, installment: Installment | None, requested: Decimal
 
 
 def create_link(tenant_id: int, debt_external_id: str, *, amount: Decimal | None = None,
-                installment_external_id: str | None = None) -> dict:
-    """A payment link for a debt (POST .../payment-link): the gateway's checkout is created now."""
+                installment_external_id: str | None = None, origin: str = "api",
+                back_url: str | None = None) -> dict:
+    """A payment link for a debt (POST .../payment-link, or the debtor's page with `origin`
+    "page"): the gateway's checkout is created now, and returns the payer to `back_url`."""
     debt = get_debt(tenant_id, debt_external_id)
     _check_payable(debt)
     installment = None
@@ -190,15 +194,45 @@ def create_link(tenant_id: int, debt_external_id: str, *, amount: Decimal | None
     try:
         checkout = client.create_link(reference=public_id, title=_title(debt), amount=from_minor(minor, debt.moneda),
                                       currency=debt.moneda, notification_url=notification_url(tenant_public_id),
-                                      expires_at=expires_at.replace(tzinfo=dt.UTC))
+                                      expires_at=expires_at.replace(tzinfo=dt.UTC), back_url=back_url)
     except GatewayError as error:
         raise _unavailable(error) from None
     with atomic():
         link = PaymentLink.create(public_id=public_id, tenant=tenant_id, debt=debt.id,
                                   installment=installment.id if installment else None, amount=minor,
-                                  currency=debt.moneda, origin="api", checkout_id=checkout.id,
+                                  currency=debt.moneda, origin=origin, checkout_id=checkout.id,
                                   checkout_url=checkout.url, expires_at=expires_at)
     return link_dict(link, installment_external_id)
+
+
+def create_debts_link(tenant_id: int, debts: list[Debt], *, back_url: str | None = None) -> dict:
+    """One payment link for the whole balance of several open debts of one currency (everything a
+    debtor owes, from their page, origin "page"): the link names the first debt, and its parts say
+    what goes to each. A payment is recorded on each debt in turn (`apply_transaction`)."""
+    if len({debt.moneda for debt in debts}) != 1 or len(debts) < 2:
+        raise Invalid("a link for several debts takes two or more debts in one currency")
+    for debt in debts:
+        _check_payable(debt)
+    currency, total = debts[0].moneda, sum(debt.saldo_pendiente for debt in debts)
+    tenant_public_id = Tenant.select(Tenant.public_id).where(Tenant.id == tenant_id).scalar()
+    public_id = new_id("plk_")
+    expires_at = utcnow() + dt.timedelta(hours=get_settings().payments_link_ttl_hours)
+    title = ", ".join(debt.referencia or debt.external_id for debt in debts)[:250]
+    try:
+        checkout = client_for(tenant_id).create_link(
+            reference=public_id, title=title, amount=from_minor(total, currency), currency=currency,
+            notification_url=notification_url(tenant_public_id), expires_at=expires_at.replace(tzinfo=dt.UTC),
+            back_url=back_url)
+    except GatewayError as error:
+        raise _unavailable(error) from None
+    with atomic():
+        link = PaymentLink.create(public_id=public_id, tenant=tenant_id, debt=debts[0].id, amount=total,
+                                  currency=currency, origin="page", checkout_id=checkout.id,
+                                  checkout_url=checkout.url, expires_at=expires_at)
+        PaymentLinkPart.insert_many([{"link": link.id, "debt": debt.id, "position": position,
+                                      "amount": debt.saldo_pendiente}
+                                     for position, debt in enumerate(debts, start=1)]).execute()
+    return link_dict(link)
 
 
 def _title(debt: Debt) -> str:
@@ -220,14 +254,13 @@ def link_template_definition(public_url: str | None = None) -> dict:
                          "example": [f"{base}{PAY_PATH}/plk_0000example"]}]}
 
 
-def _link_button_index(tenant_id: int, account_public_id: str) -> int | None:
+def link_button_index(account: MessagingAccount, suffix: str) -> int | None:
     """The index of the number's `payment_reminder_link` button that opens this service's payment
-    page, when the template is approved and a reminder can fill it: its body takes
+    page, when the template is approved and a reminder can fill it with `suffix`: its body takes
     payment_reminder's variables, and that button is all it needs. None otherwise (an older
     template with the link in its body, or a button pointing elsewhere), and the reminder goes
     out without a link rather than with one that would not open."""
-    account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant_id)
-                                           & (MessagingAccount.public_id == account_public_id))
+    account_public_id = account.public_id
     try:
         template = approved_template(account, LINK_TEMPLATE, LINK_TEMPLATE_LANGUAGE)
     except DomainError:
@@ -240,45 +273,11 @@ def _link_button_index(tenant_id: int, account_public_id: str) -> int | None:
     wanted = link_button_url()
     for index, button in enumerate(buttons):
         if str(button.get("type", "")).upper() == "URL" and button.get("url") == wanted \
-                and button_mismatch(buttons, [ButtonInput(index=index, type="url", text="plk_")]) is None:
+                and button_mismatch(buttons, [ButtonInput(index=index, type="url", text=suffix)]) is None:
             return index
     log.warning("%s on %s has no URL button to %s that a reminder can fill: reminders go without a link",
                 LINK_TEMPLATE, account_public_id, wanted)
     return None
-
-
-def reminder_link_buttons(tenant_id: int, account_public_id: str,
-                          debts: dict[int, tuple[int, str]]) -> dict[int, list[dict]]:
-    """The button parameters that carry a payment link, for reminders about to go out, keyed by
-    debt id: `[{"index": i, "type": "url", "text": "plk_..."}]`, the link's id being the suffix
-    of the template's `/pay/{{1}}` button. {} when the company has no gateway or the number no
-    `payment_reminder_link` template a reminder can fill. `debts`: debt id -> (balance, currency).
-
-    Called inside the reminder's transaction: only rows are written; the gateway's checkout is
-    made when the payer first opens the link. An unexpired reminder link for the same amount is
-    sent again rather than a new one.
-    """
-    if not debts or not PaymentGateway.select().where(PaymentGateway.tenant == tenant_id).exists():
-        return {}
-    index = _link_button_index(tenant_id, account_public_id)
-    if index is None:
-        return {}
-    now = utcnow()
-    reusable = {(link.debt_id, link.amount): link.public_id for link in PaymentLink.select().where(
-        (PaymentLink.tenant == tenant_id) & PaymentLink.debt.in_(list(debts)) & (PaymentLink.origin == "reminder")
-        & (PaymentLink.status == "active") & (PaymentLink.expires_at > now + dt.timedelta(hours=1)))}
-    expires_at = now + dt.timedelta(hours=get_settings().payments_link_ttl_hours)
-    found, rows = {}, []
-    for debt_id, (balance, currency) in debts.items():
-        public_id = reusable.get((debt_id, balance))
-        if public_id is None:
-            public_id = new_id("plk_")
-            rows.append({"public_id": public_id, "tenant": tenant_id, "debt": debt_id, "amount": balance,
-                         "currency": currency, "origin": "reminder", "expires_at": expires_at, "created_at": now})
-        found[debt_id] = [{"index": index, "type": "url", "text": public_id}]
-    if rows:
-        PaymentLink.insert_many(rows).execute()
-    return found
 
 
 class LinkUnavailable(Exception):
@@ -416,6 +415,9 @@ def apply_transaction(tenant_id: int, transaction: Transaction) -> tuple[str, st
     except MoneyError as error:
         return "refused", f"transaction {transaction.id}: {error}"
     paid_at = transaction.paid_at or transaction.updated_at
+    parts = list(PaymentLinkPart.select().where(PaymentLinkPart.link == link.id).order_by(PaymentLinkPart.position))
+    if parts:
+        return _apply_to_parts(tenant_id, link, parts, transaction, reversed_minor)
     try:
         with atomic():
             # The debt's lock first (debts.py's rule for its writers), so `known` cannot change
@@ -439,6 +441,58 @@ def apply_transaction(tenant_id: int, transaction: Transaction) -> tuple[str, st
     done = [] if known else [f"payment {payment.public_id}"]
     if reversal is not None:
         done.append(f"{reversal.kind} {reversal.public_id}")
+    if not done:
+        return "unchanged", f"transaction {transaction.id} was already recorded"
+    return "recorded", f"transaction {transaction.id}: " + ", ".join(done)
+
+
+def _shares(amount: int, limits: list[int]) -> list[int]:
+    """`amount` spread over parts in order, each up to its limit; what is left goes to the last."""
+    shares, left = [], amount
+    for limit in limits:
+        share = min(left, limit)
+        shares.append(share)
+        left -= share
+    shares[-1] += left
+    return shares
+
+
+def _apply_to_parts(tenant_id: int, link: PaymentLink, parts: list[PaymentLinkPart],
+                    transaction: Transaction, reversed_minor: int) -> tuple[str, str]:
+    """`apply_transaction` for a link that pays several debts: the amount paid goes to the parts
+    in order (each up to its amount, any excess to the last), and each share is recorded on its
+    debt as a payment of its own, whose transaction id is the gateway's with the part's position
+    (`123/2`), so each is recorded once. What the gateway gives back is taken from the last part
+    first. The debts' rows are locked in id order, so two such transactions never wait on each other."""
+    paid = to_minor(transaction.amount, link.currency)
+    shares = _shares(paid, [part.amount for part in parts])
+    kept = _shares(paid - min(reversed_minor, paid), shares) if reversed_minor else shares
+    paid_at = transaction.paid_at or transaction.updated_at
+    kind = "chargeback" if transaction.state == CHARGED_BACK else "refund"
+    done = []
+    try:
+        with atomic():
+            for part in sorted(parts, key=lambda item: item.debt_id):
+                Debt.update(row_version=Debt.row_version + 1).where(Debt.id == part.debt_id).execute()
+            for part, share, keep in zip(parts, shares, kept, strict=True):
+                if share <= 0:
+                    continue
+                transaction_id = f"{transaction.id}/{part.position}"
+                known = Payment.select().where((Payment.tenant == tenant_id)
+                                               & (Payment.transaction_id == transaction_id)).exists()
+                debt_external_id = Debt.select(Debt.external_id).where(Debt.id == part.debt_id).scalar()
+                payment = record_service_payment(tenant_id, debt_external_id, from_minor(share, link.currency),
+                                                 "gateway", transaction_id=transaction_id,
+                                                 paid_at=to_utc_naive(paid_at) if paid_at else None)
+                if not known:
+                    done.append(f"payment {payment.public_id}")
+                reversal = _reverse_up_to(payment, share - keep, kind, transaction.updated_at)
+                if reversal is not None:
+                    done.append(f"{reversal.kind} {reversal.public_id}")
+            if link.status != "paid":
+                PaymentLink.update(status="paid", paid_at=utcnow()).where(PaymentLink.id == link.id).execute()
+    except DomainError as error:
+        return "refused", f"transaction {transaction.id}: {error.message}"
     if not done:
         return "unchanged", f"transaction {transaction.id} was already recorded"
     return "recorded", f"transaction {transaction.id}: " + ", ".join(done)

@@ -252,3 +252,66 @@ class PaymentExportSequence(BaseModel):
 
     class Meta:
         table_name = "payment_export_sequence"
+
+
+# The debtor's page (debtor_links.py).
+
+class DebtorLink(BaseModel):
+    """The one link a debtor has to their page with a company. The token is never stored: it is
+    derived from the installation's key and `nonce` (so a reminder can send it again), and found
+    by its SHA-256, `token_hash`. A new nonce (once the link has expired) makes a new token."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debtor = ForeignKeyField(Debtor, on_delete="CASCADE")
+    nonce = CharField(max_length=64)
+    token_hash = CharField(max_length=64, unique=True)
+    expires_at = DateTimeField()
+    opened_at = DateTimeField(null=True)  # the last time the debtor opened the page
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debtor_link"
+        indexes = ((("tenant", "debtor"), True),)
+
+
+class DebtPromise(BaseModel):
+    """A debtor's promise to pay a debt by a date, made on their page (promises.py)."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    promised_date = DateField()
+    status = CharField(max_length=16, default="active")  # active, replaced (by a later promise)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debt_promise"
+        indexes = ((("debt", "status"), False),)
+
+
+class DebtDispute(BaseModel):
+    """A debtor's dispute of a debt, with their reason, made on their page (disputes.py)."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    reason = CharField(max_length=500)
+    status = CharField(max_length=16, default="open")  # open, resolved (by the company)
+    created_at = DateTimeField(default=utcnow)
+    resolved_at = DateTimeField(null=True)
+
+    class Meta:
+        table_name = "debt_dispute"
+        indexes = ((("debt", "status"), False),)
+
+
+class PaymentLinkPart(BaseModel):
+    """One debt of a payment link that pays several (everything a debtor owes in a currency, from
+    their page): what of the link's amount goes to that debt, in `position` order."""
+
+    link = ForeignKeyField(PaymentLink, backref="parts", on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    position = IntegerField()
+    amount = BigIntegerField()
+
+    class Meta:
+        table_name = "payment_link_part"
+        indexes = ((("link", "position"), True),)

@@ -88,12 +88,14 @@ class CampaignStore:
     def plan(self, now: dt.datetime | None = None) -> list[NumberPlan]:
         """Numbers with active campaigns and what they may send now; holds, resumes and fails."""
         now = now or utcnow()
-        # Hand-written statements: the plan runs every second of every engine.
+        # Hand-written statements: the plan runs every second of every engine. A scheduled
+        # campaign is left alone (queued, never held) until its `send_at`.
         rows = [_ActiveCampaign(*row) for row in run_sql(
             "SELECT c.id, c.tenant_id, c.account_id, c.status, c.hold_reason, w.status "
             f'FROM "{Campaign._meta.table_name}" c '
             f'JOIN "{Wallet._meta.table_name}" w ON w.tenant_id = c.tenant_id '
-            f"WHERE c.status IN ({placeholders(len(ACTIVE_STATUSES))}) ORDER BY c.id", ACTIVE_STATUSES).fetchall()]
+            f"WHERE c.status IN ({placeholders(len(ACTIVE_STATUSES))}) AND (c.send_at IS NULL OR c.send_at <= ?) "
+            "ORDER BY c.id", [*ACTIVE_STATUSES, now]).fetchall()]
         if not rows:
             self.in_flight = 0
             return []

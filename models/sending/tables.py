@@ -37,6 +37,8 @@ class Campaign(BaseModel):
     hold_reason = CharField(max_length=64, null=True)  # why a campaign is `pending`
     total_recipients = IntegerField()
     created_at = DateTimeField(default=utcnow)
+    # When a scheduled campaign starts (null: at once); it stays `queued` until then.
+    send_at = DateTimeField(null=True)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
 

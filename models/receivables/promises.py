@@ -1,0 +1,60 @@
+"""What a debtor says about a debt on their page: a promise to pay it by a date, or a dispute.
+
+- A promise names a day after today (the company's day) and at most PROMISE_MAX_DAYS ahead; a
+  later promise on the same debt replaces the active one. Until the promised day has passed,
+  collection sends the debt no reminder (collection.py).
+- A dispute carries the debtor's reason (1 to 500 characters); a debt has at most one open
+  dispute, and collection sends it no reminder until the company resolves it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from models.clock import utcnow
+from models.errors import Conflict, Invalid
+from models.receivables.debts import tenant_today
+from models.receivables.tables import Debt, DebtDispute, DebtPromise
+from models.store.db import atomic
+
+PROMISE_MAX_DAYS = 30
+MAX_REASON = 500
+
+
+def promise(debt: Debt, promised_date: dt.date, today: dt.date | None = None) -> DebtPromise:
+    """Record the debtor's promise to pay `debt` by `promised_date`."""
+    today = today or tenant_today(debt.tenant_id)
+    if not today < promised_date <= today + dt.timedelta(days=PROMISE_MAX_DAYS):
+        raise Invalid(f"the date must be after today and at most {PROMISE_MAX_DAYS} days ahead",
+                      code="promise_date_out_of_range", details={"max_days": PROMISE_MAX_DAYS})
+    with atomic():
+        (DebtPromise.update(status="replaced")
+         .where((DebtPromise.debt == debt.id) & (DebtPromise.status == "active")).execute())
+        return DebtPromise.create(tenant=debt.tenant_id, debt=debt.id, promised_date=promised_date,
+                                  created_at=utcnow())
+
+
+def dispute(debt: Debt, reason: str) -> DebtDispute:
+    """Record the debtor's dispute of `debt`; one open dispute a debt."""
+    reason = reason.strip()
+    if not 1 <= len(reason) <= MAX_REASON:
+        raise Invalid(f"the reason is 1 to {MAX_REASON} characters", code="dispute_reason_invalid",
+                      details={"max": MAX_REASON})
+    with atomic():
+        # The debt's row first, so two disputes sent at once cannot both find none open.
+        Debt.update(row_version=Debt.row_version + 1).where(Debt.id == debt.id).execute()
+        if DebtDispute.select().where((DebtDispute.debt == debt.id) & (DebtDispute.status == "open")).exists():
+            raise Conflict("this debt is disputed already", code="debt_already_disputed")
+        return DebtDispute.create(tenant=debt.tenant_id, debt=debt.id, reason=reason, created_at=utcnow())
+
+
+def standing(debt_ids: list[int]) -> dict[int, dict]:
+    """The active promise and the open dispute of each debt: debt id -> {promise, dispute}."""
+    found: dict[int, dict] = {debt_id: {"promise": None, "dispute": None} for debt_id in debt_ids}
+    if not debt_ids:
+        return found
+    for row in DebtPromise.select().where(DebtPromise.debt.in_(debt_ids) & (DebtPromise.status == "active")):
+        found[row.debt_id]["promise"] = row.promised_date
+    for row in DebtDispute.select().where(DebtDispute.debt.in_(debt_ids) & (DebtDispute.status == "open")):
+        found[row.debt_id]["dispute"] = row.reason
+    return found
