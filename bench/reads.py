@@ -12,8 +12,16 @@ request, all three under gunicorn with bench/api's settings, in one run.
 3. The service, the floor and bare Falcon each run under gunicorn; for each read, wrk times the
    service and the floor in turn, bare Falcon once a round; medians of the rounds.
 
-Printed: read, the service's CPU ms a request, the floor's, floor / service (1.0: the service
-costs what its SELECTs and JSON cost) and bare / service.
+Printed: read, the SELECTs its floor runs, the answer's bytes, the service's CPU ms a request,
+the floor's, floor / service (1.0: the service costs what its SELECTs and JSON cost) and
+bare / service.
+
+Left out: `GET /webhooks/endpoints`, limited by the contract to 30 requests a minute per company
+(every answer past the first 30 would be a 429), and the HTML pages under /api/v1 (onboarding,
+payment links). The contract has no `GET /cartera/deudas`: the receivables search is the
+portal's page. `GET /credits/balance` is answered from the process's copy of the wallet; its
+floor runs what the warm in-process request ran (nothing on SQLite; on PostgreSQL the copy's
+check, one SELECT), so there the floor can cost more than the service.
 """
 
 from __future__ import annotations

@@ -184,7 +184,8 @@ def test_a_campaign_read_is_the_campaign_as_every_other_path_shows_it(client, al
     plain = create_for(alice, number, ["5215550200034"])
     CampaignRecipient.update(status="sent").where(CampaignRecipient.wa_id == "5215550200031").execute()
     CampaignRecipient.update(status="failed").where(CampaignRecipient.wa_id == "5215550200032").execute()
-    Campaign.update(status="pending", hold_reason="number_paused").where(Campaign.id == held.id).execute()
+    Campaign.update(status="pending", hold_reason="number_paused", send_at=held.created_at).where(
+        Campaign.id == held.id).execute()
     Campaign.update(status="completed", started_at=plain.created_at, finished_at=plain.created_at).where(
         Campaign.id == plain.id).execute()
     for campaign in (held, plain):

@@ -769,7 +769,7 @@ def campaign_dict(campaign: Campaign) -> dict:
 _CAMPAIGN_READ = (
     'SELECT c."id", c."public_id", c."external_reference", a."public_id", c."template_name", '
     'c."template_language", c."status", c."total_recipients", m."reserved", m."consumed", m."released", '
-    'm."refunded", c."hold_reason", c."source", c."created_at", c."started_at", c."finished_at" '
+    'm."refunded", c."hold_reason", c."source", c."created_at", c."send_at", c."started_at", c."finished_at" '
     'FROM "campaign" AS c JOIN "messaging_account" AS a ON a."id" = c."account_id" '
     'JOIN "campaign_credits" AS m ON m."campaign_id" = c."id" '
     'WHERE c."public_id" = ? AND c."tenant_id" = ?')
@@ -785,7 +785,8 @@ def read_campaign(tenant_id: int, public_id: str) -> dict:
     if row is None:
         raise NotFound(f"no campaign {public_id}", code="campaign_not_found")
     (campaign_id, public_id, external_reference, account_public_id, template_name, template_language, status,
-     total, reserved, consumed, released, refunded, hold_reason, source, created_at, started_at, finished_at) = row
+     total, reserved, consumed, released, refunded, hold_reason, source, created_at, send_at, started_at,
+     finished_at) = row
     counts = dict.fromkeys(COUNTERS, 0)
     counts.update(execute(_CAMPAIGN_COUNTS, (campaign_id,)).fetchall())
     return {
@@ -804,6 +805,7 @@ def read_campaign(tenant_id: int, public_id: str) -> dict:
         "hold_reason": hold_reason if status == "pending" else None,
         "source": source,
         "created_at": isoformat(_TIMESTAMP(created_at)),
+        "send_at": isoformat(_TIMESTAMP(send_at)),
         "started_at": isoformat(_TIMESTAMP(started_at)),
         "finished_at": isoformat(_TIMESTAMP(finished_at)),
     }
