@@ -241,7 +241,7 @@ def report(rows: list[dict], storage: str, workers: int, seconds: int, rounds: i
 def main(args) -> None:
     from cryptography.fernet import Fernet
 
-    from bench.api import UNLIMITED
+    from bench.stack import UNLIMITED
 
     env = {"SVC_DATA_DIR": tempfile.mkdtemp(prefix="bench-reads-"), "SVC_TENANT_RATE_LIMIT": UNLIMITED,
            "SVC_READ_RATE_LIMIT": UNLIMITED, "SVC_SECRET_KEY": Fernet.generate_key().decode()}
