@@ -115,8 +115,7 @@ class CampaignResource:
     @operation("Read a campaign with its counters and credits", scope="campaigns:read",
                responses={200: DataOnly[Campaign]}, errors=ERRORS, tags=("campaigns",))
     def on_get(self, req, resp, campaign_id: str) -> Reply:
-        campaign = campaigns.get_campaign(req.context.tenant_id, campaign_id)
-        return Reply(200, {"data": campaigns.campaign_dict(campaign)})
+        return Reply(200, {"data": campaigns.read_campaign(req.context.tenant_id, campaign_id)})
 
 
 class RecipientsResource:

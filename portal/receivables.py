@@ -14,10 +14,10 @@ from models.errors import NotFound
 from models.receivables import debts
 from models.receivables.inputs import PAYMENT_METHODS
 from models.receivables.money import from_minor, minor_units
-from models.receivables.report import AGING_BUCKETS, FUNNEL, report
 from models.receivables.promises import standing
 from models.receivables.replies import replies_of
-from models.receivables.tables import Debt, Debtor, Reminder
+from models.receivables.report import AGING_BUCKETS, FUNNEL, report
+from models.receivables.tables import Debt, Reminder
 from models.store.db import atomic
 from models.tenancy.tables import Tenant
 from portal.errors import CHECK_THE_FORM
@@ -30,9 +30,8 @@ class Receivables:
     @page()
     def on_get(self, req, resp):
         query_text = (req.get_param("q") or "").strip()[:MAX_QUERY]
-        query = debts.list_debts(ctx(req).tenant_id)
-        if query_text:
-            query = query.where((Debt.external_id == query_text) | (Debtor.documento == query_text))
+        tenant_id = ctx(req).tenant_id
+        query = debts.search_debts(tenant_id, query_text) if query_text else debts.list_debts(tenant_id)
         listing = paginate_by_keyset(req, query)
         for debt in listing.items:
             debt.outstanding = from_minor(debt.saldo_pendiente, debt.moneda)
