@@ -69,6 +69,14 @@ SAMPLES = {
     "message.echo.created": {"account_id": "wacc_1", "direction": "outgoing_from_business_app",
                              "to": "573001112233", "type": "text", "body": "Ya te respondo",
                              "wam_id": "wamid.C", "timestamp": "2025-01-01T10:02:00Z"},
+    "template.status_changed": {"account_id": "wacc_1", "template_id": "1234", "name": "order_ready",
+                                "language": "es", "change": "status", "status": "rejected",
+                                "previous_status": "pending", "reason": "INVALID_FORMAT", "detail": None,
+                                "category": "UTILITY", "previous_category": None, "quality_score": None,
+                                "timestamp": "2025-01-01T10:03:00Z"},
+    "debt.promise_made": {"deuda_external_id": "D-1", "promised_date": "2025-01-08", "amount": 49999.5,
+                          "moneda": "COP", "origin": "whatsapp"},
+    "debt.disputed": {"deuda_external_id": "D-1", "reason": "No reconozco esta factura", "origin": "page"},
     PAYMENT_EVENT: {"deuda_external_id": "D-1", "pago": {
         "boty_payment_id": "bpay_1", "external_id": None, "transaction_id": "tx-9", "monto": 150000.5,
         "moneda": "COP", "metodo": "gateway", "pagado_en": "2025-01-01T09:59:00-05:00"},
@@ -128,8 +136,9 @@ def test_every_event_type_arrives_signed_over_its_raw_bytes(alice, receiver):
         assert request.path == ("/payments" if event.name == PAYMENT_EVENT else "/hooks?source=svc")
         tampered = Received(request.path, request.headers, request.body.replace(b"}", b" }", 1))
         assert not verify(tampered, key)
-    payment = orjson.loads(stored_bytes(emitted[-1]))
-    assert payment["id"] == emitted[-1].public_id and payment["event"] == PAYMENT_EVENT
+    [paid] = [event for event in emitted if event.name == PAYMENT_EVENT]
+    payment = orjson.loads(stored_bytes(paid))
+    assert payment["id"] == paid.public_id and payment["event"] == PAYMENT_EVENT
     assert {d.status for d in WebhookDelivery.select()} == {"delivered"}
 
 
