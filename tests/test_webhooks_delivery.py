@@ -73,6 +73,10 @@ SAMPLES = {
         "boty_payment_id": "bpay_1", "external_id": None, "transaction_id": "tx-9", "monto": 150000.5,
         "moneda": "COP", "metodo": "gateway", "pagado_en": "2025-01-01T09:59:00-05:00"},
         "saldo_pendiente": 49999.5, "status": "partial"},
+    "debt.promise_broken": {"deuda_external_id": "D-1", "promised_date": "2025-01-15", "saldo_pendiente": 100.5,
+                            "moneda": "USD"},
+    "debt.escalated": {"deuda_external_id": "D-1", "plan_id": "dpl_1", "dias": 30,
+                       "last_reminder_at": "2025-02-14T13:00:00Z", "saldo_pendiente": 100.5, "moneda": "USD"},
 }
 
 
