@@ -20,12 +20,16 @@ from models.receivables.money import amount_json
 from models.receivables.tables import DEBT_STATUSES
 from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
+from svcctl.dunning_plans import app as plans_app
+from svcctl.dunning_plans import dispute_app
 from svcctl.payments import export_app as payments_export_app
 
 app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True)
 endpoint_app = typer.Typer(help="Where debt.payment_received events are delivered.", no_args_is_help=True)
 app.add_typer(endpoint_app, name="endpoint")
 app.add_typer(payments_export_app, name="payments")
+app.add_typer(plans_app, name="plans")
+app.add_typer(dispute_app, name="dispute")
 
 # Bad rows echoed on stderr; the rest only go to --errors FILE (a big file can have thousands).
 SHOWN_ERRORS = 20

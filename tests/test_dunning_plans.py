@@ -7,16 +7,19 @@ The clock moves as in test_receivables_collection: every run is given its `now`.
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
+from typer.testing import CliRunner
 
 from models.events.tables import Event
 from models.receivables import dunning_plans, promises
 from models.receivables.collection import due_reminders, send_due_reminders
-from models.receivables.debts import get_debt
+from models.receivables.debts import get_debt, record_service_payment
 from models.receivables.dunning_plans import DEFAULT, Plan, Step, choose
 from models.receivables.tables import DebtEscalation, DebtPromise, Reminder
 from models.sending.tables import Campaign
+from svcctl.main import app as svcctl_app
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client: the app pointed at the simulator)
 from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.receivables_fixtures import API, error_of, keyed, post, sqlite_only_mark
@@ -25,6 +28,7 @@ from tests.test_receivables_collection import DAY, NOON, sync
 OWN_TEMPLATE = {"name": "cobro_firme", "language": "es", "status": "approved", "category": "UTILITY",
                 "body_text": "{{1}}, su deuda de {{2}} pasa a cobranza.", "header_type": None, "variable_count": 2}
 DUE = NOON.date()
+runner = CliRunner()
 
 
 @pytest.fixture
@@ -79,8 +83,6 @@ class TestAMonth:
         dunning_plans.create_plan(alice.id, plan_body(pasos=[{"dias": 0}]))
         sync(alice, number, "A", [DUE])
         run_days(0, 0)
-        get_debt(alice.id, "A")
-        from models.receivables.debts import record_service_payment
         record_service_payment(alice.id, "A", 100, "cash")
         run_days(1, 3)
         assert events("debt.escalated") == []
@@ -120,7 +122,6 @@ class TestPromisesAndDisputes:
     def test_a_promise_kept_is_not_broken(self, alice, number):
         sync(alice, number, "A", [DUE])
         promises.promise(get_debt(alice.id, "A"), DUE + 2 * DAY, today=DUE - DAY)
-        from models.receivables.debts import record_service_payment
         record_service_payment(alice.id, "A", 100, "cash")
         run_days(3, 4)
         assert events("debt.promise_broken") == []
@@ -236,3 +237,40 @@ class TestApi:
         foreign = client.simulate_get(f"{API}/planes/{plan['id']}", headers=charlie.headers)
         assert foreign.status_code == 404
         assert client.simulate_get(f"{API}/planes", headers=charlie.headers).json["data"]["planes"] == []
+
+
+class TestCli:
+    def test_plans_list_show_create_update_delete(self, alice, number, tmp_path):
+        tenant = alice.tenant.public_id
+        path = tmp_path / "plan.json"
+        path.write_text(json.dumps(plan_body()))
+        created = runner.invoke(svcctl_app, ["cartera", "plans", "create", "--tenant", tenant, str(path), "--json"])
+        assert created.exit_code == 0, created.output
+        plan = json.loads(created.stdout)
+        assert [step["dias"] for step in plan["pasos"]] == [-3, 0, 3, 10, 30]
+        listed = runner.invoke(svcctl_app, ["cartera", "plans", "list", "--tenant", tenant, "--json"])
+        assert [item["id"] for item in json.loads(listed.stdout)] == [plan["id"]]
+        assert runner.invoke(svcctl_app, ["cartera", "plans", "list", "--tenant", tenant]).exit_code == 0
+        shown = runner.invoke(svcctl_app, ["cartera", "plans", "show", plan["id"], "--tenant", tenant, "--json"])
+        assert json.loads(shown.stdout) == plan
+        path.write_text(json.dumps(plan_body(pasos=[{"dias": 400}, {"dias": 0, "plantilla": "nope"}])))
+        refused = runner.invoke(svcctl_app, ["cartera", "plans", "update", plan["id"], "--tenant", tenant, str(path)])
+        assert refused.exit_code == 1
+        assert "pasos.0.dias" in refused.stderr
+        path.write_text(json.dumps(plan_body(maximo_semanal=3)))
+        updated = runner.invoke(svcctl_app, ["cartera", "plans", "update", plan["id"], "--tenant", tenant, str(path),
+                                      "--json"])
+        assert updated.exit_code == 0 and json.loads(updated.stdout)["maximo_semanal"] == 3
+        deleted = runner.invoke(svcctl_app, ["cartera", "plans", "delete", plan["id"], "--tenant", tenant])
+        assert deleted.exit_code == 0
+        missing = runner.invoke(svcctl_app, ["cartera", "plans", "show", plan["id"], "--tenant", tenant])
+        assert missing.exit_code == 1 and "no plan" in missing.stderr
+
+    def test_dispute_resolve(self, alice, number):
+        sync(alice, number, "A", [DUE])
+        promises.dispute(get_debt(alice.id, "A"), "No es mía")
+        done = runner.invoke(svcctl_app, ["cartera", "dispute", "resolve", "A", "--tenant", alice.tenant.public_id, "--json"])
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["status"] == "resolved"
+        again = runner.invoke(svcctl_app, ["cartera", "dispute", "resolve", "A", "--tenant", alice.tenant.public_id])
+        assert again.exit_code == 1 and "no open dispute" in again.stderr
