@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from config import formats
 from config.i18n import N_
 from models.errors import NotFound
-from models.receivables import debts
+from models.receivables import debts, promises
 from models.receivables.inputs import PAYMENT_METHODS
 from models.receivables.money import from_minor, minor_units
 from models.receivables.tables import Debt, Debtor, Reminder
@@ -45,7 +45,9 @@ class DebtPage:
     def on_get(self, req, resp):
         debt = _debt(req)
         reminders = list(Reminder.select().where(Reminder.debt == debt.id).order_by(Reminder.id))
+        dispute = promises.standing([debt.id])[debt.id]["dispute"]
         render(req, resp, "debt.html", debt=debts.debt_detail(debt), reminders=reminders, methods=PAYMENT_METHODS,
+               dispute=dispute,
                example=_example(req, debt.moneda))
 
 
