@@ -72,7 +72,9 @@ def _break_promises(tenant_ids: list[int], today: dt.date) -> int:
 
 def _escalate(tenant_ids: list[int], day_start: dt.datetime) -> int:
     plans = dunning_plans.plans_of(tenant_ids)
-    last_stages = {plan.last_stage for found in plans.values() for plan in found if plan.escalate}
+    # Only companies with a plan that escalates are looked at: the default plan never does.
+    tenant_ids = [tenant_id for tenant_id, found in plans.items() if any(plan.escalate for plan in found)]
+    last_stages = {plan.last_stage for tenant_id in tenant_ids for plan in plans[tenant_id] if plan.escalate}
     if not last_stages:
         return 0
     escalated = DebtEscalation.select(DebtEscalation.id).where(DebtEscalation.debt == Debt.id)
