@@ -39,6 +39,8 @@ class Campaign(Output):
     hold_reason: str | None = Field(description="why a `pending` campaign is held; null otherwise")
     source: str = Field(description="`api`, or `collection` for the service's payment reminders")
     created_at: str | None
+    send_at: str | None = Field(description="when a scheduled campaign starts (it stays `queued` until then); "
+                                            "null: sent at once")
     started_at: str | None
     finished_at: str | None
 
@@ -88,14 +90,15 @@ class CampaignsResource:
     @operation("Create a campaign", scope="campaigns:write", body=CampaignInput,
                responses={201: DataOnly[Campaign]}, errors=(401, 403, 404, 409, 422, 429), rate_limit=60,
                tags=("campaigns",),
-               description="Reserves one credit per recipient and queues the campaign. 422 codes: "
+               description="Reserves one credit per recipient and queues the campaign; with `send_at` it "
+                           "stays `queued` until then and can be cancelled meanwhile. 422 codes: "
                            "`account_inactive`, `account_not_ready`, `template_not_approved`, "
                            "`variable_count_mismatch` (details name the recipient index), "
                            "`insufficient_credits`, `wallet_paused`, `validation_failed`.")
     def on_post(self, req, resp) -> Reply:
         campaign = campaigns.create_campaign(req.context.tenant_id, req.context.body)
         data = campaigns.campaign_dict(campaign)
-        enqueue_dispatch(campaign.id)
+        enqueue_dispatch(campaign.id, campaign.send_at)
         return Reply(201, {"data": data})
 
     @operation("List campaigns created through the API, newest first", scope="campaigns:read",
@@ -112,8 +115,7 @@ class CampaignResource:
     @operation("Read a campaign with its counters and credits", scope="campaigns:read",
                responses={200: DataOnly[Campaign]}, errors=ERRORS, tags=("campaigns",))
     def on_get(self, req, resp, campaign_id: str) -> Reply:
-        campaign = campaigns.get_campaign(req.context.tenant_id, campaign_id)
-        return Reply(200, {"data": campaigns.campaign_dict(campaign)})
+        return Reply(200, {"data": campaigns.read_campaign(req.context.tenant_id, campaign_id)})
 
 
 class RecipientsResource:

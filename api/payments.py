@@ -103,8 +103,8 @@ class PaymentLinkResource:
         return ok(link, status=201)
 
 
-def export_page(req) -> Reply:
-    """GET /cartera/pagos: payments and reversals made in the service, oldest first, by cursor."""
+def export_query(req) -> tuple[dt.datetime | None, int, int]:
+    """`since`, `cursor` and `limit` of an ERP feed's GET (EXPORT_QUERY); 422 when one is wrong."""
     errors: dict[str, list[str]] = {}
     since = None
     if (raw := req.get_param("since")) is not None:
@@ -125,10 +125,15 @@ def export_page(req) -> Reply:
             errors[name] = [f"{name} must be a whole number between {0 if name == 'cursor' else 1} and {high}"]
     if errors:
         raise validation_error(errors)
-    rows = list(export.export_rows(req.context.tenant_id, since=since, after=numbers["cursor"],
-                                   limit=numbers["limit"] + 1))
-    page = rows[:numbers["limit"]]
-    next_cursor = page[-1]["cursor"] if page else numbers["cursor"]
+    return since, numbers["cursor"], numbers["limit"]
+
+
+def export_page(req) -> Reply:
+    """GET /cartera/pagos: payments and reversals made in the service, oldest first, by cursor."""
+    since, cursor, limit = export_query(req)
+    rows = list(export.export_rows(req.context.tenant_id, since=since, after=cursor, limit=limit + 1))
+    page = rows[:limit]
+    next_cursor = page[-1]["cursor"] if page else cursor
     return Reply(200, {"success": True, "data": [export.export_json(row) for row in page],
                        "meta": {"next_cursor": next_cursor, "has_more": len(rows) > len(page)}})
 

@@ -7,13 +7,18 @@ decimals (models.receivables.inputs), and the handlers call the same domain oper
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+from pydantic import Field
+
+from api.errors import validation_error
 from api.operation import Reply, ok, operation
-from api.payments import EXPORT_QUERY, ExportPage, PaymentLinkItem, export_page
+from api.payments import EXPORT_QUERY, ExportMeta, ExportPage, PaymentLinkItem, export_page, export_query
 from api.schemas import Output, Success
+from models.clock import to_utc_naive
 from models.errors import DomainError
-from models.receivables import debts, payments, snapshots
+from models.receivables import debts, payments, responses, snapshots
 from models.receivables.inputs import (
     DebtBatchInput,
     DebtInput,
@@ -23,6 +28,8 @@ from models.receivables.inputs import (
     parse_debt,
     payment_spec,
 )
+from models.receivables.report import report
+from models.tenancy.tables import Tenant
 
 TAGS = ("cartera",)
 WRITE_ERRORS = (401, 403, 404, 409, 422, 429)
@@ -217,6 +224,42 @@ class PaymentsResource:
         return export_page(req)
 
 
+class ResponseItem(Output):
+    cursor: int
+    tipo: str = Field(description="`promesa` (a promise to pay by `promised_date`), `disputa` (with `reason`) or "
+                                  "`pago_informado` (the debtor says they paid: check it in your books)")
+    origin: str = Field(description="`page` (the debtor's page) or `whatsapp` (a reminder's quick reply)")
+    deuda_external_id: str
+    promised_date: str | None = Field(description="`YYYY-MM-DD`: a promise's day")
+    reason: str | None = Field(description="a dispute's reason")
+    saldo_pendiente: float = Field(description="the debt's balance now")
+    moneda: str
+    registrado_en: str
+
+
+class ResponsesPage(Output):
+    success: bool = True
+    data: list[ResponseItem]
+    meta: ExportMeta
+
+
+class ResponsesResource:
+    @operation("List what debtors said: promises, disputes and payments they claim, for the ERP",
+               scope="cartera:read", responses={200: ResponsesPage}, errors=(401, 403, 422, 429), query=EXPORT_QUERY,
+               tags=TAGS,
+               description="Promises and disputes made on the debtor's page or with a reminder's quick reply, and the "
+                           "payments debtors say they made (`pago_informado`: nothing is paid until you record it), "
+                           "oldest first. Pass `meta.next_cursor` back as `cursor` to get only what is new; "
+                           "`svcctl cartera responses export` gives the same rows as CSV or JSON Lines.")
+    def on_get(self, req, resp) -> Reply:
+        since, cursor, limit = export_query(req)
+        rows = list(responses.response_rows(req.context.tenant_id, since=since, after=cursor, limit=limit + 1))
+        page = rows[:limit]
+        next_cursor = page[-1]["cursor"] if page else cursor
+        return Reply(200, {"success": True, "data": page, "meta": {"next_cursor": next_cursor,
+                                                                    "has_more": len(rows) > len(page)}})
+
+
 class ResolveResource:
     @operation("Resolve a debt: paid, cancelled or written off", scope="cartera:write", body=ResolveInput,
                receivables=True, responses={200: Success[DebtResolved]}, errors=WRITE_ERRORS, tags=TAGS,
@@ -228,10 +271,112 @@ class ResolveResource:
         return ok({"deuda": {key: summary[key] for key in ("external_id", "saldo_pendiente", "status")}})
 
 
+class Recovered(Output):
+    currency: str
+    amount: float
+
+
+class FunnelCounts(Output):
+    reminded: int
+    delivered: int
+    read: int
+    opened: int
+    promised: int
+    disputed: int
+    paid: int
+    recovered: list[Recovered]
+
+
+class StepRow(FunnelCounts):
+    step: str
+    offset_days: int | None
+
+
+class CampaignRow(FunnelCounts):
+    campaign_id: str
+
+
+class AgingRow(Output):
+    currency: str
+    current: float
+    days_1_30: float
+    days_31_60: float
+    days_61_90: float
+    days_over_90: float
+    total: float
+
+
+class DsoRow(Output):
+    currency: str
+    receivables: float
+    credit_sales: float
+    days: float | None
+
+
+class CollectionReport(Output):
+    tenant: str
+    since: str | None
+    until: str | None
+    as_of: str
+    attribution_days: int
+    steps: list[StepRow]
+    campaigns: list[CampaignRow]
+    aging: list[AgingRow]
+    dso: list[DsoRow]
+
+
+REPORT_QUERY = (
+    ("since", {"type": "string", "format": "date-time"}, "only reminders sent at or after this time"),
+    ("until", {"type": "string", "format": "date-time"}, "only reminders sent before this time"),
+)
+
+
+def report_period(req) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The report's `since` and `until` (naive UTC), or a validation error naming the bad one."""
+    found: dict[str, dt.datetime | None] = {}
+    errors: dict[str, list[str]] = {}
+    for name in ("since", "until"):
+        raw = req.get_param(name)
+        found[name] = None
+        if raw is None:
+            continue
+        try:
+            moment = dt.datetime.fromisoformat(raw)
+        except ValueError:
+            moment = None
+        if moment is None or moment.tzinfo is None:
+            errors[name] = ["must be an ISO 8601 date-time with an offset"]
+        else:
+            found[name] = to_utc_naive(moment)
+    if not errors and found["since"] and found["until"] and found["since"] >= found["until"]:
+        errors["until"] = ["must be after since"]
+    if errors:
+        raise validation_error(errors)
+    return found["since"], found["until"]
+
+
+class ReportResource:
+    @operation("What the reminders recovered: the funnel per step and campaign, aging and DSO",
+               scope="cartera:read", responses={200: Success[CollectionReport]}, errors=(401, 403, 422, 429),
+               query=REPORT_QUERY, tags=TAGS,
+               description="Per reminder step and per collection campaign: reminders sent, delivered, read, and "
+                           "those followed by a page opening, a promise, a dispute or a payment, with the amount "
+                           "recovered per currency. An event counts for the last reminder its debtor received in "
+                           "the 7 days before it. Aging buckets (days past due) and DSO (open receivables / the "
+                           "last 90 days' credit sales x 90) per currency. `svcctl cartera report --json` gives "
+                           "the same figures.")
+    def on_get(self, req, resp) -> Reply:
+        since, until = report_period(req)
+        tenant = Tenant.get_by_id(req.context.tenant_id)
+        return ok(report(tenant, since, until).as_dict())
+
+
 ROUTES = [
+    ("/cartera/reporte", ReportResource()),
     ("/cartera/deudas", DebtsResource()),
     ("/cartera/deudas/lote", DebtBatchResource()),
     ("/cartera/deudas/{external_id}", DebtResource()),
     ("/cartera/pagos", PaymentsResource()),
+    ("/cartera/respuestas", ResponsesResource()),
     ("/cartera/deudas/{external_id}/resolver", ResolveResource()),
 ]

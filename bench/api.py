@@ -2,6 +2,7 @@
 both under gunicorn with the same settings, in one run.
 
     python -m bench.api [--seconds 5] [--rounds 3] [--connections 32] [--workers 3] [--postgres URL --redis URL]
+    python -m bench.api --all [same options]    # every read against its own floor (bench/reads.py)
 
 Prints the throughputs, p50/p99 latencies, the server's CPU per request (master and workers, user +
 system) and both ratios, metrics on (as always): ours carries the request id and HTTP metrics, and
@@ -89,7 +90,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--postgres", help="PostgreSQL URL (default: SQLite in a temp dir)")
     parser.add_argument("--redis", help="Redis URL for the rate-limit counters")
+    parser.add_argument("--all", action="store_true",
+                        help="every read endpoint against its own floor and bare Falcon (bench/reads.py)")
     args = parser.parse_args()
+    if args.all:
+        from bench import reads
+
+        reads.main(args)
+        return
 
     env = {"SVC_DATA_DIR": tempfile.mkdtemp(prefix="bench-api-"), "SVC_TENANT_RATE_LIMIT": UNLIMITED,
            "SVC_READ_RATE_LIMIT": UNLIMITED}

@@ -6,6 +6,7 @@ import datetime as dt
 import threading
 
 from jobs.accounts import refresh_number, sync_account_templates
+from jobs.messages import enqueue_send
 from jobs.queue import crontab, huey, periodic_task, task
 from models.clock import utcnow
 from models.inbox import batches, updates
@@ -32,6 +33,8 @@ def follow_up(outcome: updates.BatchOutcome) -> None:
         sync_account_templates(account_id)
     for account_id in outcome.refresh_numbers:
         refresh_number(account_id)
+    for message_id in outcome.answers:
+        enqueue_send(message_id)
 
 
 def _sweep() -> int:

@@ -92,8 +92,11 @@ def _schedule_next_retry() -> None:
 @periodic_task(crontab(minute="*"))
 def rekick_dispatch() -> int:
     """Re-queue dispatch while there is work: held campaigns resume when their number, wallet or
-    daily window allows again, and a run lost with a killed worker is replaced."""
-    waiting = (Campaign.select().where(Campaign.status.in_(ACTIVE_STATUSES)).count()
+    daily window allows again, and a run lost with a killed worker is replaced. A scheduled
+    campaign is work from its `send_at` (jobs/campaigns.py starts it)."""
+    now = utcnow()
+    waiting = (Campaign.select().where(Campaign.status.in_(ACTIVE_STATUSES)
+                                       & (Campaign.send_at.is_null() | (Campaign.send_at <= now))).count()
                + Message.select().where(Message.status == "queued").count())
     if waiting:
         dispatch()

@@ -1,19 +1,25 @@
 """Receivables: find debts by external id or debtor document, read one with its installments,
-payments and reminders, and record a manual payment (owners only)."""
+payments, reminders, what the debtor said (a promise, a dispute) and answered in WhatsApp, record
+a manual payment (owners only), and the collection report with its charts (bars drawn here as SVG)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 from urllib.parse import urlencode
 
 from config import formats
 from config.i18n import N_
 from models.errors import NotFound
-from models.receivables import debts, promises
+from models.receivables import debts
 from models.receivables.inputs import PAYMENT_METHODS
 from models.receivables.money import from_minor, minor_units
-from models.receivables.tables import Debt, Debtor, Reminder
+from models.receivables.promises import standing
+from models.receivables.replies import replies_of
+from models.receivables.report import AGING_BUCKETS, FUNNEL, report
+from models.receivables.tables import Debt, Reminder
 from models.store.db import atomic
+from models.tenancy.tables import Tenant
 from portal.errors import CHECK_THE_FORM
 from portal.web import BASE, Refused, audit, ctx, form, locale_of, page, paginate_by_keyset, redirect, render
 
@@ -24,9 +30,8 @@ class Receivables:
     @page()
     def on_get(self, req, resp):
         query_text = (req.get_param("q") or "").strip()[:MAX_QUERY]
-        query = debts.list_debts(ctx(req).tenant_id)
-        if query_text:
-            query = query.where((Debt.external_id == query_text) | (Debtor.documento == query_text))
+        tenant_id = ctx(req).tenant_id
+        query = debts.search_debts(tenant_id, query_text) if query_text else debts.list_debts(tenant_id)
         listing = paginate_by_keyset(req, query)
         for debt in listing.items:
             debt.outstanding = from_minor(debt.saldo_pendiente, debt.moneda)
@@ -45,10 +50,9 @@ class DebtPage:
     def on_get(self, req, resp):
         debt = _debt(req)
         reminders = list(Reminder.select().where(Reminder.debt == debt.id).order_by(Reminder.id))
-        dispute = promises.standing([debt.id])[debt.id]["dispute"]
         render(req, resp, "debt.html", debt=debts.debt_detail(debt), reminders=reminders, methods=PAYMENT_METHODS,
-               dispute=dispute,
-               example=_example(req, debt.moneda))
+               example=_example(req, debt.moneda), replies=replies_of(debt.id),
+               said=standing([debt.id])[debt.id])
 
 
 def _example(req, currency: str) -> str:
@@ -82,7 +86,51 @@ class DebtPayment:
         redirect(resp, f"{BASE}/receivables/debt?{urlencode({'id': debt.external_id})}", "payment_recorded")
 
 
+# The report's figures as the page names them (msgids), in the funnel's order.
+FUNNEL_NAMES = dict(zip(FUNNEL, (N_("Reminded"), N_("Delivered"), N_("Read"), N_("Page opened"), N_("Promised"),
+                                 N_("Disputed"), N_("Paid within 7 days")), strict=True))
+AGING_NAMES = dict(zip((name for name, _ in AGING_BUCKETS),
+                       (N_("Current"), N_("1–30 days"), N_("31–60 days"), N_("61–90 days"), N_("Over 90 days")),
+                       strict=True))
+BAR_WIDTH = 360  # the longest bar of a chart, in the SVG's units
+
+
+def _day(req, name: str) -> dt.date | None:
+    raw = (req.get_param(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError:
+        raise Refused(422, CHECK_THE_FORM, N_("Enter dates as YYYY-MM-DD.")) from None
+
+
+def bars(values: list[Decimal | int]) -> list[int]:
+    """Each value's bar length, the largest BAR_WIDTH long; a value above zero shows at least 1."""
+    top = max(values, default=0)
+    return [max(1, round(value * BAR_WIDTH / top)) if value > 0 else 0 for value in values]
+
+
+class ReportPage:
+    @page()
+    def on_get(self, req, resp):
+        since, until = _day(req, "since"), _day(req, "until")
+        if since and until and since >= until:
+            raise Refused(422, CHECK_THE_FORM, N_("The end date must be after the start date."))
+        start = dt.datetime.combine(since, dt.time()) if since else None
+        end = dt.datetime.combine(until, dt.time()) if until else None
+        data = report(Tenant.get_by_id(ctx(req).tenant_id), start, end).as_dict()
+        for row in data["steps"] + data["campaigns"]:
+            row["bars"] = list(zip(FUNNEL, bars([row[name] for name in FUNNEL]), strict=True))
+        for row in data["aging"]:
+            row["bars"] = list(zip((name for name, _ in AGING_BUCKETS),
+                                   bars([Decimal(str(row[name])) for name, _ in AGING_BUCKETS]), strict=True))
+        render(req, resp, "receivables_report.html", report=data, funnel=FUNNEL_NAMES, buckets=AGING_NAMES,
+               since=since, until=until, bar_width=BAR_WIDTH)
+
+
 ROUTES = [
+    ("/receivables/report", ReportPage()),
     ("/receivables", Receivables()),
     ("/receivables/debt", DebtPage()),
     ("/receivables/debt/payments", DebtPayment()),

@@ -25,7 +25,7 @@ EXPORT_COLUMNS = ("cursor", "tipo", "boty_payment_id", "reverso_id", "motivo", "
                   "monto", "moneda", "metodo", "ocurrido_en", "saldo_pendiente", "monto_sin_asignar", "registrado_en")
 
 
-def _moment(name: str, raw: str | None) -> dt.datetime | None:
+def moment_option(name: str, raw: str | None) -> dt.datetime | None:
     if raw is None:
         return None
     try:
@@ -79,7 +79,7 @@ def reconcile(tenant: str = typer.Option(..., "--tenant"),
     from models.receivables import payments
     from models.tenancy.tenants import get_tenant
 
-    report = payments.reconcile(get_tenant(tenant).id, _moment("--since", since))
+    report = payments.reconcile(get_tenant(tenant).id, moment_option("--since", since))
     show(report, as_json, lambda: table(f"{len(report)} transaction(s) recorded or refused",
                                         ("transaction", "status", "outcome"),
                                         [(item["transaction_id"], item["status"], item["outcome"]) for item in report]))
@@ -127,7 +127,7 @@ def export(tenant: str = typer.Option(..., "--tenant"),
 
     if fmt not in ("csv", "jsonl"):
         fail(f"--format must be csv or jsonl, got {fmt!r}")
-    start = _moment("--since", since)
+    start = moment_option("--since", since)
     cursor = after or 0
     if cursor_file is not None and after is None and cursor_file.exists():
         text = cursor_file.read_text().strip()

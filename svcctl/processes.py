@@ -152,14 +152,15 @@ def _connect_demo_number(tenant_public_id: str) -> str | None:
     from models.numbers import onboarding
     from models.numbers.tables import MessagingAccount
     from models.numbers.templates import sync_templates
-    from models.receivables.payments import link_template_definition
+    from models.receivables.payments import LINK_TEMPLATE_LANGUAGES, link_template_definition
     from models.tenancy.tenants import get_tenant
 
     settings = get_settings()
     if not _wait_for(f"{settings.graph_url}/_sim/health", "platform simulator"):
         return None
-    requests.post(f"{settings.graph_url}/_sim/templates", timeout=5,
-                  json=link_template_definition(settings.public_url)).raise_for_status()
+    for language in LINK_TEMPLATE_LANGUAGES:
+        requests.post(f"{settings.graph_url}/_sim/templates", timeout=5,
+                      json=link_template_definition(settings.public_url, language)).raise_for_status()
     with connection():
         tenant = get_tenant(tenant_public_id)
         account = MessagingAccount.get_or_none((MessagingAccount.tenant == tenant.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import gc
 import sys
 from pathlib import Path
@@ -13,21 +14,26 @@ import typer
 from rich.console import Group
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
+from models.clock import to_utc_naive
 from models.receivables import debts
 from models.receivables.collection import due_reminders, send_due_reminders
 from models.receivables.importer import CountingReader, ImportFormatError, RowError, import_debts, reader_for
 from models.receivables.money import amount_json
+from models.receivables.report import AGING_BUCKETS, FUNNEL, report
 from models.receivables.tables import DEBT_STATUSES
+from models.tenancy.tables import Tenant
 from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
 from svcctl.dunning_plans import app as plans_app
 from svcctl.dunning_plans import dispute_app
 from svcctl.payments import export_app as payments_export_app
+from svcctl.responses import export_app as responses_export_app
 
 app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True)
 endpoint_app = typer.Typer(help="Where debt.payment_received events are delivered.", no_args_is_help=True)
 app.add_typer(endpoint_app, name="endpoint")
 app.add_typer(payments_export_app, name="payments")
+app.add_typer(responses_export_app, name="responses")
 app.add_typer(plans_app, name="plans")
 app.add_typer(dispute_app, name="dispute")
 
@@ -238,6 +244,54 @@ def remind(dry_run: bool = typer.Option(False, "--dry-run", help="List what is d
     campaigns = send_due_reminders()
     show({"campaigns": campaigns}, as_json, lambda: f"{len(campaigns)} collection campaign(s) created: "
                                                    + (", ".join(campaigns) or "none"))
+
+
+def _moment(raw: str | None, option: str):
+    """A --since/--until value: an ISO 8601 date or date-time (UTC unless it has an offset)."""
+    if raw is None:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        fail(f"{option} must be an ISO 8601 date or date-time, e.g. 2026-11-01 or 2026-11-01T00:00:00-03:00")
+    return to_utc_naive(moment)
+
+
+@app.command("report")
+@with_database
+def report_command(tenant: str = typer.Option(None, "--tenant", help="One company (default: every active one)."),
+                   since: str = typer.Option(None, "--since", help="Only reminders sent at or after this time."),
+                   until: str = typer.Option(None, "--until", help="Only reminders sent before this time."),
+                   as_json: bool = JSON_OPTION):
+    """What the reminders recovered: the funnel per step and campaign, aging buckets and DSO.
+
+    The same figures as GET /api/v1/cartera/reporte (docs/receivables.md)."""
+    start, end = _moment(since, "--since"), _moment(until, "--until")
+    if start and end and start >= end:
+        fail("--until must be after --since")
+    tenants = ([get_tenant(tenant)] if tenant else
+               list(Tenant.select().where(Tenant.status == "active").order_by(Tenant.id)))
+    data = [report(item, start, end).as_dict() for item in tenants]
+
+    def render():
+        parts = []
+        for item in data:
+            for key, rows in (("step", item["steps"]), ("campaign_id", item["campaigns"])):
+                parts.append(table(f"{item['tenant']}: per {'step' if key == 'step' else 'campaign'}",
+                                   (key, *FUNNEL, "recovered"),
+                                   [(row[key], *(row[name] for name in FUNNEL),
+                                     ", ".join(f"{part['currency']} {part['amount']}" for part in row["recovered"]))
+                                    for row in rows]))
+            parts.append(table(f"{item['tenant']}: aging (days past due) as of {item['as_of']}",
+                               ("currency", *(name for name, _ in AGING_BUCKETS), "total"),
+                               [(row["currency"], *(row[name] for name, _ in AGING_BUCKETS), row["total"])
+                                for row in item["aging"]]))
+            parts.append(table(f"{item['tenant']}: DSO", ("currency", "receivables", "credit sales (90 days)", "days"),
+                               [(row["currency"], row["receivables"], row["credit_sales"], row["days"])
+                                for row in item["dso"]]))
+        return Group(*parts)
+
+    show(data[0] if tenant else data, as_json, render)
 
 
 @endpoint_app.command("set")

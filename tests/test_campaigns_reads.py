@@ -174,3 +174,26 @@ def test_cancelling_needs_the_cancel_scope(client, alice, number, queue_only):
     assert response.status_code == 403
     reads = alice.with_key(["campaigns:write"])
     assert client.simulate_get(URL, headers=reads).status_code == 403
+
+
+def test_a_campaign_read_is_the_campaign_as_every_other_path_shows_it(client, alice, number, queue_only):
+    """GET /campaigns/{id} runs its own two statements; what it answers is what `campaign_dict`
+    (the list, the cancel, the portal) gives for the same campaign, in each state."""
+    held = create_for(alice, number, ["5215550200031", "5215550200032", "5215550200033"],
+                      external_reference="ref-1")
+    plain = create_for(alice, number, ["5215550200034"])
+    CampaignRecipient.update(status="sent").where(CampaignRecipient.wa_id == "5215550200031").execute()
+    CampaignRecipient.update(status="failed").where(CampaignRecipient.wa_id == "5215550200032").execute()
+    Campaign.update(status="pending", hold_reason="number_paused", send_at=held.created_at).where(
+        Campaign.id == held.id).execute()
+    Campaign.update(status="completed", started_at=plain.created_at, finished_at=plain.created_at).where(
+        Campaign.id == plain.id).execute()
+    for campaign in (held, plain):
+        expected = campaigns_module.campaign_dict(Campaign.get_by_id(campaign.id))
+        answered = client.simulate_get(f"{URL}/{campaign.public_id}", headers=alice.headers)
+        assert answered.status_code == 200 and answered.json == {"data": expected}
+    detail = client.simulate_get(f"{URL}/{held.public_id}", headers=alice.headers).json["data"]
+    assert (detail["sent"], detail["failed"], detail["pending"], detail["hold_reason"]) == (1, 1, 1, "number_paused")
+    assert detail["external_reference"] == "ref-1" and detail["account_id"] == number.public_id
+    missing = client.simulate_get(f"{URL}/cmp_nothing", headers=alice.headers)
+    assert missing.status_code == 404 and missing.json["error"]["code"] == "campaign_not_found"

@@ -22,6 +22,7 @@ from models.receivables.tables import (
     PaymentLink,
     PaymentReversal,
 )
+from models.sending.tables import Message
 from models.store.db import MIGRATIONS_DIR, connection, db, execute, upgrade
 from models.tenancy.tables import PortalUser, Tenant
 from tests.conftest import PG_DSN, _pg_admin, _require, base_env
@@ -149,3 +150,24 @@ def test_platform_batches_of_the_release_before_name_the_sends_their_statuses_pr
     with connection():
         rows = list(PlatformWebhookBatch.select().order_by(PlatformWebhookBatch.id))
         assert [(row.callbacks, row.parked_at) for row in rows] == [("rcp_before", None), (None, None), ("", None)]
+
+
+def test_claims_the_release_before_left_in_flight_count_as_started(migrated_to):
+    """0024_send_started: a claim an earlier release left unanswered may have been on the wire, so
+    it counts as started (recovery settles it, never sends it again); nothing else is marked."""
+    migrated_to("0023_languages")
+    with connection():
+        tenant = tenant_of_the_release_before("ten_claims")
+        account = MessagingAccount.create(public_id="wacc_claims", tenant=tenant.id, phone_id="pn-claims")
+        for public_id, token in (("msg_claimed", "oldengine.1"), ("msg_waiting", None)):
+            execute('INSERT INTO "message" ("public_id", "tenant_id", "account_id", "to", "type", "content", '
+                    '"status", "claim_token", "claimed_at", "attempts", "throttled", "created_at") '
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [public_id, tenant.id, account.id, "5691", "text", '{"body": "Hola"}', "queued", token,
+                     WHEN if token else None, 1 if token else 0, 0, WHEN])
+
+    assert "0024_send_started" in upgrade()
+
+    with connection():
+        started = dict(Message.select(Message.public_id, Message.send_started_at).tuples())
+        assert started == {"msg_claimed": WHEN, "msg_waiting": None}

@@ -99,6 +99,7 @@ def test_a_poisoned_batch_is_parked_and_holds_no_other_company_back(live_service
     jobs = store.claim({n.id: 1 for n in numbers.values()}, {p.account_id: p for p in store.plan()},
                        "deadengine.1", now=claimed_at)
     assert len(jobs) == 2
+    store.start(jobs, now=claimed_at)  # both on the wire when it died
     # The platform's status for Alice's send arrives: this is the batch that kills its workers.
     proof = recipient(proven)
     value = messages_value(numbers[alice.id], statuses=[{

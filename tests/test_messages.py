@@ -358,8 +358,9 @@ def test_a_stuck_message_waits_only_for_a_batch_that_names_it(client, alice, num
                     for to in (customer, other))
     store = MessageStore()
     earlier = utcnow() - dt.timedelta(seconds=30)
-    assert len(store.claim({number.id: 2}, {p.account_id: p for p in store.plan()}, "deadengine.1",
-                           now=earlier)) == 2
+    claimed = store.claim({number.id: 2}, {p.account_id: p for p in store.plan()}, "deadengine.1", now=earlier)
+    assert len(claimed) == 2
+    store.start(claimed, now=earlier)  # both on the wire when the engine died
     # The platform's `sent` for one of them, in a batch a worker was holding when it died.
     value = messages_value(number, statuses=[{"id": "wamid.MSGHELD", "status": "sent", "timestamp": str(int(
         earlier.replace(tzinfo=dt.UTC).timestamp())), "recipient_id": customer,

@@ -2,9 +2,9 @@
 in its tool environment `.venv/tools/openapi-client`) makes a client from the document the live service
 serves, and that client drives the service (gunicorn, the consumer, the platform and payment
 gateway simulators as processes): a webhook endpoint, a number, debts and payments, a campaign, a
-single message, credits. Every answer, errors included, must parse into the generated models with
-nothing left in `additional_properties` where the document lists fields: the document names every
-field the service answers.
+single message, credits, a promise and a dispute on the debtor's page. Every answer, errors
+included, must parse into the generated models with nothing left in `additional_properties` where
+the document lists fields: the document names every field the service answers.
 
 The same flow makes the service post every event it has. Each delivery the test's receivers get
 must match the document's `webhooks` section: its body the event's schema (a JSON Schema
@@ -32,11 +32,12 @@ from jsonschema import Draft202012Validator
 from models.events import webhooks
 from models.events.tables import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, PING_EVENT
 from models.clock import utcnow
-from models.receivables import payments, promises
+from models.receivables import debtor_links, payments
 from models.receivables.tables import Debt, DebtPromise, Installment, Reminder
 from tests.conftest import Persona
 from tests.live import ROOT, PaymentsLiveService, env_for, wait_until
 from tests.openapi_fixtures import event_errors, webhook_post
+from tests.test_debtor_links_live import form_of
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Receiver, verify
 
@@ -214,9 +215,27 @@ def sync_receivables(service: PaymentsLiveService, api: GeneratedClient, account
     assert sorted(payment.origin for payment in detail.pagos) == ["erp", "service"] and detail.links_de_pago
 
 
+def speak_on_the_page(service: PaymentsLiveService, api: GeneratedClient, company: Persona) -> None:
+    """The debtor opens their page (its token issued as a reminder would) and promises to pay
+    FAC-1, then disputes it (debt.promise_made, debt.disputed); the ERP reads both in its feed."""
+    debtor_id = Debt.get((Debt.tenant == company.id) & (Debt.external_id == "FAC-1")).debtor_id
+    url = f"{service.api_url}/d/{debtor_links.issue(company.id, debtor_id)}"
+    browser = requests.Session()
+    page = browser.get(url, timeout=10)
+    assert page.status_code == 200, page.text
+    promise = form_of(page.text, 'value="promise"')
+    promise["date"] = (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=5)).isoformat()
+    assert browser.post(url, data=promise, allow_redirects=False, timeout=10).status_code == 303
+    dispute = {**form_of(page.text, 'value="dispute"'), "reason": "Ya la pagué en efectivo"}
+    assert browser.post(url, data=dispute, allow_redirects=False, timeout=10).status_code == 303
+    said = api.call("cartera.get_cartera_respuestas", 200).data
+    assert [(row.tipo, row.origin) for row in said] == [("promesa", "page"), ("disputa", "page")]
+
+
 def follow_a_plan(service: PaymentsLiveService, api: GeneratedClient) -> None:
-    """A dunning plan that escalates, a dispute resolved by the company, and the calendar moved on
-    past a promise and the plan's last step: the next collection run reports both once.
+    """A dunning plan that escalates, the page's dispute resolved by the company, and the calendar
+    moved on past the page's promise and the plan's last step: the next collection run reports
+    both (debt.promise_broken, debt.escalated).
 
     Time is moved as the collection tests move it: the promise's date and the last reminder are
     written in the past, as the page and an earlier run would have left them days ago."""
@@ -229,12 +248,12 @@ def follow_a_plan(service: PaymentsLiveService, api: GeneratedClient) -> None:
     api.error("cartera.post_cartera_planes", 422, "validation_failed", idempotency_key="plan-3",
               body=api.body("PlanInput", {"nombre": "Mal", "pasos": [{"dias": 400}]}))
     debt = Debt.get(Debt.external_id == "FAC-1")
-    promises.dispute(debt, "No reconozco la cuota")
     api.call("cartera.post_cartera_deudas_external_id_disputa_resolver", 200, external_id="FAC-1",
              idempotency_key="dispute-1")
     today = utcnow().date()
-    DebtPromise.create(tenant=debt.tenant_id, debt=debt.id, promised_date=today - dt.timedelta(days=2),
-                       created_at=utcnow() - dt.timedelta(days=5))
+    moved = (DebtPromise.update(promised_date=today - dt.timedelta(days=2))
+             .where((DebtPromise.debt == debt.id) & (DebtPromise.status == "active")).execute())
+    assert moved == 1
     installment = Installment.get((Installment.debt == debt.id) & (Installment.numero == 1))
     Reminder.create(debt=debt.id, installment=installment.id, stage="due", status="queued", campaign_id="cmp_earlier",
                     created_at=utcnow() - dt.timedelta(days=2))
@@ -298,6 +317,7 @@ def test_a_generated_client_drives_the_service_and_every_posted_event_matches_th
     api.call("accounts.get_accounts_account_id_templates", 200, account_id=account_id)
     author_template(api, account_id)
     sync_receivables(service, api, account_id)
+    speak_on_the_page(service, api, company)
     follow_a_plan(service, api)
     run_campaigns(api, account_id)
     converse(service, api, account, hooks)

@@ -60,7 +60,7 @@ def link_in(message: dict, template: dict) -> str:
     The body carries no link."""
     [body] = [c for c in message["components"] if c["type"] == "body"]
     assert len(body["parameters"]) == 2 and "/pay/" not in str(body)
-    [button] = [c for c in message["components"] if c["type"] == "button"]
+    [button] = [c for c in message["components"] if c["type"] == "button" and c.get("sub_type") == "url"]
     [declared] = [c["buttons"] for c in template["components"] if c["type"] == "BUTTONS"]
     return declared[int(button["index"])]["url"].replace("{{1}}", button["parameters"][0]["text"])
 
@@ -187,13 +187,16 @@ def test_svcctl_up_sim_gives_the_demo_number_the_link_template_with_its_button(s
                                       headers={"Authorization": f"Bearer {key}"})
             except requests.RequestException:
                 return None  # the API is still starting
-            found = [t for t in answer.json().get("data", []) if t["name"] == "payment_reminder_link"]
+            found = [t for t in answer.json().get("data", []) if t["name"] == "payment_reminder_link"
+                     and t["language"] == "es"]
             return found[0] if found else None
 
         template = wait_until(link_template, timeout=30, message="the demo number's link template")
         assert template["body_text"] == "Hola {{1}}, tu saldo pendiente es {{2}}." and template["variable_count"] == 2
         [buttons] = [c["buttons"] for c in template["components"] if c["type"] == "BUTTONS"]
-        assert [(b["type"], b["text"], b["url"]) for b in buttons] == [("URL", "Pay now", f"{api}/pay/{{{{1}}}}")]
+        assert [(b["type"], b["text"], b.get("url")) for b in buttons] == [
+            ("URL", "Pay now", f"{api}/pay/{{{{1}}}}"), ("QUICK_REPLY", "Ya pagué", None),
+            ("QUICK_REPLY", "Pagaré en 7 días", None), ("QUICK_REPLY", "No reconozco", None)]
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=40)

@@ -363,13 +363,14 @@ def test_a_lost_answer_is_settled_by_the_status_webhook_never_by_resending(alice
     assert recover_stuck() == 0
 
 
-def test_recovery_fails_a_dead_engines_claims_and_leaves_live_ones(alice, number, queue_only):
+def test_recovery_fails_a_dead_engines_started_claims_and_leaves_live_ones(alice, number, queue_only):
     campaign = create_for(alice, number, [f"52155503018{n:02d}" for n in range(4)])
     store = CampaignStore()
     plan = {p.account_id: p for p in store.plan()}
     earlier = utcnow() - dt.timedelta(seconds=30)
     dead = store.claim({number.id: 2}, plan, "deadengine.1", now=earlier)
     live = store.claim({number.id: 2}, plan, "liveengine.1", now=earlier)
+    assert store.start(dead + live, now=earlier) == {job.id for job in dead + live}
     counters().beat(engine_key("liveengine"), 30)
 
     assert recover_stuck() == 2
@@ -406,6 +407,7 @@ def test_recovery_waits_for_the_statuses_a_dead_worker_was_processing(alice, num
     earlier = utcnow() - dt.timedelta(seconds=30)
     accepted, lost = store.claim({number.id: 2}, {p.account_id: p for p in store.plan()}, "deadengine.1",
                                  now=earlier)
+    store.start([accepted, lost], now=earlier)
     # The platform took the first; the worker holding its status batch died with the engine.
     batch = held_status_batch(number, "wamid.HELD", recipients(campaign)[accepted.wa_id],
                               earlier + dt.timedelta(seconds=1))
@@ -432,6 +434,7 @@ def test_a_parked_batch_holds_back_only_the_sends_it_names(alice, number, queue_
     long_ago = utcnow() - dt.timedelta(minutes=10)
     named, other = store.claim({number.id: 2}, {p.account_id: p for p in store.plan()}, "deadengine.1",
                                now=long_ago)
+    store.start([named, other], now=long_ago)
     # A batch that killed every worker taking it, parked with its error.
     batch = held_status_batch(number, "wamid.POISON", recipients(campaign)[named.wa_id],
                               long_ago + dt.timedelta(seconds=1))

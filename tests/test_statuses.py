@@ -202,7 +202,10 @@ def test_evidence_after_recovery_accepts_the_send_late_and_charges_it(alice, num
     immediate_queue.immediate = True
     rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id))
     earlier = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=5)
-    CampaignRecipient.update(status="queued", claim_token="deadengine.1", claimed_at=earlier).execute()
+    # Claimed and started by an engine that then died: whether they reached the platform, only
+    # a status can tell.
+    CampaignRecipient.update(status="queued", claim_token="deadengine.1", claimed_at=earlier,
+                             send_started_at=earlier).execute()
     from models.sending.recovery import recover_stuck
 
     assert recover_stuck() == 2

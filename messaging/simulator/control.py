@@ -21,9 +21,11 @@ operation `Simulator` offers in process.
                                  `review_delay` seconds after: template_review)
     GET    /_sim/sent            every accepted send (with a template's components); DELETE clears
     GET    /_sim/reads           every mark-as-read call (message_id, typing)
-    POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?}
-    POST   /_sim/press           {wamid, index}: the user presses quick-reply button `index` of an
-                                 accepted template send; the `button` message names it in `context`
+    POST   /_sim/inbound         {from | user_id, to: phone_number_id, text, name?, deliveries?}
+    POST   /_sim/press           {wamid, index, deliveries?}: the user presses quick-reply button
+                                 `index` of an accepted template send; the `button` message names
+                                 it in `context`. `deliveries` (1 to 3, default 1): the same
+                                 webhook posted that many times, as the platform redelivers
     POST   /_sim/echo            {from: phone_number_id, to: wa_id | user_id, text}
     POST   /_sim/fail            {mode: "500"|"timeout"|"off", seconds?, hang?}
     GET|POST /_sim/config        webhook_url, app_secret (set only; GET says app_secret_set), delivery
@@ -86,12 +88,12 @@ def _route(platform: Platform, method: str, path: str, body: Any) -> Any:
     if route == ("POST", "inbound"):
         _require(args, "to", "text")
         return customers.inbound(platform, _opt_str(args.get("from")), str(args["to"]), str(args["text"]),
-                                 args.get("name"), _opt_str(args.get("user_id")))
+                                 args.get("name"), _opt_str(args.get("user_id")), _deliveries(args))
     if route == ("POST", "press"):
         _require(args, "wamid", "index")
         if not isinstance(args["index"], int):
             raise ControlError(400, "index must be an integer")
-        return customers.press(platform, str(args["wamid"]), args["index"])
+        return customers.press(platform, str(args["wamid"]), args["index"], _deliveries(args))
     if route == ("POST", "echo"):
         _require(args, "from", "text")
         return customers.echo(platform, str(args["from"]), _opt_str(args.get("to")), str(args["text"]),
@@ -134,3 +136,10 @@ def _require(args: Mapping[str, Any], *names: str) -> None:
 
 def _opt_str(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
+
+
+def _deliveries(args: Mapping[str, Any]) -> int:
+    deliveries = args.get("deliveries", 1)
+    if not isinstance(deliveries, int) or not 1 <= deliveries <= 3:
+        raise ControlError(400, "deliveries must be an integer from 1 to 3")
+    return deliveries

@@ -19,20 +19,22 @@ from messaging.simulator.webhook_values import business_echo, button_press, text
 
 
 def inbound(platform: Platform, from_wa_id: str | None, phone_number_id: str, text: str,
-            name: str | None = None, user_id: str | None = None) -> dict[str, Any]:
+            name: str | None = None, user_id: str | None = None, deliveries: int = 1) -> dict[str, Any]:
     """A customer writes to a number: post a `messages` webhook now. A user given only by
     `user_id` (a username user who does not share their phone) comes without `from`."""
     number = platform.state.known_number(phone_number_id)
     wa_id, user_id = user_ids(from_wa_id, user_id)
     wamid = new_wamid(wa_id or digits(user_id))
     value = text_from_user(number, wa_id, user_id, wamid, text, name)
-    return {"wamid": wamid, "user_id": user_id, "webhook_status": _post_now(platform, number, "messages", value)}
+    return {"wamid": wamid, "user_id": user_id,
+            "webhook_status": _post_now(platform, number, "messages", value, deliveries)}
 
 
-def press(platform: Platform, wamid: str, index: int) -> dict[str, Any]:
+def press(platform: Platform, wamid: str, index: int, deliveries: int = 1) -> dict[str, Any]:
     """The user presses a quick-reply button of a template message they got: a `button`
     message whose payload is the one the send gave that button (the button's text without
-    one), replying to (`context`) the template message."""
+    one), replying to (`context`) the template message. `deliveries`: the same webhook posted
+    that many times (a redelivery)."""
     state = platform.state
     with state.lock:
         record = next((item for item in state.sent if item["wamid"] == wamid), None)
@@ -50,7 +52,8 @@ def press(platform: Platform, wamid: str, index: int) -> dict[str, Any]:
     wa_id, user_id = user_ids(record["to"] if record["to"] != record["recipient"] else None, record["recipient"])
     reply = new_wamid(wa_id or digits(user_id))
     value = button_press(number, wa_id, user_id, reply, wamid, payload, declared[index]["text"])
-    return {"wamid": reply, "payload": payload, "webhook_status": _post_now(platform, number, "messages", value)}
+    return {"wamid": reply, "payload": payload,
+            "webhook_status": _post_now(platform, number, "messages", value, deliveries)}
 
 
 def echo(platform: Platform, phone_number_id: str, to_wa_id: str | None, text: str,
@@ -63,10 +66,13 @@ def echo(platform: Platform, phone_number_id: str, to_wa_id: str | None, text: s
     return {"wamid": wamid, "webhook_status": _post_now(platform, number, "smb_message_echoes", value)}
 
 
-def _post_now(platform: Platform, number: SimNumber, field_name: str, value: dict[str, Any]) -> int:
+def _post_now(platform: Platform, number: SimNumber, field_name: str, value: dict[str, Any],
+              deliveries: int = 1) -> int:
     if not platform.settings.webhook_url:
         raise ControlError(409, "no webhook_url is configured in the simulator")
     try:
-        return platform.webhooks.post_now(number.waba_id, field_name, value)
+        for _ in range(deliveries):
+            status = platform.webhooks.post_now(number.waba_id, field_name, value)
+        return status
     except WebhookDeliveryError as exc:
         raise ControlError(502, str(exc)) from exc

@@ -17,7 +17,8 @@ from models.tenancy.tables import Tenant
 # Every event the service posts, by name, with the model of its body (types.py).
 BODIES = {event_name(body): body for body in EVENT_TYPES}
 ALL_EVENTS = tuple(BODIES)
-# Chosen in POST /webhooks/endpoints (the contract's nine and `account.paused`).
+# Chosen in POST /webhooks/endpoints (the contract's nine, `account.paused`, and what debtors say:
+# `debt.promise_made`, `debt.disputed`).
 CORE_EVENTS = tuple(name for name, body in BODIES.items() if body.subscribable)
 # Delivered to the company's payment endpoint (webhooks.py), set by an administrator, and
 # enveloped differently.

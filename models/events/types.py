@@ -281,6 +281,43 @@ class DebtPaymentReceived(Enveloped):
     data: PaymentReceivedData
 
 
+# -- debt.promise_made, debt.disputed: what a debtor says (the debtor's page, WhatsApp replies) --
+
+
+class PromiseMadeData(EventData):
+    deuda_external_id: str
+    promised_date: dt.date = Field(description="the day the debtor will pay by (the company's day)")
+    amount: float = absent_or_set(description="what the promise covers: the debt's balance when promised")
+    moneda: str = absent_or_set(description="the currency of `amount`")
+    origin: Literal["page", "whatsapp"] = Field(description="where the debtor promised")
+
+
+class DebtPromiseMade(Enveloped):
+    """A debtor promised to pay a debt by a date, on their page or with a reminder's quick reply.
+
+    Collection leaves the debt alone until that day has passed; a later promise replaces it."""
+
+    subscribable: ClassVar[bool] = True
+
+    event: Literal["debt.promise_made"]
+    data: PromiseMadeData
+
+
+class DisputedData(EventData):
+    deuda_external_id: str
+    reason: str = Field(description="the debtor's reason (1 to 500 characters)")
+    origin: Literal["page", "whatsapp"] = Field(description="where the debtor disputed it")
+
+
+class DebtDisputed(Enveloped):
+    """A debtor disputed a debt, on their page or with a reminder's quick reply.
+
+    Collection sends the debt no reminder while the dispute is open."""
+
+    subscribable: ClassVar[bool] = True
+
+    event: Literal["debt.disputed"]
+    data: DisputedData
 # -- debt.* from dunning plans (models/receivables/dunning_events.py) ---------------------------
 
 
@@ -338,6 +375,8 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     MessageInboundCreated,
     MessageEchoCreated,
     DebtPaymentReceived,
+    DebtPromiseMade,
+    DebtDisputed,
     # dunning plans
     DebtPromiseBroken,
     DebtEscalated,

@@ -1,7 +1,8 @@
 """What each update in a platform webhook batch does, other than a message status.
 
 - an inbound message opens the user's 24-hour window and is reported (`message.inbound.created`)
-  with the campaign message it answers and the open debts of its sender's phone;
+  with the campaign message it answers and the open debts of its sender's phone; a debtor's
+  quick reply to a reminder, or free text, is applied to their debts (models/receivables/replies.py);
 - a business-app echo is reported (`message.echo.created`);
 - every user a batch names is remembered first, in one order (`remember_users_in_order`);
 - history and business-app contacts, marketing preferences, template status, quality and
@@ -38,6 +39,7 @@ from models.events.outbox import emit
 from models.numbers import accounts, platform_users
 from models.numbers.tables import MessagingAccount, ProcessedMessage
 from models.numbers.template_review import apply_template_category, apply_template_quality, apply_template_status
+from models.receivables import replies
 from models.receivables.debts import open_debts_of_phone
 from models.sending.tables import Campaign, CampaignRecipient
 from models.store.db import lock_rows
@@ -68,6 +70,9 @@ class BatchOutcome:
     statuses: int = 0
     resync_templates: set[int] = field(default_factory=set)
     refresh_numbers: set[int] = field(default_factory=set)
+    # Single messages queued in the batch's transaction (answers to debtors' quick replies): the
+    # sending core takes them once it has committed.
+    answers: list[int] = field(default_factory=list)
 
 
 def apply_update(update: Any, outcome: BatchOutcome) -> None:
@@ -146,6 +151,11 @@ def _apply_inbound(message: InboundMessage, outcome: BatchOutcome) -> None:
     # that phone's user once the platform linked the two.
     if key and key.isdigit() and (debts := open_debts_of_phone(account.tenant_id, key)):
         data["debt_external_ids"] = debts
+        # A reminder's quick reply is recorded and answered; free text is attached to the debts.
+        answer = None if message.edited_wamid is not None else replies.apply_reply(
+            account, key, message.wamid, message.type, message.body, message.payload, at)
+        if answer is not None:
+            outcome.answers.append(answer)
     emit(account.tenant_id, "message.inbound.created", data)
     outcome.events += 1
 

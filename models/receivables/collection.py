@@ -39,6 +39,7 @@ from models.receivables.dunning_events import follow_up
 from models.receivables.debts import zone_of
 from models.receivables.money import format_amount
 from models.receivables.payments import LINK_TEMPLATE
+from models.receivables.replies import reminder_buttons as quick_reply_buttons
 from models.receivables.tables import (
     OPEN_DEBT,
     OPEN_INSTALLMENT,
@@ -280,12 +281,21 @@ def _claim_and_create(tenant_id: int, account_public_id: str, template: str, lan
     # With a payment gateway, the declared reminder's URL button opens the debtor's page
     # (debtor_links.py); a company's own template is sent as it is (dunning_plans.py).
     links = reminder_buttons(tenant_id, account_public_id, list(balances)) if template == TEMPLATE_NAME else {}
-    if links:
-        for recipient, debt_id in zip(recipients, balances, strict=True):
-            recipient["buttons"] = links[debt_id]
+    template_name = LINK_TEMPLATE if links else template
+    template_language = TEMPLATE_LANGUAGE if links else language
+    # The template's quick replies (replies.py) name the debt in their payloads.
+    account = MessagingAccount.get((MessagingAccount.tenant == tenant_id)
+                                   & (MessagingAccount.public_id == account_public_id))
+    presses = quick_reply_buttons(account, template_name, template_language,
+                                  {debt_id: recipient["external_contact_id"]
+                                   for recipient, debt_id in zip(recipients, balances, strict=True)})
+    for recipient, debt_id in zip(recipients, balances, strict=True):
+        buttons = links.get(debt_id, []) + presses.get(debt_id, [])
+        if buttons:
+            recipient["buttons"] = buttons
     local_day = now.date().isoformat()
-    spec = {"account_id": account_public_id, "template_name": LINK_TEMPLATE if links else template,
-            "language": TEMPLATE_LANGUAGE if links else language,
+    spec = {"account_id": account_public_id, "template_name": template_name,
+            "language": template_language,
             "recipients": recipients, "external_reference": f"cobranza {local_day}"}
     campaign = create_campaign(tenant_id, spec, source="collection")
     Reminder.update(campaign_id=campaign.public_id).where(Reminder.campaign_id == token).execute()

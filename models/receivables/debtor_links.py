@@ -39,6 +39,7 @@ from models.receivables.tables import (
     Debt,
     Debtor,
     DebtorLink,
+    DebtorPageOpen,
     Payment,
     PaymentGateway,
     PaymentLink,
@@ -125,7 +126,11 @@ def open_link(token: str, now: dt.datetime | None = None) -> DebtorLink:
 
 
 def mark_opened(link: DebtorLink) -> None:
-    DebtorLink.update(opened_at=utcnow()).where(DebtorLink.id == link.id).execute()
+    """The debtor opened the page: the link's last opening, and one more in the report's count."""
+    now = utcnow()
+    with atomic():
+        DebtorLink.update(opened_at=now).where(DebtorLink.id == link.id).execute()
+        DebtorPageOpen.insert(tenant=link.tenant_id, debtor=link.debtor_id, opened_at=now).execute()
 
 
 def form_token(link: DebtorLink) -> str:

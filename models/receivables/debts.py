@@ -123,6 +123,21 @@ def list_debts(tenant_id: int, status: str | None = None):
     return query.order_by(Debt.id.desc())
 
 
+def search_debts(tenant_id: int, text: str):
+    """A company's debts whose external id is `text` or whose debtor's document is, newest first
+    (a query, for keyset pages). The matches are found first on the unique (tenant, external_id)
+    and (tenant, documento) indexes and the debtor's (debtor_id) index, then read by primary key:
+    one condition `external_id = ? OR documento = ?` across the join would have the database walk
+    every debt of the company newest first, testing each, until it filled a page."""
+    matches = [row[0] for row in Debt.select(Debt.id).where(
+        (Debt.tenant == tenant_id) & (Debt.external_id == text)).tuples()]
+    debtor = Debtor.select(Debtor.id).where((Debtor.tenant == tenant_id) & (Debtor.documento == text)).scalar()
+    if debtor is not None:
+        matches += [row[0] for row in Debt.select(Debt.id).where(Debt.debtor == debtor).tuples()]
+    # The tenant condition stays on the page's query: every row shown is the company's own.
+    return list_debts(tenant_id).where(Debt.id.in_(sorted(set(matches))))
+
+
 def installments_of(debt: Debt) -> list[Installment]:
     return list(Installment.select().where(Installment.debt == debt.id)
                 .order_by(Installment.numero, Installment.vence, Installment.id))

@@ -38,6 +38,7 @@ from models.numbers.tables import MessagingAccount
 from models.receivables.debts import get_debt, installments_of, record_service_payment, restate, tenant_today
 from models.receivables.export import export_reversal
 from models.receivables.money import MoneyError, amount_json, from_minor, to_minor
+from models.receivables.quick_replies import quick_reply_buttons
 from models.receivables.tables import (
     OPEN_INSTALLMENT,
     PROVIDER,
@@ -65,6 +66,11 @@ LINK_TEMPLATE_LANGUAGE = "es"
 LINK_TEMPLATE_BODY = "Hola {{1}}, tu saldo pendiente es {{2}}."
 LINK_TEMPLATE_VARIABLES = 2
 LINK_BUTTON_TEXT = "Pay now"
+# The template in the other languages a company may declare it in (the same variables and button).
+LINK_TEMPLATE_BODIES = {"es": LINK_TEMPLATE_BODY, "pt_BR": "Olá {{1}}, seu saldo pendente é {{2}}.",
+                        "en": "Hello {{1}}, your outstanding balance is {{2}}."}
+LINK_BUTTON_TEXTS = {"es": LINK_BUTTON_TEXT, "pt_BR": "Pagar agora", "en": LINK_BUTTON_TEXT}
+LINK_TEMPLATE_LANGUAGES = tuple(LINK_TEMPLATE_BODIES)
 WEBHOOK_PATH = "/payments/webhook"
 PAY_PATH = "/pay"
 
@@ -244,14 +250,18 @@ def link_button_url(public_url: str | None = None) -> str:
     return f"{public_url or _public_url()}{PAY_PATH}/{{{{1}}}}"
 
 
-def link_template_definition(public_url: str | None = None) -> dict:
+def link_template_definition(public_url: str | None = None, language: str = LINK_TEMPLATE_LANGUAGE) -> dict:
     """`payment_reminder_link` as the business declares it on the platform (WhatsApp Manager; on
-    the simulator `POST /_sim/templates`): payment_reminder's words and a "Pay now" URL button."""
+    the simulator `POST /_sim/templates`), in `language` (es, pt_BR or en): payment_reminder's
+    words, a "Pay now" URL button, then the three quick replies a debtor answers with
+    (replies.py; the platform wants quick replies grouped apart from the URL button, and at most
+    10 buttons)."""
     base = public_url or _public_url()
-    return {"name": LINK_TEMPLATE, "language": LINK_TEMPLATE_LANGUAGE, "category": "UTILITY",
-            "body": LINK_TEMPLATE_BODY,
-            "buttons": [{"type": "URL", "text": LINK_BUTTON_TEXT, "url": link_button_url(base),
-                         "example": [f"{base}{PAY_PATH}/plk_0000example"]}]}
+    return {"name": LINK_TEMPLATE, "language": language, "category": "UTILITY",
+            "body": LINK_TEMPLATE_BODIES.get(language, LINK_TEMPLATE_BODY),
+            "buttons": [{"type": "URL", "text": LINK_BUTTON_TEXTS.get(language, LINK_BUTTON_TEXT),
+                         "url": link_button_url(base), "example": [f"{base}{PAY_PATH}/plk_0000example"]},
+                        *quick_reply_buttons(language)]}
 
 
 def link_button_index(account: MessagingAccount, suffix: str) -> int | None:

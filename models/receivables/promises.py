@@ -1,10 +1,14 @@
-"""What a debtor says about a debt on their page: a promise to pay it by a date, or a dispute.
+"""What a debtor says about a debt, on their page or with a reminder's quick reply: a promise to
+pay it by a date, or a dispute. One operation each, whoever calls it.
 
 - A promise names a day after today (the company's day) and at most PROMISE_MAX_DAYS ahead; a
-  later promise on the same debt replaces the active one. Until the promised day has passed,
-  collection sends the debt no reminder (collection.py).
+  later promise on the same debt replaces the active one (the same day again changes nothing).
+  Until the promised day has passed, collection sends the debt no reminder (collection.py).
 - A dispute carries the debtor's reason (1 to 500 characters); a debt has at most one open
   dispute, and collection sends it no reminder until the company resolves it.
+
+Each one recorded writes its event (`debt.promise_made`, `debt.disputed`) and its line of the
+ERP's feed (responses.py) in the same transaction.
 """
 
 from __future__ import annotations
@@ -13,28 +17,42 @@ import datetime as dt
 
 from models.clock import isoformat, utcnow
 from models.errors import Conflict, Invalid
+from models.events.outbox import emit
 from models.receivables.debts import get_debt, tenant_today
+from models.receivables.money import amount_json
+from models.receivables.responses import export_response
 from models.receivables.tables import Debt, DebtDispute, DebtPromise
 from models.store.db import atomic
 
 PROMISE_MAX_DAYS = 30
 MAX_REASON = 500
+ORIGINS = ("page", "whatsapp")
 
 
-def promise(debt: Debt, promised_date: dt.date, today: dt.date | None = None) -> DebtPromise:
+def promise(debt: Debt, promised_date: dt.date, today: dt.date | None = None, origin: str = "page") -> DebtPromise:
     """Record the debtor's promise to pay `debt` by `promised_date`."""
     today = today or tenant_today(debt.tenant_id)
     if not today < promised_date <= today + dt.timedelta(days=PROMISE_MAX_DAYS):
         raise Invalid(f"the date must be after today and at most {PROMISE_MAX_DAYS} days ahead",
                       code="promise_date_out_of_range", details={"max_days": PROMISE_MAX_DAYS})
     with atomic():
-        (DebtPromise.update(status="replaced")
-         .where((DebtPromise.debt == debt.id) & (DebtPromise.status == "active")).execute())
-        return DebtPromise.create(tenant=debt.tenant_id, debt=debt.id, promised_date=promised_date,
+        # The debt's row first, so two promises sent at once are taken one after the other.
+        Debt.update(row_version=Debt.row_version + 1).where(Debt.id == debt.id).execute()
+        active = DebtPromise.get_or_none((DebtPromise.debt == debt.id) & (DebtPromise.status == "active"))
+        if active is not None and active.promised_date == promised_date:
+            return active
+        if active is not None:
+            DebtPromise.update(status="replaced").where(DebtPromise.id == active.id).execute()
+        made = DebtPromise.create(tenant=debt.tenant_id, debt=debt.id, promised_date=promised_date,
                                   created_at=utcnow())
+        emit(debt.tenant_id, "debt.promise_made", {
+            "deuda_external_id": debt.external_id, "promised_date": promised_date.isoformat(),
+            "amount": amount_json(debt.saldo_pendiente, debt.moneda), "moneda": debt.moneda, "origin": origin})
+        export_response(debt, origin, promise_id=made.id)
+        return made
 
 
-def dispute(debt: Debt, reason: str) -> DebtDispute:
+def dispute(debt: Debt, reason: str, origin: str = "page") -> DebtDispute:
     """Record the debtor's dispute of `debt`; one open dispute a debt."""
     reason = reason.strip()
     if not 1 <= len(reason) <= MAX_REASON:
@@ -45,7 +63,11 @@ def dispute(debt: Debt, reason: str) -> DebtDispute:
         Debt.update(row_version=Debt.row_version + 1).where(Debt.id == debt.id).execute()
         if DebtDispute.select().where((DebtDispute.debt == debt.id) & (DebtDispute.status == "open")).exists():
             raise Conflict("this debt is disputed already", code="debt_already_disputed")
-        return DebtDispute.create(tenant=debt.tenant_id, debt=debt.id, reason=reason, created_at=utcnow())
+        made = DebtDispute.create(tenant=debt.tenant_id, debt=debt.id, reason=reason, created_at=utcnow())
+        emit(debt.tenant_id, "debt.disputed", {"deuda_external_id": debt.external_id, "reason": reason,
+                                               "origin": origin})
+        export_response(debt, origin, dispute_id=made.id)
+        return made
 
 
 def standing(debt_ids: list[int]) -> dict[int, dict]:

@@ -274,6 +274,18 @@ class DebtorLink(BaseModel):
         indexes = ((("tenant", "debtor"), True),)
 
 
+class DebtorPageOpen(BaseModel):
+    """One opening of a debtor's page: the collection report's "page opened" (report.py)."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE", index=False)
+    debtor = ForeignKeyField(Debtor, on_delete="CASCADE", index=False)
+    opened_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debtor_page_open"
+        indexes = ((("tenant", "debtor", "opened_at"), False),)
+
+
 class DebtPromise(BaseModel):
     """A debtor's promise to pay a debt by a date, made on their page (promises.py)."""
 
@@ -317,6 +329,51 @@ class PaymentLinkPart(BaseModel):
         indexes = ((("link", "position"), True),)
 
 
+# What debtors answer in WhatsApp (replies.py), and the ERP's feed of what debtors said (responses.py).
+
+class DebtReply(BaseModel):
+    """A debtor's WhatsApp message attached to one of their debts: free text (`kind` text, its
+    `body`), or a reminder's quick-reply button (`kind` button, `action` paid, promise or dispute).
+    One row per debt a message concerns; the unique (debt, wam_id) key keeps a redelivery out."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    wam_id = CharField(max_length=255)
+    sender = CharField(max_length=160)  # the phone, or the business-scoped id of a user who hides it
+    kind = CharField(max_length=16)  # text, button
+    action = CharField(max_length=16, null=True)  # a button's: paid, promise, dispute
+    body = TextField(null=True)
+    received_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debt_reply"
+        indexes = ((("debt", "wam_id"), True), (("tenant", "received_at"), False))
+
+
+class DebtorResponseExport(BaseModel):
+    """The ERP's feed of what debtors said: a promise, a dispute, or a payment claimed (a `paid`
+    press: `reply`), numbered per tenant in the transaction that records it."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    seq = BigIntegerField()
+    debt = ForeignKeyField(Debt, on_delete="CASCADE")
+    promise = ForeignKeyField(DebtPromise, null=True, on_delete="CASCADE")
+    dispute = ForeignKeyField(DebtDispute, null=True, on_delete="CASCADE")
+    reply = ForeignKeyField(DebtReply, null=True, on_delete="CASCADE")
+    origin = CharField(max_length=16)  # page, whatsapp
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debtor_response_export"
+        indexes = ((("tenant", "seq"), True),)
+
+
+class DebtorResponseExportSequence(BaseModel):
+    tenant = ForeignKeyField(Tenant, primary_key=True, on_delete="CASCADE")
+    last = BigIntegerField(default=0)
+
+    class Meta:
+        table_name = "debtor_response_export_sequence"
 # Dunning plans (dunning_plans.py): each company's collection schedule, and what it escalated.
 
 class DunningPlan(BaseModel):

@@ -5,7 +5,9 @@
   number is gone fail.
 - `claim`: a number's share split evenly between its campaigns, pending -> queued with a claim
   token, in one transaction.
+- `start`: the send-started mark, set on a wave of claims just before their platform calls.
 - `record`: a sent batch's outcomes with their credits and events, in one transaction.
+- `give_back_unstarted`, `fail_unconfirmed`: what recovery does with a dead engine's claims.
 
 Every transaction here keeps the lock order of docs/reliability.md: campaign rows (state changes
 only), then recipient rows (ascending id), then business sends, credit counters and wallets.
@@ -25,7 +27,7 @@ from models.numbers import accounts
 from models.numbers.accounts import record_business_sends_many
 from models.numbers.graph import account_token
 from models.numbers.tables import MessagingAccount
-from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
+from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
 from models.sending.campaigns import (
     case_by_id,
     emit_rows,
@@ -88,12 +90,14 @@ class CampaignStore:
     def plan(self, now: dt.datetime | None = None) -> list[NumberPlan]:
         """Numbers with active campaigns and what they may send now; holds, resumes and fails."""
         now = now or utcnow()
-        # Hand-written statements: the plan runs every second of every engine.
+        # Hand-written statements: the plan runs every second of every engine. A scheduled
+        # campaign is left alone (queued, never held) until its `send_at`.
         rows = [_ActiveCampaign(*row) for row in run_sql(
             "SELECT c.id, c.tenant_id, c.account_id, c.status, c.hold_reason, w.status "
             f'FROM "{Campaign._meta.table_name}" c '
             f'JOIN "{Wallet._meta.table_name}" w ON w.tenant_id = c.tenant_id '
-            f"WHERE c.status IN ({placeholders(len(ACTIVE_STATUSES))}) ORDER BY c.id", ACTIVE_STATUSES).fetchall()]
+            f"WHERE c.status IN ({placeholders(len(ACTIVE_STATUSES))}) AND (c.send_at IS NULL OR c.send_at <= ?) "
+            "ORDER BY c.id", [*ACTIVE_STATUSES, now]).fetchall()]
         if not rows:
             self.in_flight = 0
             return []
@@ -313,13 +317,34 @@ class CampaignStore:
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start:start + CHUNK]
             rows += run_sql(
-                f'UPDATE "{table}" SET status = ?, claim_token = ?, claimed_at = ?, attempts = attempts + 1, '
-                f"last_error = NULL WHERE id IN ({placeholders(len(chunk))}) AND status = ? "
+                f'UPDATE "{table}" SET status = ?, claim_token = ?, claimed_at = ?, send_started_at = NULL, '
+                f"attempts = attempts + 1, last_error = NULL WHERE id IN ({placeholders(len(chunk))}) AND status = ? "
                 "RETURNING id, public_id, campaign_id, wa_id, external_contact_id, vars, throttled, retries, buttons",
                 ["queued", claim_token, now, *chunk, "pending"]).fetchall()
         return rows
 
-    # 3. Outcomes.
+    # 3. Sends started.
+
+    def start(self, jobs: list[Job], now: dt.datetime | None = None) -> set[int]:
+        """Mark these claims started, just before their platform calls: one transaction, the rows
+        locked in ascending id, then one UPDATE per claim token (a wave of sends is one token's).
+        Returns the ids marked: a claim given up meanwhile
+        (recovery sent it back to the queue) is not, and must not be sent."""
+        now = now or utcnow()
+        table = CampaignRecipient._meta.table_name
+        marked: set[int] = set()
+        with atomic():
+            # In the lock order, as every writer of recipient rows: ascending id first.
+            lock_rows(CampaignRecipient, [job.id for job in jobs])
+            for token, group in _by_token(jobs).items():
+                for start in range(0, len(group), CHUNK):
+                    ids = [job.id for job in group[start:start + CHUNK]]
+                    marked |= {row[0] for row in run_sql(
+                        f'UPDATE "{table}" SET send_started_at = ? WHERE id IN ({placeholders(len(ids))}) '
+                        "AND status = ? AND claim_token = ? RETURNING id", [now, *ids, "queued", token]).fetchall()}
+        return marked
+
+    # 4. Outcomes.
 
     def record(self, jobs: list[Job]) -> BatchResult:
         """Write a sent batch's outcomes, credit movements and events in one transaction: the
@@ -448,7 +473,8 @@ class CampaignStore:
                         wait_sql, wait_params = case_by_id("not_before", [(j.id, not_before(j)) for j in chunk])
                         text_sql, params = f"{text_sql}, {wait_sql}", params + wait_params
                     changed += run_sql(
-                        f'UPDATE "{table}" SET status = ?, claim_token = NULL, claimed_at = NULL, {text_sql}{extra} '
+                        f'UPDATE "{table}" SET status = ?, claim_token = NULL, claimed_at = NULL, '
+                        f"send_started_at = NULL, {text_sql}{extra} "
                         f"WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ?",
                         ["pending", *params, *ids, "queued", token]).rowcount
         return changed
@@ -466,12 +492,38 @@ class CampaignStore:
                 fail_campaign(campaign_id, "template_not_approved", reason)
         finish_if_done(campaigns)
 
-    # 4. Recovery.
+    # 5. Recovery.
 
-    def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime]]:
+    def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime, bool]]:
         R = CampaignRecipient
-        return list(R.select(R.id, R.claim_token, R.claimed_at)
-                    .where((R.status == "queued") & (R.claimed_at < when)).order_by(R.id).limit(5000).tuples())
+        return [(row_id, token, claimed_at, started is not None) for row_id, token, claimed_at, started in
+                R.select(R.id, R.claim_token, R.claimed_at, R.send_started_at)
+                .where((R.status == "queued") & (R.claimed_at < when)).order_by(R.id).limit(5000).tuples()]
+
+    def give_back_unstarted(self, claims: list[tuple[int, str | None]]) -> int:
+        """Claims never started (their platform call never began): back to `pending`, due again
+        for a new slot, the claim's attempt given back. Nothing else moves: the credit stays
+        reserved, no event. Returns how many were still unstarted under that token.
+
+        A campaign that failed meanwhile (its number disconnected) sends nothing more: its
+        unstarted claims fail as its in-flight ones do, their credit released."""
+        R = CampaignRecipient
+        returned = 0
+        stopped: list[tuple[int, str | None]] = []
+        with atomic():
+            lock_rows(R, [row_id for row_id, _ in claims])
+            for token, ids in _ids_by_token(claims).items():
+                unstarted = (R.id.in_(ids) & (R.status == "queued") & R.send_started_at.is_null()
+                             & (R.claim_token.is_null() if token is None else R.claim_token == token))
+                active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
+                returned += (R.update(status="pending", claim_token=None, claimed_at=None, attempts=R.attempts - 1)
+                             .where(unstarted & R.campaign.in_(active)).execute())
+                stopped += [(row_id, token) for (row_id,) in R.select(R.id).where(unstarted).tuples()]
+            if stopped:
+                self.fail_unconfirmed(stopped, utcnow())
+            if returned:
+                work_arrived()
+        return returned
 
     def fail_unconfirmed(self, claims: list[tuple[int, str | None]], now: dt.datetime) -> int:
         """Fail these claims (still queued under the same token) as unconfirmed, releasing their
@@ -483,10 +535,7 @@ class CampaignStore:
         failed: list[Any] = []
         with atomic():
             lock_rows(R, [row_id for row_id, _ in claims])
-            by_token: dict[str | None, list[int]] = defaultdict(list)
-            for row_id, token in claims:
-                by_token[token].append(row_id)
-            for token, ids in by_token.items():
+            for token, ids in _ids_by_token(claims).items():
                 query = (R.update(status="failed", failed_at=now, claim_token=None, error_code=UNCONFIRMED,
                                   last_error=UNCONFIRMED_TEXT)
                          .where(R.id.in_(ids) & (R.status == "queued")
@@ -510,6 +559,13 @@ class CampaignStore:
                               description=UNCONFIRMED_TEXT)
             finish_after_commit(per_campaign)
         return len(failed)
+
+
+def _ids_by_token(claims: list[tuple[int, str | None]]) -> dict[str | None, list[int]]:
+    groups: dict[str | None, list[int]] = defaultdict(list)
+    for row_id, token in claims:
+        groups[token].append(row_id)
+    return groups
 
 
 def _by_token(jobs: list[Job]) -> dict[str, list[Job]]:

@@ -34,7 +34,7 @@ from peewee import (
 from pydantic import AliasChoices, Field, StringConstraints, field_validator, model_validator
 
 from messaging.payloads import USER_ID
-from models.clock import isoformat, utcnow
+from models.clock import isoformat, to_utc_naive, utcnow
 from models.errors import Conflict, Invalid, NotFound
 from models.events.outbox import announce
 from models.events.tables import Event
@@ -44,7 +44,7 @@ from models.numbers import platform_users
 from models.numbers.accounts import get_account
 from models.numbers.tables import MessagingAccount, Template
 from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCredits, CampaignRecipient
-from models.store.db import after_commit, atomic, db, is_postgres
+from models.store.db import after_commit, atomic, db, execute, fetch_one, is_postgres
 from models.tenancy import credits
 
 MAX_RECIPIENTS = 5000
@@ -144,6 +144,26 @@ class RecipientInput(Input):
         return self
 
 
+# A scheduled campaign (`send_at`): an RFC 3339 date-time with its offset. A time up to
+# SEND_AT_TOLERANCE in the past (a client's clock, the request's own trip) starts at once; one
+# further back, or more than MAX_SCHEDULE_AHEAD ahead (credits stay reserved all that time), is a
+# 422 naming `send_at`.
+SEND_AT_TOLERANCE = dt.timedelta(seconds=60)
+MAX_SCHEDULE_AHEAD = dt.timedelta(days=30)
+RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$")
+SEND_AT_FORMAT = "must be an RFC 3339 date-time with its offset, such as 2026-12-01T09:30:00-03:00"
+
+
+def parse_send_at(value: object) -> dt.datetime:
+    """An RFC 3339 date-time with its offset, as an aware datetime; ValueError otherwise."""
+    if not isinstance(value, str) or not RFC3339.match(value):
+        raise ValueError(SEND_AT_FORMAT)
+    try:
+        return dt.datetime.fromisoformat(value.upper())
+    except ValueError:
+        raise ValueError(f"{SEND_AT_FORMAT}; {value!r} is not a valid date and time") from None
+
+
 class CampaignInput(Input):
     account_id: text(64)
     template_name: text(255)
@@ -156,6 +176,15 @@ class CampaignInput(Input):
         = None
     body_placeholders: Variables | None = None
     dedupe: bool = False
+    send_at: dt.datetime | None = Field(
+        None, description="when to start sending: an RFC 3339 date-time with its offset, at most "
+                          "30 days ahead; the campaign stays `queued`, its credits reserved, until then "
+                          "(docs/campaigns.md, Scheduled campaigns). Absent or null: at once.")
+
+    @field_validator("send_at", mode="before")
+    @classmethod
+    def _rfc3339(cls, value: object) -> dt.datetime | None:
+        return None if value is None else parse_send_at(value)
 
 
 # Public ids in bulk: `models.ids.new_id` draws one character at a time, which costs ~0.1 s for a
@@ -405,9 +434,58 @@ def approved_template(account: MessagingAccount, name: str, language: str | None
                           "required: one of " + ", ".join(t.language for t in found)]}})
     if not found:
         where = f" in {language}" if language else ""
+        unsendable = _unsendable_template(account, name, language)
+        if unsendable is not None:
+            raise unsendable
         raise Invalid(f"the template {name} is not approved{where} for this number", code="template_not_approved",
                       details={"template_name": name, "language": language})
-    return found[0]
+    template = found[0]
+    if (template.quality_score or "").upper() == LOW_QUALITY:
+        raise _template_refusal(template, f"the template {name} ({template.language}) is rated RED by the "
+                                          "platform for its quality; edit it or wait until its rating recovers")
+    return template
+
+
+# The platform's quality rating at which a template is refused here: the platform pauses a RED
+# template that keeps being sent, which would fail the campaign halfway (and lower the number's
+# own quality rating meanwhile).
+LOW_QUALITY = "RED"
+
+
+def _unsendable_template(account: MessagingAccount, name: str, language: str | None) -> Invalid | None:
+    """Why a template known here but not approved cannot be sent: paused for quality, say."""
+    query = Template.select().where((Template.account == account.id) & (Template.name == name) & Template.active)
+    if language is not None:
+        query = query.where(Template.language == language)
+    template = query.order_by(Template.language).first()
+    if template is None:
+        return None
+    if template.status == "paused":
+        return _template_refusal(template, f"the template {name} ({template.language}) is paused by the platform "
+                                           "for its quality; it can be sent again once the platform unpauses it")
+    return _template_refusal(template, f"the template {name} ({template.language}) is {template.status}, "
+                                       "not approved, on this number")
+
+
+def _template_refusal(template: Template, message: str) -> Invalid:
+    return Invalid(message, code="template_not_approved", details={
+        "template_name": template.name, "language": template.language, "status": template.status,
+        "quality_score": template.quality_score,
+        "reason": template.rejected_reason or template.status_detail})
+
+
+def scheduled_start(send_at: dt.datetime | None, now: dt.datetime) -> dt.datetime | None:
+    """When a campaign asked to start at `send_at` starts (naive UTC), or a 422 naming `send_at`."""
+    if send_at is None:
+        return None
+    at = to_utc_naive(send_at)
+    if at < now - SEND_AT_TOLERANCE:
+        problem = f"must not be in the past (it is now {isoformat(now)})"
+    elif at > now + MAX_SCHEDULE_AHEAD:
+        problem = f"must be at most {MAX_SCHEDULE_AHEAD.days} days ahead (until {isoformat(now + MAX_SCHEDULE_AHEAD)})"
+    else:
+        return at
+    raise Invalid("The given data was invalid.", details={"errors": {"send_at": [problem]}})
 
 
 def _header(template: Template, data: CampaignInput) -> tuple[str | None, str | None]:
@@ -536,6 +614,7 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
     `validation_failed`).
     """
     data = validate_spec(spec)
+    send_at = scheduled_start(data.send_at, utcnow())
     account = sendable_account(tenant_id, data.account_id)
     template = approved_template(account, data.template_name, data.language)
     header_type, header_url = _header(template, data)
@@ -553,7 +632,8 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
             public_id=new_id("cmp_"), tenant=tenant_id, account=account.id, source=source[:16],
             external_reference=data.external_reference, template_name=template.name,
             template_language=template.language, header_type=header_type, header_url=header_url,
-            body_placeholders=data.body_placeholders, status="queued", total_recipients=total, created_at=now)
+            body_placeholders=data.body_placeholders, status="queued", total_recipients=total, created_at=now,
+            send_at=send_at)
         CampaignCredits.create(campaign=campaign.id, reserved=to_send)
         if to_send:
             credits.reserve(tenant_id, to_send, campaign_id=campaign.id, messaging_account_id=account.id,
@@ -604,6 +684,14 @@ def find_campaign(public_id: str) -> Campaign:
     if campaign is None:
         raise NotFound(f"no campaign {public_id}", code="campaign_not_found")
     return campaign
+
+
+def scheduled_until(until: dt.datetime) -> list[tuple[int, str, dt.datetime]]:
+    """Scheduled campaigns still `queued` whose `send_at` comes by `until` (naive UTC), soonest
+    first: (id, public id, send_at)."""
+    return list(Campaign.select(Campaign.id, Campaign.public_id, Campaign.send_at)
+                .where((Campaign.status == "queued") & Campaign.send_at.is_null(False) & (Campaign.send_at <= until))
+                .order_by(Campaign.send_at).tuples())
 
 
 def campaigns_of(tenant_id: int, status: str | None = None, source: str | None = "api"):
@@ -674,6 +762,55 @@ def campaign_dict(campaign: Campaign) -> dict:
     return campaign_dicts([campaign])[0]
 
 
+# GET /campaigns/{id}, the read a client polls while its campaign runs: its SQL written once
+# (peewee builds a query's text anew on every call, which cost more than these two queries) and
+# its rows read as tuples. The campaign, its number's public id and its credit counters in one
+# statement; its recipients per status in a second, on the (campaign, status, id) index.
+_CAMPAIGN_READ = (
+    'SELECT c."id", c."public_id", c."external_reference", a."public_id", c."template_name", '
+    'c."template_language", c."status", c."total_recipients", m."reserved", m."consumed", m."released", '
+    'm."refunded", c."hold_reason", c."source", c."created_at", c."send_at", c."started_at", c."finished_at" '
+    'FROM "campaign" AS c JOIN "messaging_account" AS a ON a."id" = c."account_id" '
+    'JOIN "campaign_credits" AS m ON m."campaign_id" = c."id" '
+    'WHERE c."public_id" = ? AND c."tenant_id" = ?')
+_CAMPAIGN_COUNTS = ('SELECT "status", COUNT(*) FROM "campaign_recipient" WHERE "campaign_id" = ? '
+                    'GROUP BY "status"')
+_TIMESTAMP = Campaign.created_at.python_value  # a driver's value (SQLite's text) as the model reads it
+
+
+def read_campaign(tenant_id: int, public_id: str) -> dict:
+    """The contract's Campaign of the tenant's campaign `public_id` (what `campaign_dict` gives
+    for it, in two statements); 404 `campaign_not_found` when the tenant has none by that id."""
+    row = fetch_one(_CAMPAIGN_READ, (public_id, tenant_id))
+    if row is None:
+        raise NotFound(f"no campaign {public_id}", code="campaign_not_found")
+    (campaign_id, public_id, external_reference, account_public_id, template_name, template_language, status,
+     total, reserved, consumed, released, refunded, hold_reason, source, created_at, send_at, started_at,
+     finished_at) = row
+    counts = dict.fromkeys(COUNTERS, 0)
+    counts.update(execute(_CAMPAIGN_COUNTS, (campaign_id,)).fetchall())
+    return {
+        "id": public_id,
+        "external_reference": external_reference,
+        "account_id": account_public_id,
+        "template_name": template_name,
+        "template_language": template_language,
+        "status": status,
+        "total_recipients": total,
+        "reserved_credits": reserved,
+        "consumed_credits": consumed,
+        "released_credits": released,
+        "refunded_credits": refunded,
+        **{name: counts[name] for name in COUNTERS},
+        "hold_reason": hold_reason if status == "pending" else None,
+        "source": source,
+        "created_at": isoformat(_TIMESTAMP(created_at)),
+        "send_at": isoformat(_TIMESTAMP(send_at)),
+        "started_at": isoformat(_TIMESTAMP(started_at)),
+        "finished_at": isoformat(_TIMESTAMP(finished_at)),
+    }
+
+
 def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str, int],
              money: CampaignCredits) -> dict:
     return {
@@ -692,6 +829,7 @@ def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str
         "hold_reason": campaign.hold_reason if campaign.status == "pending" else None,
         "source": campaign.source,
         "created_at": isoformat(campaign.created_at),
+        "send_at": isoformat(campaign.send_at),
         "started_at": isoformat(campaign.started_at),
         "finished_at": isoformat(campaign.finished_at),
     }

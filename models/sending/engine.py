@@ -15,14 +15,19 @@ One engine runs per worker process, inside a queue task (jobs/sending.py), over 
    between them; each store claims its share in one transaction.
 4. The tick's claims are one batch: each sent at its own slot on the send pool (slots.py; every
    HTTP call is bounded by the client's timeout; a send whose turn comes too late for its slot
-   goes back to the queue unsent), then recorded by each store in one transaction (see the
-   messenger's error policy): accepted -> `sent` with the credit consumed; refused -> `failed`
-   with the credit released; throttled -> back to the queue while the number's schedule is held
-   (no worker thread sleeps for a pace); a lost answer -> left claimed for the status webhooks.
+   goes back to the queue unsent). Just before they go, the sends are marked started in waves
+   (one transaction per store for the sends of the next 0.1 s); a send whose mark is not on record
+   by its slot is not made and goes back to the queue. The batch is then recorded by each store
+   in one transaction (see the messenger's error policy): accepted -> `sent` with the credit
+   consumed; refused -> `failed` with the credit released; throttled -> back to the queue while
+   the number's schedule is held (no worker thread sleeps for a pace); a lost answer -> left
+   claimed for the status webhooks.
 5. After the record commits, campaigns with nothing left complete.
 
 Nobody is sent twice: a message is handed to the platform only by the engine that claimed it,
-and a claim is only given up by recovery (recovery.py), which fails it rather than resending.
+once its start is on record, and a claim is only given up by recovery (recovery.py), which sends
+again only what was never started and fails, rather than resends, what was started and never
+proven to have reached the platform.
 A record the database rolled back to break a lock conflict is written again (`outlast_outage`).
 """
 
@@ -67,6 +72,13 @@ class Settings:
     max_in_flight: int = 1200  # messages claimed and not yet recorded, per engine (backpressure)
     batch_threads: int = 6  # batches sent and recorded at once
     burst_seconds: float = 0.5  # pacing grants send slots up to this many seconds ahead
+    # Sends are marked started in waves: one transaction per store marks the sends whose slots
+    # fall in the next `start_window` seconds, `start_lead` seconds before the first of them (at
+    # most 10 a second per store, whatever the rate). A dead engine's sends marked and not
+    # yet made are what recovery cannot tell from sends made: about a wave and its lead at the
+    # number's rate, plus those whose turn came late.
+    start_window: float = 0.1
+    start_lead: float = 0.05
     heartbeat_ttl: float = 10.0  # an engine that has not beaten for this long is dead
     recover_every: float = 5.0
     session: float | None = 30.0  # a run ends after this long (the task re-queues itself)
@@ -122,6 +134,25 @@ class _Countdown:
 
     def wait(self) -> None:
         self._done.wait()
+
+
+@dataclass
+class _Wave:
+    """Sends of one batch whose slots are close together, marked started together."""
+
+    jobs: list[Job]
+    marked: threading.Event = field(default_factory=threading.Event)
+    started: set[tuple[str, int]] = field(default_factory=set)  # (store, id) on record as started
+
+
+def _waves(jobs: list[Job], window: float) -> list[_Wave]:
+    """A batch's sends in slot order, cut into waves spanning at most `window` seconds."""
+    waves: list[_Wave] = []
+    for job in sorted(jobs, key=lambda job: job.send_at):
+        if not waves or job.send_at - waves[-1].jobs[0].send_at >= window:
+            waves.append(_Wave([]))
+        waves[-1].jobs.append(job)
+    return waves
 
 
 class Pacer(Protocol):
@@ -345,9 +376,12 @@ class Engine:
         # Scheduled here, not by the batch: a batch waits for a free batch thread (others may be
         # recording), and its sends must not wait with it past their slots.
         sends = _Countdown(len(jobs))
-        for job in jobs:
-            sender.submit_at(job.send_at, self._send_one, job, sends)
-        batch = batcher.submit(self._send_batch, jobs, sends)
+        waves = _waves(jobs, settings.start_window)
+        for wave in waves:
+            sender.submit_at(wave.jobs[0].send_at - settings.start_lead, self._start_wave, wave)
+            for job in wave.jobs:
+                sender.submit_at(job.send_at, self._send_one, job, wave, sends)
+        batch = batcher.submit(self._send_batch, jobs, sends, waves)
         self._batches.add(batch)
         batch.add_done_callback(self._batch_done)
 
@@ -355,10 +389,14 @@ class Engine:
         self._batches.discard(batch)
         self._changed.set()
 
-    def _send_batch(self, jobs: list[Job], sends: _Countdown) -> None:
+    def _send_batch(self, jobs: list[Job], sends: _Countdown, waves: list[_Wave]) -> None:
         given_back = True
         try:
             sends.wait()
+            # A send gives up on a mark that comes too late, but the record must not write the
+            # rows while their mark is still being written.
+            for wave in waves:
+                wave.marked.wait()
             with connection():
                 result = self._record(jobs)
                 self._after(result, jobs)
@@ -390,12 +428,32 @@ class Engine:
                                           what=f"recording a batch of {len(mine)}"))
         return result
 
-    def _send_one(self, job: Job, sends: _Countdown) -> None:
+    def _start_wave(self, wave: _Wave) -> None:
+        """Mark a wave's sends started, one transaction per store, before the first of them goes."""
+        try:
+            with connection():
+                for store in self.stores:
+                    mine = [job for job in wave.jobs if job.store == store.name]
+                    if mine:
+                        wave.started |= {(store.name, row_id) for row_id in store.start(mine)}
+        except Exception:
+            # Unmarked, they are not sent: the batch's record gives them back to the queue.
+            log.warning("could not mark %d sends started; they wait for new slots", len(wave.jobs), exc_info=True)
+        finally:
+            wave.marked.set()
+
+    def _send_one(self, job: Job, wave: _Wave, sends: _Countdown) -> None:
         try:
             with self._lock:
                 # Sends start in the order of their slots: this one was the earliest still waiting.
                 if self._unstarted:
                     heapq.heappop(self._unstarted)
+            # Only a send whose start is on record goes out: a dead engine's claims without the
+            # mark are then known never to have reached the platform, and are sent again.
+            wave.marked.wait(max(0.0, job.send_at + LATE_SEND - time.monotonic()))
+            if (job.store, job.id) not in wave.started:
+                job.error = SlotMissed("not sent: its start could not be recorded in time")
+                return
             if time.monotonic() - job.send_at > LATE_SEND:
                 job.error = SlotMissed("not sent: the engine fell behind its pacing slot")
                 return

@@ -22,7 +22,7 @@ from models.numbers import platform_users
 from models.numbers.accounts import record_business_sends_many
 from models.numbers.graph import account_token
 from models.numbers.tables import MessagingAccount
-from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT
+from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
 from models.sending.campaigns import emit_rows
 from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
@@ -83,7 +83,8 @@ class MessageStore:
                     .order_by(Message.id).limit(take)).tuples()]
             if not ids:
                 return []
-            claimed = list(Message.update(claim_token=claim_token, claimed_at=now, attempts=Message.attempts + 1)
+            claimed = list(Message.update(claim_token=claim_token, claimed_at=now, send_started_at=None,
+                                          attempts=Message.attempts + 1)
                            .where(Message.id.in_(ids) & (Message.status == "queued") & Message.claim_token.is_null())
                            .returning(Message).execute())
             numbers = {a.id: a for a in MessagingAccount.select().where(
@@ -111,7 +112,22 @@ class MessageStore:
                 self._fail([claim], "invalid_message", text, now)
         return jobs
 
-    # 3. Outcomes.
+    # 3. Sends started.
+
+    def start(self, jobs: list[Job], now: dt.datetime | None = None) -> set[int]:
+        """Mark these claims started, just before their platform calls (as the campaign store
+        does); returns the ids marked."""
+        now = now or utcnow()
+        marked: set[int] = set()
+        with atomic():
+            lock_rows(Message, [job.id for job in jobs])
+            for token, ids in _ids_by_token([(job.id, job.claim_token) for job in jobs]).items():
+                marked |= {row.id for row in Message.update(send_started_at=now).where(
+                    Message.id.in_(ids) & (Message.status == "queued") & (Message.claim_token == token))
+                    .returning(Message.id).execute()}
+        return marked
+
+    # 4. Outcomes.
 
     def record(self, jobs: list[Job]) -> BatchResult:
         """Write a sent batch's outcomes, credit movements and events in one transaction."""
@@ -159,12 +175,30 @@ class MessageStore:
     def settle(self, jobs: list[Job], result: BatchResult) -> None:
         """Nothing follows: a message is settled by its own record."""
 
-    # 4. Failing, and recovery.
+    # 5. Failing, and recovery.
 
-    def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime]]:
-        return list(Message.select(Message.id, Message.claim_token, Message.claimed_at)
-                    .where((Message.status == "queued") & Message.claim_token.is_null(False)
-                           & (Message.claimed_at < when)).order_by(Message.id).limit(5000).tuples())
+    def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime, bool]]:
+        return [(row_id, token, claimed_at, started is not None) for row_id, token, claimed_at, started in
+                Message.select(Message.id, Message.claim_token, Message.claimed_at, Message.send_started_at)
+                .where((Message.status == "queued") & Message.claim_token.is_null(False)
+                       & (Message.claimed_at < when)).order_by(Message.id).limit(5000).tuples()]
+
+    def give_back_unstarted(self, claims: list[tuple[int, str | None]]) -> int:
+        """Claims never started: due again, the claim's attempt given back, the credit still
+        reserved, no event. Returns how many were still unstarted under that token."""
+        returned = 0
+        with atomic():
+            lock_rows(Message, [row_id for row_id, _ in claims])
+            for token, ids in _ids_by_token(claims).items():
+                if token is None:
+                    continue  # an unclaimed message is due already
+                returned += (Message.update(claim_token=None, claimed_at=None, attempts=Message.attempts - 1)
+                             .where(Message.id.in_(ids) & (Message.status == "queued")
+                                    & Message.send_started_at.is_null() & (Message.claim_token == token))
+                             .execute())
+            if returned:
+                work_arrived()
+        return returned
 
     def fail_unconfirmed(self, claims: list[tuple[int, str | None]], now: dt.datetime) -> int:
         return self._fail(claims, UNCONFIRMED, UNCONFIRMED_TEXT, now)
@@ -209,6 +243,13 @@ def _failure_code(error, kind: Verdict) -> str:
     return "platform_unavailable" if error.retryable else "rejected"
 
 
+def _ids_by_token(claims: list[tuple[int, str | None]]) -> dict[str | None, list[int]]:
+    groups: dict[str | None, list[int]] = defaultdict(list)
+    for row_id, token in claims:
+        groups[token].append(row_id)
+    return groups
+
+
 def _due(now: dt.datetime):
     return ((Message.status == "queued") & Message.claim_token.is_null()
             & (Message.not_before.is_null() | (Message.not_before <= now)))
@@ -226,7 +267,7 @@ def _give_back(job: Job, kind: Verdict, mine, now: dt.datetime) -> int:
     """Back to the queue. Only a failed platform call keeps its attempt: waiting for the number's
     pace or a throttle is not a try, and a busy number would otherwise use up a message's retries
     before the platform ever answered it."""
-    changes: dict[Any, Any] = {Message.claim_token: None, Message.claimed_at: None,
+    changes: dict[Any, Any] = {Message.claim_token: None, Message.claimed_at: None, Message.send_started_at: None,
                                Message.last_error: error_text(job.error)}
     if kind is Verdict.RETRY:
         changes[Message.not_before] = now + dt.timedelta(seconds=2 ** (job.retries + 1))

@@ -11,7 +11,9 @@ in one transaction:
 - rejected: `failed`, the credit released, `message.failed`;
 - throttled or a platform hiccup: back to the queue, due again after a wait;
 - no answer (timeout after the request left): left claimed; a status webhook carrying its
-  callback data settles it, else recovery fails it after a safe delay (never resent).
+  callback data settles it, else recovery fails it after a safe delay (never resent);
+- its engine died: claimed but not yet started (the send-started mark, recorded just before the
+  platform call), it is queued again with no attempt used; started, it is settled as above.
 
 Internally a message's status also moves on to `delivered` and `read` (so statuses never move
 backwards and each is reported once); the contract's Message shows those as `sent`.

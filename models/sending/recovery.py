@@ -1,10 +1,16 @@
 """Recovery: claims nobody will answer, in both stores.
 
-A message is handed to the platform only by the engine that claimed it, and a claim is only
-ever given up here -- which fails the message (releasing its credit) rather than sending it
-again, once its engine is known dead (no heartbeat) and the platform has had time to report it
-through a status webhook. A claim that a platform batch not processed yet names is left for that
-batch to settle; no other claim waits for the intake.
+A message is handed to the platform only by the engine that claimed it, after its send-started
+mark committed (engine.py), and a claim is only ever given up here, once its engine is known dead
+(no heartbeat) or the claim is far too old:
+
+- not started: its platform call never began, so it is given back to the queue (sent later at a
+  new slot, no attempt used);
+- started: the call may have reached the platform. A status webhook naming it (its callback
+  data) settles it as `sent` at any time; one still unproven once the platform has had time to
+  report it is failed `send_unconfirmed` (its credit released), never sent again. A started
+  claim that a platform batch not processed yet names is left for that batch to settle; no
+  other claim waits for the intake.
 """
 
 from __future__ import annotations
@@ -38,11 +44,12 @@ def recover_stuck(pacer=None, now: dt.datetime | None = None, stuck_after: dt.ti
     """Settle claims nobody will answer; returns how many were failed.
 
     A claim older than `grace` whose engine has stopped beating, or any claim older than
-    `stuck_after`, gets no answer any more. Status webhooks carrying the row's callback data have
-    had that long to settle it (they move `queued` rows to `sent` and on); what is still `queued`
-    has no evidence of reaching the platform, and sending it again could duplicate it. So it fails
-    with `send_unconfirmed` and its credit is released. A claim that a platform batch not processed
-    yet names waits for that batch (`without_evidence_waiting`).
+    `stuck_after`, gets no answer any more. One never started goes back to the queue.
+    A started one is ambiguous: status webhooks carrying the row's callback data have had that
+    long to prove it reached the platform (they move `queued` rows to `sent` and on); what is
+    still `queued` has no evidence, and sending it again could duplicate it, so it fails with
+    `send_unconfirmed` and its credit is released. A started claim that a platform batch not
+    processed yet names waits for that batch (`without_evidence_waiting`).
     """
     pacer = pacer or counters()
     now = now or utcnow()
@@ -51,12 +58,20 @@ def recover_stuck(pacer=None, now: dt.datetime | None = None, stuck_after: dt.ti
         claims = store.claims_before(now - grace)
         if not claims:
             continue
-        engines = {token.split(".")[0] for _, token, _ in claims if token}
+        engines = {token.split(".")[0] for _, token, _, _ in claims if token}
         live = {key.split(":", 1)[1] for key in pacer.alive([engine_key(e) for e in engines])}
-        stuck = [(row_id, token) for row_id, token, claimed_at in claims
+        stuck = [(row_id, token, started) for row_id, token, claimed_at, started in claims
                  if claimed_at < now - stuck_after or not token or token.split(".")[0] not in live]
-        stuck = without_evidence_waiting(store.name, stuck)
-        failed = store.fail_unconfirmed(stuck, now) if stuck else 0
+        unstarted = [(row_id, token) for row_id, token, started in stuck if not started]
+        if unstarted:
+            # No evidence can exist for them: a send begins only once its mark has committed.
+            returned = store.give_back_unstarted(unstarted)
+            if returned:
+                log.warning("gave %d claimed but unstarted sends back to the queue (%s store)", returned,
+                            store.name)
+        started = without_evidence_waiting(store.name, [(row_id, token) for row_id, token, started in stuck
+                                                        if started])
+        failed = store.fail_unconfirmed(started, now) if started else 0
         if failed:
             log.warning("recovered %d unconfirmed sends (%s store)", failed, store.name)
         settled += failed

@@ -37,6 +37,8 @@ class Campaign(BaseModel):
     hold_reason = CharField(max_length=64, null=True)  # why a campaign is `pending`
     total_recipients = IntegerField()
     created_at = DateTimeField(default=utcnow)
+    # When a scheduled campaign starts (null: at once); it stays `queued` until then.
+    send_at = DateTimeField(null=True)
     started_at = DateTimeField(null=True)
     finished_at = DateTimeField(null=True)
 
@@ -81,6 +83,10 @@ class CampaignRecipient(BaseModel):
     not_before = DateTimeField(null=True)
     claim_token = CharField(max_length=64, null=True)
     claimed_at = DateTimeField(null=True)
+    # Set just before the claim's platform call (cleared when the claim is given back): a dead
+    # engine's claim without it never reached the platform and is sent again; with it, only the
+    # platform's status webhook can tell.
+    send_started_at = DateTimeField(null=True)
     message_id = CharField(max_length=40, null=True)
     wam_id = CharField(max_length=255, null=True, index=True)
     sent_at = DateTimeField(null=True)
@@ -137,6 +143,7 @@ class Message(BaseModel):
     wam_id = CharField(max_length=255, null=True, index=True)
     claim_token = CharField(max_length=64, null=True)
     claimed_at = DateTimeField(null=True)
+    send_started_at = DateTimeField(null=True)  # as a recipient's: the claim's platform call was about to start
     # Claims that reached the platform; waiting for the number's pace or a throttle gives one back.
     attempts = IntegerField(default=0)
     throttled = IntegerField(default=0)  # pair-rate throttles (131056): the X of the 4^X s wait

@@ -87,6 +87,10 @@ class Store(Protocol):
               now: dt.datetime | None = None) -> list[Job]:
         """Claim up to `grants[number]` due messages per number, in one transaction."""
 
+    def start(self, jobs: list[Job], now: dt.datetime | None = None) -> set[int]:
+        """Mark these claims started, just before their platform calls, in one transaction;
+        returns the ids marked (a claim given up meanwhile is not, and is not sent)."""
+
     def record(self, jobs: list[Job]) -> BatchResult:
         """Write a sent batch's outcomes, credits and events in one transaction."""
 
@@ -97,8 +101,12 @@ class Store(Protocol):
     def hold(self, plan: NumberPlan, reason: str) -> None:
         """The number rests a while (throttled): mark its work as waiting, if the store shows that."""
 
-    def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime]]:
-        """Claims taken before `when` and still unanswered: (id, claim token, claimed at)."""
+    def claims_before(self, when: dt.datetime) -> list[tuple[int, str | None, dt.datetime, bool]]:
+        """Claims taken before `when` and still unanswered: (id, claim token, claimed at, started)."""
+
+    def give_back_unstarted(self, claims: list[tuple[int, str | None]]) -> int:
+        """Give these claims, (id, claim token), back to the queue if still not started (never
+        handed to the platform): sent later at a new slot, no attempt used; returns how many."""
 
     def fail_unconfirmed(self, claims: list[tuple[int, str | None]], now: dt.datetime) -> int:
         """Fail these claims, (id, claim token), as `send_unconfirmed` (credit released, never

@@ -1,0 +1,89 @@
+"""The ERP's feed of what debtors said: promises, disputes, and payments claimed, numbered per tenant.
+
+Each one gets the next number of its tenant's feed in the transaction that records it (promises.py,
+replies.py). As in the payments' export (export.py), the sequence row is locked until commit, so
+numbers become visible in order and a reader's cursor (`svcctl cartera responses export --after`,
+`GET /cartera/respuestas?cursor=`) never skips one.
+
+A payment claimed (the debtor pressed "I already paid") is not a payment: it asks the ERP to
+check its books, and only the ERP's own `POST /cartera/pagos` (or the gateway) records one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+from peewee import JOIN, fn
+
+from models.clock import isoformat, to_utc_naive
+from models.receivables.money import amount_json
+from models.receivables.tables import Debt, DebtDispute, DebtorResponseExport, DebtPromise, DebtReply
+from models.store.db import execute
+
+KINDS = ("promesa", "disputa", "pago_informado")
+
+
+def export_response(debt: Debt, origin: str, *, promise_id: int | None = None, dispute_id: int | None = None,
+                    reply_id: int | None = None) -> int:
+    """Number what a debtor said for the feed; call in the transaction recording it."""
+    tenant_id = debt.tenant_id
+    execute('INSERT INTO "debtor_response_export_sequence" ("tenant_id", "last") VALUES (?, 0) '
+            'ON CONFLICT DO NOTHING', [tenant_id])
+    # The UPDATE holds the sequence row until commit: the next writer gets the next number only
+    # once this one is visible, so readers see numbers appear in order.
+    seq = execute('UPDATE "debtor_response_export_sequence" SET "last" = "last" + 1 WHERE "tenant_id" = ? '
+                  'RETURNING "last"', [tenant_id]).fetchone()[0]
+    DebtorResponseExport.create(tenant=tenant_id, seq=seq, debt=debt.id, promise=promise_id, dispute=dispute_id,
+                                reply=reply_id, origin=origin)
+    return seq
+
+
+def response_rows(tenant_id: int, *, since: dt.datetime | None = None, after: int = 0,
+                  limit: int | None = None) -> Iterator[dict]:
+    """What debtors said, by cursor (`seq` > after) and recording time, read in pages."""
+    page = 500 if limit is None else min(limit, 500)
+    remaining = limit
+    while remaining is None or remaining > 0:
+        query = (DebtorResponseExport
+                 .select(DebtorResponseExport, Debt, DebtPromise, DebtDispute, DebtReply)
+                 .join(Debt, on=(DebtorResponseExport.debt == Debt.id))
+                 .switch(DebtorResponseExport)
+                 .join(DebtPromise, JOIN.LEFT_OUTER, on=(DebtorResponseExport.promise == DebtPromise.id))
+                 .switch(DebtorResponseExport)
+                 .join(DebtDispute, JOIN.LEFT_OUTER, on=(DebtorResponseExport.dispute == DebtDispute.id))
+                 .switch(DebtorResponseExport)
+                 .join(DebtReply, JOIN.LEFT_OUTER, on=(DebtorResponseExport.reply == DebtReply.id))
+                 .where((DebtorResponseExport.tenant == tenant_id) & (DebtorResponseExport.seq > after))
+                 .order_by(DebtorResponseExport.seq)
+                 .limit(page if remaining is None else min(page, remaining)))
+        if since is not None:
+            query = query.where(DebtorResponseExport.created_at >= to_utc_naive(since))
+        rows = list(query)
+        for row in rows:
+            yield _row(row)
+        if len(rows) < page:
+            return
+        after = rows[-1].seq
+        if remaining is not None:
+            remaining -= len(rows)
+
+
+def _row(row: DebtorResponseExport) -> dict:
+    debt = row.debt
+    found = {"cursor": row.seq, "deuda_external_id": debt.external_id, "promised_date": None, "reason": None,
+             "saldo_pendiente": amount_json(debt.saldo_pendiente, debt.moneda), "moneda": debt.moneda,
+             "registrado_en": isoformat(row.created_at)}
+    if row.promise_id is not None:
+        found["tipo"], found["promised_date"] = "promesa", row.promise.promised_date.isoformat()
+    elif row.dispute_id is not None:
+        found["tipo"], found["reason"] = "disputa", row.dispute.reason
+    else:
+        found["tipo"] = "pago_informado"
+    found["origin"] = row.origin
+    return found
+
+
+def latest_cursor(tenant_id: int) -> int:
+    return (DebtorResponseExport.select(fn.MAX(DebtorResponseExport.seq))
+            .where(DebtorResponseExport.tenant == tenant_id).scalar() or 0)
