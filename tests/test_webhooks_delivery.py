@@ -73,6 +73,14 @@ SAMPLES = {
         "boty_payment_id": "bpay_1", "external_id": None, "transaction_id": "tx-9", "monto": 150000.5,
         "moneda": "COP", "metodo": "gateway", "pagado_en": "2025-01-01T09:59:00-05:00"},
         "saldo_pendiente": 49999.5, "status": "partial"},
+    "template.status_changed": {"account_id": "wacc_1", "template_id": "1500", "name": "payment_reminder",
+                                "language": "es", "change": "status", "status": "approved",
+                                "previous_status": "pending", "reason": None, "detail": None, "category": "UTILITY",
+                                "previous_category": None, "quality_score": None,
+                                "timestamp": "2025-01-01T09:00:00Z"},
+    "debt.promise_made": {"deuda_external_id": "D-1", "promised_date": "2025-01-15", "amount": 100.5,
+                          "moneda": "USD", "origin": "page"},
+    "debt.disputed": {"deuda_external_id": "D-1", "reason": "No reconozco", "origin": "whatsapp"},
     "debt.promise_broken": {"deuda_external_id": "D-1", "promised_date": "2025-01-15", "saldo_pendiente": 100.5,
                             "moneda": "USD"},
     "debt.escalated": {"deuda_external_id": "D-1", "plan_id": "dpl_1", "dias": 30,
@@ -132,8 +140,9 @@ def test_every_event_type_arrives_signed_over_its_raw_bytes(alice, receiver):
         assert request.path == ("/payments" if event.name == PAYMENT_EVENT else "/hooks?source=svc")
         tampered = Received(request.path, request.headers, request.body.replace(b"}", b" }", 1))
         assert not verify(tampered, key)
-    payment = orjson.loads(stored_bytes(emitted[-1]))
-    assert payment["id"] == emitted[-1].public_id and payment["event"] == PAYMENT_EVENT
+    [paid] = [event for event in emitted if event.name == PAYMENT_EVENT]
+    payment = orjson.loads(stored_bytes(paid))
+    assert payment["id"] == paid.public_id and payment["event"] == PAYMENT_EVENT
     assert {d.status for d in WebhookDelivery.select()} == {"delivered"}
 
 
