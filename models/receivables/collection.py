@@ -1,6 +1,9 @@
 """Collection: payment reminders for debts with `auto_send`, through the debt's own number.
 
-Schedule (docs/receivables.md), per open installment, counted in the tenant's calendar day:
+Each debt follows its company's dunning plan for its segment (dunning_plans.py): the plan's
+steps, templates, sending window, weekly cap and pauses; a run first reports the promises broken
+and the plans exhausted (dunning_events.py). The default plan, for a debt no plan matches, is
+the fixed schedule (docs/receivables.md), per open installment, in the tenant's calendar day:
 
 | stage    | from                | until                       |
 |----------|---------------------|-----------------------------|
