@@ -18,7 +18,7 @@ BASE_PATH = "/api/v1"
 # Each area module exposes ROUTES (under the base path) and may expose ROOT_ROUTES (pages the
 # platform or a browser reaches, outside the versioned API and the OpenAPI document).
 AREAS = ("operations", "access_requests", "credits", "accounts", "campaigns", "messages", "webhooks",
-         "receivables", "payments", "inbox", "openapi")
+         "receivables", "payments", "dunning_plans", "inbox", "openapi")
 
 
 class DatabaseConnection:

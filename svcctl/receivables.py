@@ -24,6 +24,8 @@ from models.receivables.tables import DEBT_STATUSES
 from models.tenancy.tables import Tenant
 from models.tenancy.tenants import get_tenant
 from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
+from svcctl.dunning_plans import app as plans_app
+from svcctl.dunning_plans import dispute_app
 from svcctl.payments import export_app as payments_export_app
 from svcctl.responses import export_app as responses_export_app
 
@@ -32,6 +34,8 @@ endpoint_app = typer.Typer(help="Where debt.payment_received events are delivere
 app.add_typer(endpoint_app, name="endpoint")
 app.add_typer(payments_export_app, name="payments")
 app.add_typer(responses_export_app, name="responses")
+app.add_typer(plans_app, name="plans")
+app.add_typer(dispute_app, name="dispute")
 
 # Bad rows echoed on stderr; the rest only go to --errors FILE (a big file can have thousands).
 SHOWN_ERRORS = 20

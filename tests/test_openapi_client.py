@@ -31,8 +31,9 @@ from jsonschema import Draft202012Validator
 
 from models.events import webhooks
 from models.events.tables import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, PING_EVENT
+from models.clock import utcnow
 from models.receivables import debtor_links, payments
-from models.receivables.tables import Debt
+from models.receivables.tables import Debt, DebtPromise, Installment, Reminder
 from tests.conftest import Persona
 from tests.live import ROOT, PaymentsLiveService, env_for, wait_until
 from tests.openapi_fixtures import event_errors, webhook_post
@@ -231,6 +232,35 @@ def speak_on_the_page(service: PaymentsLiveService, api: GeneratedClient, compan
     assert [(row.tipo, row.origin) for row in said] == [("promesa", "page"), ("disputa", "page")]
 
 
+def follow_a_plan(service: PaymentsLiveService, api: GeneratedClient) -> None:
+    """A dunning plan that escalates, the page's dispute resolved by the company, and the calendar
+    moved on past the page's promise and the plan's last step: the next collection run reports
+    both (debt.promise_broken, debt.escalated).
+
+    Time is moved as the collection tests move it: the promise's date and the last reminder are
+    written in the past, as the page and an earlier run would have left them days ago."""
+    plan = api.call("cartera.post_cartera_planes", 201, idempotency_key="plan-1", body=api.body("PlanInput", {
+        "nombre": "Firme", "pasos": [{"dias": 0}], "maximo_semanal": 2})).data
+    api.call("cartera.get_cartera_planes", 200)
+    api.call("cartera.get_cartera_planes_plan_id", 200, plan_id=plan.id)
+    api.call("cartera.put_cartera_planes_plan_id", 200, plan_id=plan.id, idempotency_key="plan-2",
+             body=api.body("PlanInput", {"nombre": "Firme", "pasos": [{"dias": 0}], "maximo_semanal": 3}))
+    api.error("cartera.post_cartera_planes", 422, "validation_failed", idempotency_key="plan-3",
+              body=api.body("PlanInput", {"nombre": "Mal", "pasos": [{"dias": 400}]}))
+    debt = Debt.get(Debt.external_id == "FAC-1")
+    api.call("cartera.post_cartera_deudas_external_id_disputa_resolver", 200, external_id="FAC-1",
+             idempotency_key="dispute-1")
+    today = utcnow().date()
+    moved = (DebtPromise.update(promised_date=today - dt.timedelta(days=2))
+             .where((DebtPromise.debt == debt.id) & (DebtPromise.status == "active")).execute())
+    assert moved == 1
+    installment = Installment.get((Installment.debt == debt.id) & (Installment.numero == 1))
+    Reminder.create(debt=debt.id, installment=installment.id, stage="due", status="queued", campaign_id="cmp_earlier",
+                    created_at=utcnow() - dt.timedelta(days=2))
+    ran = service.svcctl("cartera", "remind")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
 def run_campaigns(api: GeneratedClient, account_id: str) -> None:
     """One recipient accepted, one refused at send, one failing after acceptance; then a second
     campaign cancelled at once."""
@@ -288,6 +318,7 @@ def test_a_generated_client_drives_the_service_and_every_posted_event_matches_th
     author_template(api, account_id)
     sync_receivables(service, api, account_id)
     speak_on_the_page(service, api, company)
+    follow_a_plan(service, api)
     run_campaigns(api, account_id)
     converse(service, api, account, hooks)
     api.call("credits_.get_credits_balance", 200)

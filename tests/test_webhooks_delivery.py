@@ -81,6 +81,18 @@ SAMPLES = {
         "boty_payment_id": "bpay_1", "external_id": None, "transaction_id": "tx-9", "monto": 150000.5,
         "moneda": "COP", "metodo": "gateway", "pagado_en": "2025-01-01T09:59:00-05:00"},
         "saldo_pendiente": 49999.5, "status": "partial"},
+    "template.status_changed": {"account_id": "wacc_1", "template_id": "1500", "name": "payment_reminder",
+                                "language": "es", "change": "status", "status": "approved",
+                                "previous_status": "pending", "reason": None, "detail": None, "category": "UTILITY",
+                                "previous_category": None, "quality_score": None,
+                                "timestamp": "2025-01-01T09:00:00Z"},
+    "debt.promise_made": {"deuda_external_id": "D-1", "promised_date": "2025-01-15", "amount": 100.5,
+                          "moneda": "USD", "origin": "page"},
+    "debt.disputed": {"deuda_external_id": "D-1", "reason": "No reconozco", "origin": "whatsapp"},
+    "debt.promise_broken": {"deuda_external_id": "D-1", "promised_date": "2025-01-15", "saldo_pendiente": 100.5,
+                            "moneda": "USD"},
+    "debt.escalated": {"deuda_external_id": "D-1", "plan_id": "dpl_1", "dias": 30,
+                       "last_reminder_at": "2025-02-14T13:00:00Z", "saldo_pendiente": 100.5, "moneda": "USD"},
 }
 
 

@@ -318,6 +318,47 @@ class DebtDisputed(Enveloped):
 
     event: Literal["debt.disputed"]
     data: DisputedData
+# -- debt.* from dunning plans (models/receivables/dunning_events.py) ---------------------------
+
+
+class PromiseBrokenData(EventData):
+    deuda_external_id: str
+    promised_date: dt.date
+    saldo_pendiente: float
+    moneda: str
+
+
+class DebtPromiseBroken(Enveloped):
+    """The day a debtor promised to pay a debt by has passed and the debt is still owed.
+
+    Sent once per promise, on the company's day after the promised date; the debt's dunning plan
+    then reminds it again."""
+
+    subscribable: ClassVar[bool] = True
+
+    event: Literal["debt.promise_broken"]
+    data: PromiseBrokenData
+
+
+class EscalatedData(EventData):
+    deuda_external_id: str
+    plan_id: str = Field(description="the dunning plan's `dpl_` id")
+    dias: int = Field(description="the plan's last step, in days from the due date")
+    last_reminder_at: dt.datetime = Field(description="when the last step's reminder was handed to its campaign")
+    saldo_pendiente: float
+    moneda: str
+
+
+class DebtEscalated(Enveloped):
+    """A debt's dunning plan has run out of steps and the debt is still owed.
+
+    Sent once per debt, on the company's day after its plan's last step was sent, when the plan
+    escalates (`escalar`)."""
+
+    subscribable: ClassVar[bool] = True
+
+    event: Literal["debt.escalated"]
+    data: EscalatedData
 
 
 # Every event the outbox records, in the order they are listed to companies.
@@ -336,6 +377,9 @@ EVENT_TYPES: tuple[type[EventBody], ...] = (
     DebtPaymentReceived,
     DebtPromiseMade,
     DebtDisputed,
+    # dunning plans
+    DebtPromiseBroken,
+    DebtEscalated,
 )
 
 

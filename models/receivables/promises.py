@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from models.clock import utcnow
+from models.clock import isoformat, utcnow
 from models.errors import Conflict, Invalid
 from models.events.outbox import emit
-from models.receivables.debts import tenant_today
+from models.receivables.debts import get_debt, tenant_today
 from models.receivables.money import amount_json
 from models.receivables.responses import export_response
 from models.receivables.tables import Debt, DebtDispute, DebtPromise
@@ -80,3 +80,23 @@ def standing(debt_ids: list[int]) -> dict[int, dict]:
     for row in DebtDispute.select().where(DebtDispute.debt.in_(debt_ids) & (DebtDispute.status == "open")):
         found[row.debt_id]["dispute"] = row.reason
     return found
+
+
+def resolve_dispute(tenant_id: int, external_id: str) -> DebtDispute:
+    """The company has dealt with the debt's open dispute: it is `resolved`, and collection
+    reminds the debt again from its plan's current step. 409 `debt_not_disputed` without one."""
+    debt = get_debt(tenant_id, external_id)
+    with atomic():
+        Debt.update(row_version=Debt.row_version + 1).where(Debt.id == debt.id).execute()
+        dispute = DebtDispute.get_or_none((DebtDispute.debt == debt.id) & (DebtDispute.status == "open"))
+        if dispute is None:
+            raise Conflict("this debt has no open dispute", code="debt_not_disputed",
+                           details={"external_id": external_id})
+        dispute.status, dispute.resolved_at = "resolved", utcnow()
+        dispute.save()
+        return dispute
+
+
+def dispute_detail(debt_external_id: str, dispute: DebtDispute) -> dict:
+    return {"deuda_external_id": debt_external_id, "reason": dispute.reason, "status": dispute.status,
+            "created_at": isoformat(dispute.created_at), "resolved_at": isoformat(dispute.resolved_at)}

@@ -23,7 +23,7 @@ from peewee import (
 from models.clock import utcnow
 from models.numbers.tables import MessagingAccount
 from models.receivables.money import amount_json
-from models.store.base import BaseModel
+from models.store.base import BaseModel, JSONField
 from models.store.secrets import EncryptedText
 from models.tenancy.tables import Tenant
 
@@ -374,3 +374,42 @@ class DebtorResponseExportSequence(BaseModel):
 
     class Meta:
         table_name = "debtor_response_export_sequence"
+# Dunning plans (dunning_plans.py): each company's collection schedule, and what it escalated.
+
+class DunningPlan(BaseModel):
+    """A company's collection schedule for a segment of its debts (a currency, and within it an
+    amount band of `monto_original`), or for all of them when it names no segment. `steps` is
+    `[{"days", "template", "language"}]`, ordered by `days` from the due date."""
+
+    public_id = CharField(max_length=40, unique=True)  # dpl_
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    name = CharField(max_length=100)
+    currency = CharField(max_length=3, null=True)
+    amount_from = BigIntegerField(null=True)  # minor units, inclusive
+    amount_to = BigIntegerField(null=True)  # minor units, exclusive
+    steps = JSONField(default=list)
+    quiet_hours_start = CharField(max_length=5, null=True)  # HH:MM; null: the installation's window
+    quiet_hours_end = CharField(max_length=5, null=True)
+    weekly_cap = IntegerField(null=True)  # most reminders a debtor gets in 7 days; null: no cap
+    pause_on_promise = BooleanField(default=True)
+    pause_on_dispute = BooleanField(default=True)
+    escalate = BooleanField(default=True)
+    created_at = DateTimeField(default=utcnow)
+    updated_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "dunning_plan"
+        indexes = ((("tenant", "name"), True),)
+
+
+class DebtEscalation(BaseModel):
+    """A debt whose plan ran out of steps unpaid: `debt.escalated` was sent once, for this debt."""
+
+    tenant = ForeignKeyField(Tenant, on_delete="CASCADE")
+    debt = ForeignKeyField(Debt, unique=True, on_delete="CASCADE")
+    plan_public_id = CharField(max_length=40)
+    stage = CharField(max_length=8)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "debt_escalation"
