@@ -65,6 +65,17 @@ def _require(kind: str) -> None:
         pytest.skip(f"{kind} is not reachable")
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """The timing tests run in two lines side by side (scripts/test, `--dist loadgroup`): those that
+    time the cores one after another, and beside them those that only wait on the wall clock for a
+    deadline, which leave the cores to the first line."""
+    for item in items:
+        timing = item.get_closest_marker("timing")
+        if timing is not None:
+            line = "cores" if timing.kwargs.get("cores", True) else "deadlines"
+            item.add_marker(pytest.mark.xdist_group(line))
+
+
 def pytest_terminal_summary(terminalreporter, config) -> None:
     """scripts/test runs the suite in two parts and sums them: each part leaves its counts
     ("passed failed skipped", errors counted as failed) in the file TEST_COUNTS_FILE names."""

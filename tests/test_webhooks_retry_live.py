@@ -22,7 +22,7 @@ from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Received, Reply
 
 pytestmark = [pytest.mark.parametrize("storage", ["sqlite"], indirect=True),
-              pytest.mark.timing]  # the retries, to the second
+              pytest.mark.timing(cores=False)]  # the retries, to the second
 
 DOWN_SECONDS = 45.0
 
