@@ -92,8 +92,9 @@ class PlanResource:
         return ok(dunning_plans.plan_detail(plan))
 
     @operation("Delete a dunning plan", scope="cartera:write", receivables=True,
-               responses={200: Success[PlanDeleted]}, errors=(401, 403, 404, 422, 429), tags=TAGS,
-               description="Its debts follow the next most specific plan from the next collection run.")
+               responses={200: Success[PlanDeleted]}, errors=WRITE_ERRORS, tags=TAGS,
+               description="Its debts follow the next most specific plan from the next collection run. 409 "
+                           "`idempotency_key_conflict` when the Idempotency-Key was used with another request.")
     def on_delete(self, req, resp, plan_id: str) -> Reply:
         dunning_plans.delete_plan(req.context.tenant_id, plan_id)
         return ok({"id": plan_id, "deleted": True})
