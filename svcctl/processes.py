@@ -218,6 +218,19 @@ def _print_banner(settings: Settings, sim_bind: str | None, payments_sim_bind: s
         then(f"svcctl portal reset-password --email {DEMO_OWNER}")
 
 
+def _play_demo_collection(tenant_id: str, number_id: str, settings: Settings) -> None:
+    """The collection loop on the demo company, once per data dir (svcctl/collection_demo.py)."""
+    from svcctl.collection_demo import DemoStalled, play
+
+    try:
+        lines = play(tenant_id, number_id, settings.graph_url, settings.payments_gateway_url)
+    except DemoStalled as error:
+        err.print(styled(("the demo collection loop stopped:", "yellow"), " ", str(error)))
+        return
+    for label, line in lines:
+        err.print(styled((f"{label:<9}", "green"), line), soft_wrap=True)
+
+
 def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),
        sim: bool = typer.Option(False, "--sim", help="Also run the platform simulator, wired to the API."),
        sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator."),
@@ -272,6 +285,8 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
         number_id = _connect_demo_number(tenant_id)
     _print_banner(settings, sim_bind if sim else None, payments_sim_bind if sim else None, tenant_id, number_id,
                   key_string, password)
+    if sim and number_id:
+        _play_demo_collection(tenant_id, number_id, settings)
 
     stopping = False
 
