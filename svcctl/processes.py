@@ -219,8 +219,8 @@ def _print_banner(settings: Settings, sim_bind: str | None, payments_sim_bind: s
 
 
 def _play_demo_collection(tenant_id: str, number_id: str, settings: Settings) -> None:
-    """The collection loop on the demo company, once per data dir (svcctl/collection_demo.py)."""
-    from svcctl.collection_demo import DemoStalled, play
+    """The collection loop on the demo company, once per data dir (svcctl/collection.py)."""
+    from svcctl.collection import DemoStalled, play
 
     try:
         lines = play(tenant_id, number_id, settings.graph_url, settings.payments_gateway_url)

@@ -202,7 +202,7 @@ def test_svcctl_up_sim_gives_the_demo_number_the_link_template_with_its_button(s
         process.wait(timeout=40)
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_svcctl_up_sim_plays_the_collection_loop_on_the_demo_company(storage, tmp_path):
     """`svcctl up --sim` seeds the demo company's loop: a debt due yesterday, its reminder sent,
     the platform simulator pressing "Pagaré en 7 días", the gateway simulator paying part of it;
@@ -227,7 +227,7 @@ def test_svcctl_up_sim_plays_the_collection_loop_on_the_demo_company(storage, tm
     process = start(first_log)
     try:
         paid_line = r"paid\s+(COP\s[\d.,]+) on the gateway simulator; balance (COP\s[\d.,]+)"
-        printed = wait_until(lambda: re.search(paid_line, first_log.read_text()), timeout=90, message="the demo loop")
+        printed = wait_until(lambda: re.search(paid_line, first_log.read_text()), timeout=150, message="the demo loop")
         text = first_log.read_text()
         assert re.search(r"key\s+svc_live_\S+", text)
         assert re.search(r"sign in\s+owner@demo\.example\.com / \S+", text)
@@ -250,7 +250,7 @@ def test_svcctl_up_sim_plays_the_collection_loop_on_the_demo_company(storage, tm
     second_log = tmp_path / "up-again.log"
     process = start(second_log)
     try:
-        wait_until(lambda: "was played at an earlier start" in second_log.read_text(), timeout=60,
+        wait_until(lambda: "was played at an earlier start" in second_log.read_text(), timeout=90,
                    message="the second start's banner")
     finally:
         stop(process)
