@@ -39,9 +39,11 @@ class DemoStalled(Exception):
     """A step of the loop did not happen in time; the service keeps running without the rest."""
 
 
-def _wait(check: Callable[[], object], what: str) -> object:
+def _wait(check: Callable[[], object], what: str, stopping: Callable[[], bool]) -> object:
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline:
+        if stopping():
+            raise DemoStalled("the service is stopping")
         with connection():
             found = check()
         if found:
@@ -55,7 +57,8 @@ def _sent_to(sim_url: str, phone: str) -> list[dict]:
     return [item for item in sent if item["to"] == phone and item["type"] == "template"]
 
 
-def play(tenant_public_id: str, number_id: str, sim_url: str, gateway_url: str) -> list[tuple[str, str]]:
+def play(tenant_public_id: str, number_id: str, sim_url: str, gateway_url: str,
+         stopping: Callable[[], bool] = lambda: False) -> list[tuple[str, str]]:
     """Play the loop once per data dir; returns (label, line) pairs for the banner."""
     with connection():
         tenant = get_tenant(tenant_public_id)
@@ -64,7 +67,7 @@ def play(tenant_public_id: str, number_id: str, sim_url: str, gateway_url: str) 
         account = MessagingAccount.get((MessagingAccount.tenant == tenant.id)
                                        & (MessagingAccount.public_id == number_id))
     # The worker syncs the connected number's templates: the reminder waits for its link button.
-    _wait(lambda: _approved(account), "the link template's sync")
+    _wait(lambda: _approved(account), "the link template's sync", stopping)
     with connection():
         dunning_plans.create_plan(tenant.id, DEMO_PLAN)
         yesterday = tenant_today(tenant.id) - dt.timedelta(days=1)
@@ -83,14 +86,14 @@ def play(tenant_public_id: str, number_id: str, sim_url: str, gateway_url: str) 
             send_due_reminders()
         return _sent_to(sim_url, phone)
 
-    [reminder] = _wait(reminded, "the reminder's send")[:1]
+    [reminder] = _wait(reminded, "the reminder's send", stopping)[:1]
     [button] = [c for c in reminder["components"] if c["type"] == "button" and c.get("sub_type") == "url"]
     page_url = f"{get_settings().public_url}/d/{button['parameters'][0]['text']}"
 
     # The debtor presses "Pagaré en 7 días" in WhatsApp (the platform simulator plays them).
     requests.post(f"{sim_url}/_sim/press", json={"wamid": reminder["wamid"], "index": PROMISE_BUTTON},
                   timeout=10).raise_for_status()
-    promise = _wait(lambda: DebtPromise.get_or_none(DebtPromise.tenant == tenant.id), "the promise")
+    promise = _wait(lambda: DebtPromise.get_or_none(DebtPromise.tenant == tenant.id), "the promise", stopping)
 
     # Then pays part of the first installment on the gateway's checkout.
     with connection():
@@ -98,7 +101,7 @@ def play(tenant_public_id: str, number_id: str, sim_url: str, gateway_url: str) 
     preference = link["checkout_url"].split("pref_id=", 1)[1]
     requests.post(f"{gateway_url}/_sim/payments", json={"pref_id": preference, "amount": PAID_NOW},
                   timeout=10).raise_for_status()
-    _wait(lambda: Payment.select().join(Debt).where(Debt.tenant == tenant.id).exists(), "the payment")
+    _wait(lambda: Payment.select().join(Debt).where(Debt.tenant == tenant.id).exists(), "the payment", stopping)
     with connection():
         debt = get_debt(tenant.id, DEMO_DEBT)
         paid = Payment.select().where(Payment.debt == debt.id).get()
