@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import orjson
@@ -125,9 +126,33 @@ def export(tenant: str = typer.Option(..., "--tenant"),
     from models.receivables.export import export_rows
     from models.tenancy.tenants import get_tenant
 
+    check_feed_format(fmt)
+    start = moment_option("--since", since)
+    stream_feed(lambda cursor: export_rows(get_tenant(tenant).id, since=start, after=cursor), EXPORT_COLUMNS, fmt=fmt,
+                after=after, cursor_file=cursor_file, json_value=_exact_amount)
+
+
+def check_feed_format(fmt: str) -> None:
     if fmt not in ("csv", "jsonl"):
         fail(f"--format must be csv or jsonl, got {fmt!r}")
-    start = moment_option("--since", since)
+
+
+def _exact_amount(name: str, value):
+    # Decimal amounts go out as strings: exact, whatever the reader's JSON numbers are.
+    return str(value) if name in ("monto", "saldo_pendiente", "monto_sin_asignar") else value
+
+
+def _plain_cell(value) -> str:
+    return "" if value is None else str(value)
+
+
+def stream_feed(rows_after: Callable[[int], Iterable[dict]], columns: tuple[str, ...], *, fmt: str,
+                after: int | None, cursor_file: Path | None, csv_cell: Callable[[object], str] = _plain_cell,
+                json_value: Callable[[str, object], object] = lambda _name, value: value) -> None:
+    """Write an ERP feed numbered by cursor to stdout, CSV or JSON Lines, from `after` or the
+    cursor in `cursor_file` (whose last cursor is written back once every row is out); the
+    count and the last cursor go to stderr. `rows_after(cursor)` streams the rows after one."""
+    check_feed_format(fmt)
     cursor = after or 0
     if cursor_file is not None and after is None and cursor_file.exists():
         text = cursor_file.read_text().strip()
@@ -136,15 +161,13 @@ def export(tenant: str = typer.Option(..., "--tenant"),
         cursor = int(text)
     writer = csv.writer(sys.stdout, lineterminator="\n") if fmt == "csv" else None
     if writer is not None:
-        writer.writerow(EXPORT_COLUMNS)
+        writer.writerow(columns)
     count, last = 0, cursor
-    for row in export_rows(get_tenant(tenant).id, since=start, after=cursor):
+    for row in rows_after(cursor):
         if writer is not None:
-            writer.writerow(["" if row[name] is None else str(row[name]) for name in EXPORT_COLUMNS])
+            writer.writerow([csv_cell(row[name]) for name in columns])
         else:
-            sys.stdout.write(orjson.dumps({name: str(row[name]) if name in ("monto", "saldo_pendiente",
-                                                                              "monto_sin_asignar") else row[name]
-                                           for name in EXPORT_COLUMNS}).decode() + "\n")
+            sys.stdout.write(orjson.dumps({name: json_value(name, row[name]) for name in columns}).decode() + "\n")
         count, last = count + 1, row["cursor"]
     sys.stdout.flush()
     if cursor_file is not None:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -218,6 +219,24 @@ def _print_banner(settings: Settings, sim_bind: str | None, payments_sim_bind: s
         then(f"svcctl portal reset-password --email {DEMO_OWNER}")
 
 
+def _play_demo_collection(tenant_id: str, number_id: str, settings: Settings, stopping: Callable[[], bool]) -> None:
+    """The collection loop on the demo company, once per data dir (svcctl/collection.py); a stop
+    asked meanwhile ends it, and `up` stops its processes as always."""
+    import requests
+
+    from models.errors import DomainError
+    from svcctl.collection import DemoStalled, play
+
+    try:
+        lines = play(tenant_id, number_id, settings.graph_url, settings.payments_gateway_url, stopping)
+    except (DemoStalled, DomainError, requests.RequestException, KeyError, ValueError) as error:
+        # A simulator answering oddly costs the demo its loop, never the service its start.
+        err.print(styled(("the demo collection loop stopped:", "yellow"), " ", str(error)))
+        return
+    for label, line in lines:
+        err.print(styled((f"{label:<9}", "green"), line), soft_wrap=True)
+
+
 def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for the API."),
        sim: bool = typer.Option(False, "--sim", help="Also run the platform simulator, wired to the API."),
        sim_bind: str = typer.Option("127.0.0.1:8090", "--sim-bind", help="HOST:PORT for the simulator."),
@@ -272,7 +291,6 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
         number_id = _connect_demo_number(tenant_id)
     _print_banner(settings, sim_bind if sim else None, payments_sim_bind if sim else None, tenant_id, number_id,
                   key_string, password)
-
     stopping = False
 
     def stop(signum, frame):
@@ -281,6 +299,8 @@ def up(bind: str = typer.Option("127.0.0.1:8080", "--bind", help="HOST:PORT for 
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    if sim and number_id:
+        _play_demo_collection(tenant_id, number_id, settings, lambda: stopping)
     exit_code = 0
     while not stopping:
         for name, child in children.items():

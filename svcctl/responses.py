@@ -3,16 +3,12 @@ the ERP's feed beside the payments' (`GET /cartera/respuestas` gives the same ro
 
 from __future__ import annotations
 
-import csv
-import os
-import sys
 from pathlib import Path
 
-import orjson
 import typer
 
-from svcctl.output import err, fail, with_database
-from svcctl.payments import moment_option
+from svcctl.output import with_database
+from svcctl.payments import check_feed_format, moment_option, stream_feed
 
 export_app = typer.Typer(help="What debtors said on their page or in WhatsApp, for the ERP.", no_args_is_help=True)
 
@@ -41,29 +37,7 @@ def export(tenant: str = typer.Option(..., "--tenant"),
     from models.receivables.responses import response_rows
     from models.tenancy.tenants import get_tenant
 
-    if fmt not in ("csv", "jsonl"):
-        fail(f"--format must be csv or jsonl, got {fmt!r}")
+    check_feed_format(fmt)
     start = moment_option("--since", since)
-    cursor = after or 0
-    if cursor_file is not None and after is None and cursor_file.exists():
-        text = cursor_file.read_text().strip()
-        if not text.isdigit():
-            fail(f"{cursor_file} does not hold a cursor")
-        cursor = int(text)
-    writer = csv.writer(sys.stdout, lineterminator="\n") if fmt == "csv" else None
-    if writer is not None:
-        writer.writerow(COLUMNS)
-    count, last = 0, cursor
-    for row in response_rows(get_tenant(tenant).id, since=start, after=cursor):
-        if writer is not None:
-            writer.writerow([_cell(row[name]) for name in COLUMNS])
-        else:
-            sys.stdout.write(orjson.dumps({name: row[name] for name in COLUMNS}).decode() + "\n")
-        count, last = count + 1, row["cursor"]
-    sys.stdout.flush()
-    if cursor_file is not None:
-        # Written whole or not at all, and only after the rows are out.
-        partial = cursor_file.with_name(cursor_file.name + ".tmp")
-        partial.write_text(f"{last}\n")
-        os.replace(partial, cursor_file)
-    err.print(f"{count} row(s); cursor {last}")
+    stream_feed(lambda cursor: response_rows(get_tenant(tenant).id, since=start, after=cursor), COLUMNS, fmt=fmt,
+                after=after, cursor_file=cursor_file, csv_cell=_cell)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 
 import pytest
 from typer.testing import CliRunner
@@ -19,6 +20,7 @@ from models.receivables.debts import get_debt, record_service_payment
 from models.receivables.dunning_plans import DEFAULT, Plan, Step, choose
 from models.receivables.tables import DebtEscalation, DebtPromise, Reminder
 from models.sending.tables import Campaign
+from models.store.db import connection
 from svcctl.main import app as svcctl_app
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client: the app pointed at the simulator)
 from tests.campaigns_fixtures import TEMPLATES, make_number
@@ -100,6 +102,41 @@ class TestAMonth:
         assert due_reminders(NOON.replace(hour=15, minute=59)) == []
         assert [item.stage for item in due_reminders(NOON.replace(hour=16))] == ["due"]
         assert due_reminders(NOON.replace(hour=18)) == []
+
+
+@pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
+def test_two_runs_at_once_keep_every_debtor_within_the_weekly_cap(alice, number):
+    """A run late for the due day (its `now` on day 0) overlaps the run of day +3: each would
+    send its own step to every debt, four messages a debtor in one week. The company's
+    collection lock (docs/reliability.md, "Lock order") makes the second claim count the first's."""
+    dunning_plans.create_plan(alice.id, plan_body(pasos=[{"dias": 0}, {"dias": 3}], maximo_semanal=2))
+    debtors = 8
+    for debtor in range(debtors):
+        for debt in range(3):
+            phone = f"56977700{debtor:03d}"
+            sync(alice, number, f"X{debtor}-{debt}", [DUE], phone=phone,
+                 deudor={"nombre": f"Cliente {debtor}", "documento": f"doc-{debtor}", "telefono": phone})
+    barrier, errors = threading.Barrier(2), []
+
+    def run(now: dt.datetime) -> None:
+        try:
+            with connection():
+                barrier.wait()
+                send_due_reminders(now)
+        except Exception as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(NOON + days * DAY,)) for days in (0, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    messages: dict[str, set[tuple[int, str]]] = {}
+    for row in Reminder.select().where(Reminder.campaign_id.is_null(False)):
+        messages.setdefault(row.debt.debtor.documento, set()).add((row.debt_id, row.campaign_id))
+    assert len(messages) == debtors
+    assert all(len(sent) == 2 for sent in messages.values()), messages
 
 
 class TestPromisesAndDisputes:

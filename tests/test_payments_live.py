@@ -200,3 +200,57 @@ def test_svcctl_up_sim_gives_the_demo_number_the_link_template_with_its_button(s
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=40)
+
+
+@pytest.mark.timeout(300)
+def test_svcctl_up_sim_plays_the_collection_loop_on_the_demo_company(storage, tmp_path):
+    """`svcctl up --sim` seeds the demo company's loop: a debt due yesterday, its reminder sent,
+    the platform simulator pressing "Pagaré en 7 días", the gateway simulator paying part of it;
+    it prints the debtor's page, which shows the promise and the payment. A second start keeps
+    the data and plays nothing again."""
+    api_port, sim_port, gateway_port = free_port(), free_port(), free_port()
+    env = {**os.environ, "SVC_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1", "COLUMNS": "250"}
+    command = [sys.executable, "-m", "svcctl.main", "up", "--sim", "--bind", f"127.0.0.1:{api_port}",
+               "--sim-bind", f"127.0.0.1:{sim_port}", "--payments-sim-bind", f"127.0.0.1:{gateway_port}"]
+    api = f"http://127.0.0.1:{api_port}"
+
+    def start(log_path):
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+
+    def stop(process):
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=40)
+
+    first_log = tmp_path / "up.log"
+    process = start(first_log)
+    try:
+        paid_line = r"paid\s+(COP\s[\d.,]+) on the gateway simulator; balance (COP\s[\d.,]+)"
+        printed = wait_until(lambda: re.search(paid_line, first_log.read_text()), timeout=150, message="the demo loop")
+        text = first_log.read_text()
+        assert re.search(r"key\s+svc_live_\S+", text)
+        assert re.search(r"sign in\s+owner@demo\.example\.com / \S+", text)
+        assert re.search(r"debt\s+DEMO-1001, COP\s200[.,]000[.,]00, first installment due "
+                         + (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat(), text)
+        assert re.search(r"reminded\s+\+573005550101", text) and re.search(r"promised\s+\d{4}-\d\d-\d\d", text)
+        paid, balance = (re.sub(r"\s", " ", value) for value in printed.groups())
+        assert (paid, balance) == ("COP 50.000,00", "COP 150.000,00")
+        page_url = re.search(rf"debtor\s+({re.escape(api)}/d/dl_[\w-]+)", text).group(1)
+        page = requests.get(page_url, timeout=10)
+        assert page.status_code == 200
+        shown = re.sub(r"<[^>]+>", " ", page.text).replace("\u00a0", " ")
+        # The demo company speaks English (its default locale).
+        assert "Factura 1001" in shown and "You owe COP 150,000" in re.sub(r"\s+", " ", shown)
+        assert re.search(r"Payments made .* COP 50,000", re.sub(r"\s+", " ", shown))
+        assert 'class="said promised"' in page.text
+    finally:
+        stop(process)
+    # Again on the same data: the loop is not played twice.
+    second_log = tmp_path / "up-again.log"
+    process = start(second_log)
+    try:
+        wait_until(lambda: "was played at an earlier start" in second_log.read_text(), timeout=90,
+                   message="the second start's banner")
+    finally:
+        stop(process)

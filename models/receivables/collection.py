@@ -55,7 +55,7 @@ from models.receivables.tables import (
 )
 from models.sending import work_arrived
 from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
-from models.store.db import atomic
+from models.store.db import atomic, fetch_one, is_postgres
 from models.tenancy.tables import Tenant
 
 log = logging.getLogger("receivables.collection")
@@ -264,10 +264,44 @@ def send_due_reminders(now: dt.datetime | None = None) -> list[str]:
     return created
 
 
+# The first key of the company's collection lock (the second is the tenant's id): "coll".
+COLLECTION_LOCK = 0x636F6C6C
+
+
+def _lock_company_collection(tenant_id: int) -> None:
+    """Two collection runs claim one company's reminders one after the other (docs/reliability.md,
+    "Lock order"): the lock is held until the claim commits, so the run that waited counts the
+    other's reminders against the weekly cap. SQLite's `BEGIN IMMEDIATE` already admits one
+    writer at a time."""
+    if is_postgres():
+        fetch_one("SELECT pg_advisory_xact_lock(?, ?)", (COLLECTION_LOCK, tenant_id))
+
+
+def _still_within_caps(tenant_id: int, by_debt: dict[int, list[DueReminder]], now: dt.datetime
+                       ) -> dict[int, list[DueReminder]]:
+    """The debts of `by_debt` the weekly cap still allows, counted again under the company's
+    collection lock: another run may have reminded the same debtors since `due_reminders` read."""
+    plans = dunning_plans.plans_of([tenant_id])
+    if not any(plan.weekly_cap for plan in plans[tenant_id]):
+        return by_debt
+    timezone = Tenant.get_by_id(tenant_id).timezone or "UTC"
+    zone = zone_of(timezone)
+    local = now.replace(tzinfo=dt.UTC).astimezone(zone)
+    week_start = dt.datetime.combine(local.date() - dt.timedelta(days=6), dt.time(), zone)
+    items = [item for items in by_debt.values() for item in items]
+    kept = _within_weekly_caps(items, plans, week_start.astimezone(dt.UTC).replace(tzinfo=None))
+    allowed = {item.debt_id for item in kept}
+    return {debt_id: items for debt_id, items in by_debt.items() if debt_id in allowed}
+
+
 def _claim_and_create(tenant_id: int, account_public_id: str, template: str, language: str,
                       by_debt: dict[int, list[DueReminder]], now: dt.datetime | None):
     token = "claim_" + uuid.uuid4().hex[:24]
     now = now or utcnow()
+    _lock_company_collection(tenant_id)
+    by_debt = _still_within_caps(tenant_id, by_debt, now)
+    if not by_debt:
+        return None
     rows = [{"debt": item.debt_id, "installment": item.installment_id, "stage": item.stage, "status": "queued",
              "campaign_id": token, "created_at": now} for items in by_debt.values() for item in items]
     for start in range(0, len(rows), 500):

@@ -8,7 +8,7 @@ cursor (`svcctl cartera payments export --after`, `GET /cartera/pagos?cursor=`) 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from peewee import JOIN, fn
 
@@ -45,23 +45,34 @@ def export_rows(tenant_id: int, *, since: dt.datetime | None = None, after: int 
     Amounts are exact Decimals; a reversal's `monto` is negative. Read in pages, so an export of
     any size streams in constant memory.
     """
-    page = 500 if limit is None else min(limit, 500)
-    remaining = limit
-    while remaining is None or remaining > 0:
+    def page_of(cursor: int, size: int) -> list:
         query = (PaymentExport
                  .select(PaymentExport.seq, PaymentExport.created_at, Payment, PaymentReversal, Debt.external_id)
                  .join(Payment, on=(PaymentExport.payment == Payment.id))
                  .join(Debt, on=(Payment.debt == Debt.id))
                  .switch(PaymentExport)
                  .join(PaymentReversal, join_type=JOIN.LEFT_OUTER, on=(PaymentExport.reversal == PaymentReversal.id))
-                 .where((PaymentExport.tenant == tenant_id) & (PaymentExport.seq > after))
+                 .where((PaymentExport.tenant == tenant_id) & (PaymentExport.seq > cursor))
                  .order_by(PaymentExport.seq)
-                 .limit(page if remaining is None else min(page, remaining)))
+                 .limit(size))
         if since is not None:
             query = query.where(PaymentExport.created_at >= to_utc_naive(since))
-        rows = list(query)
-        for row in rows:
-            yield _export_row(row)
+        return list(query)
+
+    for row in numbered_rows(page_of, after=after, limit=limit):
+        yield _export_row(row)
+
+
+def numbered_rows(page_of: Callable[[int, int], list], *, after: int, limit: int | None) -> Iterator:
+    """The rows of a feed numbered per tenant (`seq`: the payments' export, what debtors said)
+    after the cursor `after`, at most `limit`, read in pages of up to 500 so a feed of any size
+    streams in constant memory. `page_of(cursor, size)` reads the next page: up to `size` rows
+    whose `seq` is above `cursor`, in `seq` order."""
+    page = 500 if limit is None else min(limit, 500)
+    remaining = limit
+    while remaining is None or remaining > 0:
+        rows = page_of(after, page if remaining is None else min(page, remaining))
+        yield from rows
         if len(rows) < page:
             return
         after = rows[-1].seq

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from peewee import JOIN, fn
 
 from models.clock import isoformat, to_utc_naive
+from models.receivables.export import numbered_rows
 from models.receivables.money import amount_json
 from models.receivables.tables import Debt, DebtDispute, DebtorResponseExport, DebtPromise, DebtReply
 from models.store.db import execute
@@ -42,9 +43,7 @@ def export_response(debt: Debt, origin: str, *, promise_id: int | None = None, d
 def response_rows(tenant_id: int, *, since: dt.datetime | None = None, after: int = 0,
                   limit: int | None = None) -> Iterator[dict]:
     """What debtors said, by cursor (`seq` > after) and recording time, read in pages."""
-    page = 500 if limit is None else min(limit, 500)
-    remaining = limit
-    while remaining is None or remaining > 0:
+    def page_of(cursor: int, size: int) -> list:
         query = (DebtorResponseExport
                  .select(DebtorResponseExport, Debt, DebtPromise, DebtDispute, DebtReply)
                  .join(Debt, on=(DebtorResponseExport.debt == Debt.id))
@@ -54,19 +53,15 @@ def response_rows(tenant_id: int, *, since: dt.datetime | None = None, after: in
                  .join(DebtDispute, JOIN.LEFT_OUTER, on=(DebtorResponseExport.dispute == DebtDispute.id))
                  .switch(DebtorResponseExport)
                  .join(DebtReply, JOIN.LEFT_OUTER, on=(DebtorResponseExport.reply == DebtReply.id))
-                 .where((DebtorResponseExport.tenant == tenant_id) & (DebtorResponseExport.seq > after))
+                 .where((DebtorResponseExport.tenant == tenant_id) & (DebtorResponseExport.seq > cursor))
                  .order_by(DebtorResponseExport.seq)
-                 .limit(page if remaining is None else min(page, remaining)))
+                 .limit(size))
         if since is not None:
             query = query.where(DebtorResponseExport.created_at >= to_utc_naive(since))
-        rows = list(query)
-        for row in rows:
-            yield _row(row)
-        if len(rows) < page:
-            return
-        after = rows[-1].seq
-        if remaining is not None:
-            remaining -= len(rows)
+        return list(query)
+
+    for row in numbered_rows(page_of, after=after, limit=limit):
+        yield _row(row)
 
 
 def _row(row: DebtorResponseExport) -> dict:
