@@ -128,8 +128,9 @@ def test_a_reminder_is_paid_from_the_phone_and_reaches_the_erp_once(service, ali
     page.wait_for_selector("#result")
     assert page.inner_text("#result") == "approved"
     transaction_id = page.inner_text("#payment-id")
-    page.click("#back")  # the gateway's way back: the debtor's page again
-    assert page.url.startswith(f"{service.api_url}/d/dl_") and page.is_visible("#notice")
+    page.click("#back")  # the gateway's way back: the debtor's page again, through a redirect
+    page.wait_for_selector("#notice")
+    assert page.url.startswith(f"{service.api_url}/d/dl_")
 
     wait_until(lambda: Debt.get(Debt.external_id == "E2E-1").saldo_pendiente == 0, message="the balance to drop")
     [delivery] = receiver.wait_for(1, timeout=30)
