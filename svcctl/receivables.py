@@ -6,6 +6,7 @@ import csv
 import datetime as dt
 import gc
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import BinaryIO
 
@@ -18,7 +19,7 @@ from models.clock import to_utc_naive
 from models.receivables import debts
 from models.receivables.collection import due_reminders, send_due_reminders
 from models.receivables.importer import CountingReader, ImportFormatError, RowError, import_debts, reader_for
-from models.receivables.money import amount_json
+from models.receivables.money import amount_json, format_amount, to_minor
 from models.receivables.report import AGING_BUCKETS, FUNNEL, report
 from models.receivables.tables import DEBT_STATUSES
 from models.tenancy.tables import Tenant
@@ -273,6 +274,10 @@ def report_command(tenant: str = typer.Option(None, "--tenant", help="One compan
                list(Tenant.select().where(Tenant.status == "active").order_by(Tenant.id)))
     data = [report(item, start, end).as_dict() for item in tenants]
 
+    def money(amount: int | float, currency: str) -> str:
+        """A JSON amount as people read it: `COP 50.000`, `USD 1.234,50`."""
+        return format_amount(to_minor(Decimal(str(amount)), currency), currency)
+
     def render():
         parts = []
         for item in data:
@@ -280,14 +285,16 @@ def report_command(tenant: str = typer.Option(None, "--tenant", help="One compan
                 parts.append(table(f"{item['tenant']}: per {'step' if key == 'step' else 'campaign'}",
                                    (key, *FUNNEL, "recovered"),
                                    [(row[key], *(row[name] for name in FUNNEL),
-                                     ", ".join(f"{part['currency']} {part['amount']}" for part in row["recovered"]))
+                                     ", ".join(money(part["amount"], part["currency"]) for part in row["recovered"]))
                                     for row in rows]))
             parts.append(table(f"{item['tenant']}: aging (days past due) as of {item['as_of']}",
                                ("currency", *(name for name, _ in AGING_BUCKETS), "total"),
-                               [(row["currency"], *(row[name] for name, _ in AGING_BUCKETS), row["total"])
+                               [(row["currency"], *(money(row[name], row["currency"]) for name, _ in AGING_BUCKETS),
+                                 money(row["total"], row["currency"]))
                                 for row in item["aging"]]))
             parts.append(table(f"{item['tenant']}: DSO", ("currency", "receivables", "credit sales (90 days)", "days"),
-                               [(row["currency"], row["receivables"], row["credit_sales"], row["days"])
+                               [(row["currency"], money(row["receivables"], row["currency"]),
+                                 money(row["credit_sales"], row["currency"]), row["days"])
                                 for row in item["dso"]]))
         return Group(*parts)
 
