@@ -121,10 +121,10 @@ def seed(env: dict[str, str]) -> tuple[str, list[str]]:
         for n in range(10):
             debts.record_service_payment(tenant.id, f"D-{n}", "50", "transfer")
     plans = []
-    for name, currency, amount_from in (("Firme", "USD", 0), ("Suave", "USD", 1000), ("Todo", None, None)):
+    for name, currency, amounts in (("Firme", "USD", (0, 1000)), ("Suave", "USD", (1000, None)), ("Todo", None, None)):
         body = {"nombre": name, "pasos": [{"dias": -3}, {"dias": 0}, {"dias": 3}, {"dias": 10}], "maximo_semanal": 2}
         if currency:
-            body.update(moneda=currency, monto_desde=amount_from)
+            body.update(moneda=currency, monto_desde=amounts[0], monto_hasta=amounts[1])
         result = client.simulate_post(f"{PREFIX}/cartera/planes", json=body,
                                       headers={"Authorization": f"Bearer {key}", "Idempotency-Key": uuid.uuid4().hex})
         assert result.status_code == 201, result.text
