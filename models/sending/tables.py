@@ -8,6 +8,7 @@ from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 from models.clock import isoformat, utcnow
 from models.numbers.tables import MessagingAccount
 from models.store.base import BaseModel, JSONField
+from models.store.prepared import Prepared
 from models.tenancy.tables import Tenant
 
 # Campaigns (campaigns.py).
@@ -164,7 +165,7 @@ class Message(BaseModel):
 
     def as_dict(self, account_public_id: str | None = None) -> dict:
         if account_public_id is None:
-            account_public_id = MessagingAccount.get_by_id(self.account_id).public_id
+            account_public_id = _ACCOUNT_PUBLIC_ID.first(self.account_id)[0]
         return {
             "id": self.public_id,
             "wam_id": self.wam_id,
@@ -178,3 +179,7 @@ class Message(BaseModel):
             "sent_at": isoformat(self.sent_at),
             "error": {"code": self.error_code, "message": self.last_error} if self.status == "failed" else None,
         }
+
+
+_ACCOUNT_PUBLIC_ID = Prepared(lambda account_id: MessagingAccount.select(MessagingAccount.public_id)
+                              .where(MessagingAccount.id == account_id).limit(1).tuples(), -7_000_000_001)
