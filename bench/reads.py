@@ -5,7 +5,8 @@ request, all three under gunicorn with bench/api's settings, in one run.
 1. A fresh database (SQLite in a temp dir, or the PostgreSQL database given) gets one company
    with a key holding every scope, a number with templates, a campaign of 200 recipients, a
    message, 30 ledger entries, 20 debts of three installments with manual payments, a webhook
-   endpoint with 60 deliveries.
+   endpoint with 60 deliveries, three dunning plans (`/cartera/respuestas` reads an empty page:
+   no debtor has answered).
 2. In this process, the real app answers each read twice; the SELECTs the second (warm) answer
    ran are captured at the driver's door (peewee's `execute_sql` and `models.store.db`'s
    hand-written statements), with its body: the floor's plan.
@@ -16,8 +17,9 @@ Printed: read, the SELECTs its floor runs, the answer's bytes, the service's CPU
 the floor's, floor / service (1.0: the service costs what its SELECTs and JSON cost) and
 bare / service.
 
-Left out: `GET /webhooks/endpoints`, limited by the contract to 30 requests a minute per company
-(every answer past the first 30 would be a 429), and the HTML pages under /api/v1 (onboarding,
+Every GET route of the API is timed (READS; tests/test_bench_reads.py compares it with the app's
+routes) but `GET /webhooks/endpoints`, limited by the contract to 30 requests a minute per
+company (every answer past the first 30 would be a 429). Left out too: the HTML pages under /api/v1 (onboarding,
 payment links). The contract has no `GET /cartera/deudas`: the receivables search is the
 portal's page. `GET /credits/balance` is answered from the process's copy of the wallet; its
 floor runs what the warm in-process request ran (nothing on SQLite; on PostgreSQL the copy's
@@ -38,6 +40,14 @@ from collections.abc import Iterator
 from bench.common import free_port, group_cpu_seconds, gunicorn, stop, wait_for, wrk
 
 PREFIX = "/api/v1"
+# Every GET route of the API (the templates `api.app` routes), with its query where one matters.
+READS = ("/credits/balance", "/credits/ledger", "/campaigns", "/campaigns/{campaign_id}",
+         "/campaigns/{campaign_id}/recipients?per_page=100", "/messages/{message_id}", "/accounts",
+         "/accounts/{account_id}", "/accounts/{account_id}/templates", "/cartera/deudas/{external_id}",
+         "/cartera/pagos", "/cartera/respuestas", "/cartera/planes", "/cartera/planes/{plan_id}", "/cartera/reporte",
+         "/webhooks/deliveries", "/health", "/openapi.json")
+# Limited by the contract to 30 requests a minute per company: the bench's would be 429s.
+LEFT_OUT = ("/webhooks/endpoints",)
 
 
 def seed(env: dict[str, str]) -> tuple[str, list[str]]:
@@ -110,13 +120,19 @@ def seed(env: dict[str, str]) -> tuple[str, list[str]]:
     with connection():
         for n in range(10):
             debts.record_service_payment(tenant.id, f"D-{n}", "50", "transfer")
+    plans = []
+    for name, currency, amounts in (("Firme", "USD", (0, 1000)), ("Suave", "USD", (1000, None)), ("Todo", None, None)):
+        body = {"nombre": name, "pasos": [{"dias": -3}, {"dias": 0}, {"dias": 3}, {"dias": 10}], "maximo_semanal": 2}
+        if currency:
+            body.update(moneda=currency, monto_desde=amounts[0], monto_hasta=amounts[1])
+        result = client.simulate_post(f"{PREFIX}/cartera/planes", json=body,
+                                      headers={"Authorization": f"Bearer {key}", "Idempotency-Key": uuid.uuid4().hex})
+        assert result.status_code == 201, result.text
+        plans.append(result.json["data"]["id"])
     first_debt = "D-0"
-    reads = ["/credits/balance", "/credits/ledger", "/campaigns", f"/campaigns/{campaign.public_id}",
-             f"/campaigns/{campaign.public_id}/recipients?per_page=100", f"/messages/{message.public_id}",
-             "/accounts", f"/accounts/{account.public_id}", f"/accounts/{account.public_id}/templates",
-             f"/cartera/deudas/{first_debt}", "/cartera/pagos", "/webhooks/deliveries",
-             "/health"]
-    return key, reads
+    ids = {"campaign_id": campaign.public_id, "message_id": message.public_id, "account_id": account.public_id,
+           "external_id": first_debt, "plan_id": plans[0]}
+    return key, [read.format(**ids) for read in READS]
 
 
 @contextlib.contextmanager
@@ -220,7 +236,7 @@ def run(env: dict[str, str], workers: int, seconds: int, rounds: int, connection
     rows = []
     for read in reads:
         service, floor = (statistics.median(samples[read][name]) for name in ("service", "floor"))
-        label = "GET " + re.sub(r"/(cmp|msg|wacc)_\w+", r"/{\1}", read)  # ids change from run to run
+        label = "GET " + re.sub(r"/(cmp|msg|wacc|dpl)_\w+", r"/{\1}", read)  # ids change from run to run
         rows.append({"read": label, "service_ms": service, "floor_ms": floor, "bare_ms": bare_ms,
                      "statements": len(plan["reads"][PREFIX + read][0]),
                      "bytes": len(plan["reads"][PREFIX + read][1])})

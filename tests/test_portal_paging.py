@@ -154,3 +154,36 @@ def test_a_later_page_is_an_index_seek_on_positions(client, owner, long_campaign
         [listed] = [sql for sql in ran if '"position" BETWEEN' in sql]
         plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {listed}"))
         assert f"USING INDEX {table}_" in plan and "_position" in plan and "position>" in plan, plan
+
+
+@pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+def test_the_campaign_chart_and_todays_sends_read_through_indexes_not_every_recipient(client, owner,
+                                                                                      long_campaign):
+    import datetime as dt
+
+    from models.clock import utcnow
+
+    now = utcnow()
+    sent = CampaignRecipient.select(CampaignRecipient.id).where(CampaignRecipient.campaign == long_campaign.id)
+    for n, row in enumerate(sent):
+        CampaignRecipient.update(sent_at=now - dt.timedelta(seconds=n)).where(CampaignRecipient.id == row.id).execute()
+    browser = signed_in(client, owner)
+    conn = database.db.connection()
+
+    def recipient_statements(path: str) -> list[str]:
+        with statements_run() as ran:
+            page = browser.get(path)
+        assert page.status_code == 200
+        return [sql for sql in ran if 'FROM "campaign_recipient"' in sql and '"position" BETWEEN' not in sql
+                and "sent_at" in sql]
+
+    chart = recipient_statements(f"/portal/campaigns/{long_campaign.public_id}")
+    today = recipient_statements("/portal")
+    assert len(chart) == 2 and len(today) == 1, (chart, today)
+    for sql in [*chart, *today]:
+        plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+        assert "SCAN campaign_recipient" not in plan and "campaign_recipient_campaign_id_" in plan, (sql, plan)
+        assert "_sent_at" in plan, plan
+    # The chart counts what the rows hold, per interval: every recipient is in one bar.
+    page = browser.get(f"/portal/campaigns/{long_campaign.public_id}").text
+    assert sum(int(count) for count in re.findall(r"<title>(\d+) sent from", page)) == len(RECIPIENTS)

@@ -18,6 +18,7 @@ from models.numbers.tables import (
     Template,
 )
 from models.store.db import execute, lock_in_order
+from models.store.prepared import Prepared
 
 DEFAULT_MPS = 80
 MAX_MPS = 1000
@@ -84,10 +85,14 @@ def recently_messaged(account_id: int, wa_ids: list[str], now: dt.datetime | Non
     return {row.wa_id for row in query}
 
 
+_ACCOUNT = Prepared(lambda public_id, tenant_id: MessagingAccount.select()
+                    .where((MessagingAccount.public_id == public_id) & (MessagingAccount.tenant == tenant_id)).limit(1),
+                    "\0public_id", -7_000_000_001)
+
+
 def get_account(tenant_id: int, public_id: str) -> MessagingAccount:
     """The tenant's account; a foreign or unknown id is the same 404 (the filter is in the query)."""
-    account = MessagingAccount.get_or_none(
-        (MessagingAccount.public_id == public_id) & (MessagingAccount.tenant == tenant_id))
+    account = _ACCOUNT.first(public_id, tenant_id)
     if account is None:
         raise NotFound(f"no account {public_id}", code="account_not_found")
     return account

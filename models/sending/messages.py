@@ -39,6 +39,7 @@ from models.numbers.tables import ContactWindow, MessagingAccount
 from models.sending.campaigns import digits, sendable_account
 from models.sending.tables import MESSAGE_TYPES, Message
 from models.store.db import atomic
+from models.store.prepared import Prepared
 from models.tenancy import credits
 
 log = logging.getLogger(__name__)
@@ -206,8 +207,13 @@ def create_message(tenant_id: int, data: MessageInput) -> Message:
                               content=data.content(), external_reference=data.external_reference)
 
 
+_MESSAGE = Prepared(lambda public_id, tenant_id: Message.select()
+                    .where((Message.public_id == public_id) & (Message.tenant == tenant_id)).limit(1),
+                    "\0public_id", -7_000_000_001)
+
+
 def get_message(tenant_id: int, public_id: str) -> Message:
-    message = Message.get_or_none((Message.public_id == public_id) & (Message.tenant == tenant_id))
+    message = _MESSAGE.first(public_id, tenant_id)
     if message is None:
         raise NotFound(f"no message {public_id}", code="message_not_found")
     return message

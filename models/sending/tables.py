@@ -8,6 +8,7 @@ from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField
 from models.clock import isoformat, utcnow
 from models.numbers.tables import MessagingAccount
 from models.store.base import BaseModel, JSONField
+from models.store.prepared import Prepared
 from models.tenancy.tables import Tenant
 
 # Campaigns (campaigns.py).
@@ -103,6 +104,9 @@ class CampaignRecipient(BaseModel):
             (("campaign", "status", "id"), False),
             (("campaign", "position"), True),
             (("status", "claimed_at"), False),
+            # The portal's chart of a campaign's sends and the overview's sends of today (migration 0034).
+            (("campaign", "sent_at"), False),
+            (("campaign", "failed_at"), False),
         )
 
     def as_dict(self) -> dict:
@@ -161,7 +165,7 @@ class Message(BaseModel):
 
     def as_dict(self, account_public_id: str | None = None) -> dict:
         if account_public_id is None:
-            account_public_id = MessagingAccount.get_by_id(self.account_id).public_id
+            account_public_id = _ACCOUNT_PUBLIC_ID.first(self.account_id)[0]
         return {
             "id": self.public_id,
             "wam_id": self.wam_id,
@@ -175,3 +179,7 @@ class Message(BaseModel):
             "sent_at": isoformat(self.sent_at),
             "error": {"code": self.error_code, "message": self.last_error} if self.status == "failed" else None,
         }
+
+
+_ACCOUNT_PUBLIC_ID = Prepared(lambda account_id: MessagingAccount.select(MessagingAccount.public_id)
+                              .where(MessagingAccount.id == account_id).limit(1).tuples(), -7_000_000_001)

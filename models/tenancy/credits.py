@@ -17,6 +17,7 @@ from typing import Any
 from models.clock import utcnow
 from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
 from models.store.db import after_commit, atomic, db, execute, fetch_one
+from models.store.prepared import Prepared
 from models.tenancy.tables import LedgerEntry, Wallet, wallet_dict
 from models.tenancy.wallet_copies import Changed, wallet_copies
 
@@ -227,10 +228,12 @@ def ledger_page(tenant_id: int, page: int, per_page: int) -> tuple[list[LedgerEn
     newest = total - (page - 1) * per_page
     if newest < 1:
         return [], total
-    entries = list(LedgerEntry.select().where(
-        (LedgerEntry.tenant == tenant_id) & LedgerEntry.position.between(max(1, newest - per_page + 1), newest))
-        .order_by(LedgerEntry.position.desc()))
-    return entries, total
+    return _LEDGER_PAGE.rows(tenant_id, max(1, newest - per_page + 1), newest), total
+
+
+_LEDGER_PAGE = Prepared(lambda tenant_id, oldest, newest: LedgerEntry.select().where(
+    (LedgerEntry.tenant == tenant_id) & LedgerEntry.position.between(oldest, newest))
+    .order_by(LedgerEntry.position.desc()), -7_000_000_001, -7_000_000_002, -7_000_000_003)
 
 
 def set_status(tenant_id: int, status: str) -> Wallet:
