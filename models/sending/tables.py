@@ -104,7 +104,7 @@ class CampaignRecipient(BaseModel):
             (("campaign", "status", "id"), False),
             (("campaign", "position"), True),
             (("status", "claimed_at"), False),
-            # The portal's chart of a campaign's sends and the overview's sends of today (migration 0034).
+            # The portal's chart of a campaign's sends and the overview's sends of today (migration 0032).
             (("campaign", "sent_at"), False),
             (("campaign", "failed_at"), False),
         )
