@@ -17,6 +17,7 @@ import datetime as dt
 import re
 from zoneinfo import ZoneInfo
 
+from config import formats as number_formats
 from config.i18n import N_
 from jobs.campaigns import enqueue_dispatch
 from models.errors import Invalid
@@ -25,7 +26,7 @@ from models.sending import audience_drafts, audiences, campaigns
 from models.sending.campaigns import MAX_RECIPIENTS, MAX_SCHEDULE_AHEAD, template_buttons
 from models.store.db import atomic
 from models.tenancy import credits
-from portal.web import BASE, Refused, audit, ctx, form, page, read_upload, redirect, render, say
+from portal.web import BASE, Refused, audit, ctx, form, locale_of, page, read_upload, redirect, render, say
 
 PREVIEW_ROWS = 3
 BAD_ROWS_SHOWN = 100
@@ -84,7 +85,8 @@ def _file_problem(req, error: Invalid) -> str:
             "audience_too_wide": N_("A file may have at most %(max_columns)s columns."),
             "audience_empty": N_("The file has no rows besides its header."),
                }.get(error.code, N_("The file could not be read: save it as CSV in UTF-8 or as .xlsx."))
-    return say(req, message, max=MAX_RECIPIENTS, max_columns=audiences.MAX_COLUMNS)
+    formats = locale_of(req).formats
+    return say(req, message, max=number_formats.number(MAX_RECIPIENTS, formats), max_columns=audiences.MAX_COLUMNS)
 
 
 def _show_start(req, resp, status: int = 200, problem: str | None = None, chosen: int | None = None) -> None:

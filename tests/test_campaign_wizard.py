@@ -170,7 +170,7 @@ def test_a_paused_template_is_warned_about_and_refused(wizard):
     from models.numbers.tables import Template
     Template.update(status="paused", status_detail="FIRST_PAUSE").where(Template.id == template_id).execute()
     page = browser.get(result.headers["Location"]).text
-    assert 'id="template-warning"' in page and "pausada" in page
+    assert 'id="template-warning"' in page and "pausó esta plantilla" in page, page
     refused = browser.post(f"/portal/campaigns/new/{draft_of(result)}/send",
                            {"phone": "0", "var_1": "1", "var_2": "2", "button_0": "3", "when": "now"})
     assert refused.status_code == 422
