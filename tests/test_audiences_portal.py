@@ -1,4 +1,4 @@
-"""The portal's campaign form (portal/campaign_wizard.py) over the portal's real HTTP stack and a
+"""The portal's campaign form (portal/audiences.py) over the portal's real HTTP stack and a
 real database: a CSV or XLSX upload, its columns, the rows left out and why, the cost, and the
 campaign created through the API's operation; and every way the form is refused."""
 
@@ -125,7 +125,7 @@ def test_an_xlsx_is_read_like_a_csv(wizard):
     ("clientes.txt", b"telefono\n56910000000\n", "Sube un archivo CSV"),
     ("clientes.csv", b"", "no tiene filas"),
     ("clientes.csv", b"telefono,nombre\n", "no tiene filas"),
-    ("clientes.csv", audience_csv(5001), "5.000"),
+    ("clientes.csv", audience_csv(5001), "filas además de su encabezado: divídelo"),
     ("clientes.xlsx", b"not a zip", "no se pudo leer"),
     ("clientes.csv", "telefono\n5691\xe9\n".encode("latin-1"), "no se pudo leer"),
 ])
