@@ -83,7 +83,8 @@ def measure(work, data: bytes, filename: str) -> tuple[float, int]:
 
 
 def main() -> None:
-    for filename, data, floor in (("audience.csv", csv_bytes(), csv_floor), ("audience.xlsx", xlsx_bytes(), xlsx_floor)):
+    files = (("audience.csv", csv_bytes(), csv_floor), ("audience.xlsx", xlsx_bytes(), xlsx_floor))
+    for filename, data, floor in files:
         seconds, peak = measure(preview, data, filename)
         floor_seconds, floor_peak = measure(floor, data, filename)
         print(f"{filename}: {len(data) / 1024:.0f} KiB, {MAX_RECIPIENTS} rows; preview {seconds * 1000:.0f} ms, "

@@ -189,7 +189,8 @@ def _show_draft(req, resp, draft, template, mapping, chosen, status: int = 200, 
            previews=[_bubble(template, r) for r in checked.recipients[:PREVIEW_ROWS]],
            cost=len(checked.recipients), available=wallet.balance - wallet.reserved,
            warning=say(req, _warning(template)) if _warning(template) else None,
-           problem=say(req, problem) if problem else None, when=when or {"when": "now", "send_at": ""}, timezone=tenant.timezone)
+           problem=say(req, problem) if problem else None, when=when or {"when": "now", "send_at": ""},
+           timezone=tenant.timezone)
 
 
 class CampaignDraftSend:

@@ -134,7 +134,7 @@ def test_a_file_that_cannot_be_an_audience_is_refused_with_its_reason(wizard, fi
     result = upload(browser, template_id, filename, content)
     assert result.status_code == 422
     assert said in result.text
-    assert not list((Campaign.select()))
+    assert not list(Campaign.select())
 
 
 def test_a_missing_mapping_a_foreign_draft_and_a_missing_csrf_token_are_refused(wizard, client, charlie, alice):

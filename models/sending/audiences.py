@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from models.errors import Invalid
+from models.numbers.tables import Template
 from models.sending.campaigns import (
     DYNAMIC_SUFFIX,
     MAX_BUTTON_URL,
@@ -27,7 +28,6 @@ from models.sending.campaigns import (
     digits,
     template_buttons,
 )
-from models.numbers.tables import Template
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 MAX_COLUMNS = 50
@@ -215,5 +215,5 @@ def fill(text: str | None, values: list[str]) -> str:
     """A template's text with {{1}}, {{2}}... replaced by the row's values."""
     text = text or ""
     for index, value in enumerate(values, start=1):
-        text = text.replace("{{%d}}" % index, value)
+        text = text.replace("{{" + str(index) + "}}", value)
     return text
