@@ -121,6 +121,12 @@ def test_a_developer_sends_a_scheduled_campaign_from_a_file(live_service, browse
     assert "Hola Cliente 0, tu pedido está listo." in bubble.inner_text()
     assert bubble.locator(".wa-button").first.get_attribute("title") == "https://shop.example/orders/P0"
     shoot(page, "campaign-new-es")
+    portuguese = browser.new_context(locale="pt-BR", viewport={"width": 1280, "height": 900}).new_page()
+    sign_in(portuguese, base, developer.email)
+    upload(portuguese, base, f"pedido_listo (es) · {account.phone_number}", audience())
+    assert "2.975 créditos" in portuguese.locator('[data-count="cost"]').inner_text()
+    assert "não é um número de telefone" in portuguese.locator("#bad-rows").inner_text()
+    shoot(portuguese, "campaign-new-pt-BR")
 
     local = (dt.datetime.now(ZoneInfo(ZONE)) + dt.timedelta(seconds=AHEAD)).replace(microsecond=0, tzinfo=None)
     page.check("input[name=when][value=later]")
@@ -168,10 +174,3 @@ def test_a_developer_sends_a_scheduled_campaign_from_a_file(live_service, browse
     page.click("#send button[type=submit]")
     assert "no se puede enviar" in page.locator("main").inner_text()
     assert Campaign.select().count() == 1
-
-    portuguese = browser.new_context(locale="pt-BR", viewport={"width": 1280, "height": 900}).new_page()
-    sign_in(portuguese, base, developer.email)
-    Template.update(status="approved").where(Template.name == "pedido_listo").execute()
-    upload(portuguese, base, f"pedido_listo (es) · {account.phone_number}", audience())
-    assert portuguese.locator('[data-count="cost"]').inner_text() == "2.975 créditos"
-    shoot(portuguese, "campaign-new-pt-BR")
