@@ -4,6 +4,7 @@ campaign created through the API's operation; and every way the form is refused.
 
 from __future__ import annotations
 
+import csv
 import io
 import re
 import secrets
@@ -12,6 +13,7 @@ import openpyxl
 import pytest
 
 from models.sending.tables import Campaign, CampaignRecipient
+from models.tenancy import credits
 from models.tenancy.tables import AuditEntry
 from tests.campaigns_fixtures import make_number
 from tests.conftest import *  # noqa: F403  (fixtures)
@@ -195,3 +197,24 @@ def test_a_time_of_the_company_is_sent_at_that_time_in_utc(wizard, alice):
     campaign = Campaign.get()
     expected = local.replace(tzinfo=ZoneInfo("America/Santiago")).astimezone(dt.UTC).replace(tzinfo=None)
     assert (campaign.status, campaign.send_at) == ("queued", expected)
+
+
+def test_the_recipients_csv_of_the_api_and_the_portal_list_every_recipient(wizard, client, alice, charlie):
+    browser, template_id, _account = wizard
+    credits.grant(alice.id, 1000)  # past one page of the export (EXPORT_PAGE)
+    result = upload(browser, template_id, "clientes.csv", audience_csv(1203))
+    sent = browser.post(f"/portal/campaigns/new/{draft_of(result)}/send",
+                        {"phone": "0", "var_1": "1", "var_2": "2", "button_0": "3", "when": "now"})
+    assert sent.status_code == 303, sent.text
+    campaign_id = sent.headers["Location"].split("/")[-1].split("?")[0]
+    from_api = client.simulate_get(f"/api/v1/campaigns/{campaign_id}/recipients.csv", headers=alice.headers)
+    assert from_api.status_code == 200 and from_api.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(from_api.text)))
+    assert len(rows) == 1203 and rows[0]["wa_id"] == "56910000000" and rows[-1]["wa_id"] == "56910001202"
+    assert {row["status"] for row in rows} <= {"pending", "queued", "sent", "delivered", "read", "failed"}
+    from_portal = browser.get(f"/portal/campaigns/{campaign_id}/recipients.csv")
+    assert [row["wa_id"] for row in csv.DictReader(io.StringIO(from_portal.text))] == [row["wa_id"] for row in rows]
+    page = browser.get(f"/portal/campaigns/{campaign_id}").text
+    assert re.search(r'id="summary-line">1\.?203 destinatarios', page)
+    assert client.simulate_get(f"/api/v1/campaigns/{campaign_id}/recipients.csv",
+                               headers=charlie.headers).status_code == 404
