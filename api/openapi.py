@@ -132,7 +132,10 @@ def build_document() -> dict[str, Any]:
             parameters.append(header)
         responses: dict[str, Any] = {}
         for status, model in op.responses.items():
-            content = {"application/json": {"schema": ref(model)}} if model is not None else None
+            if isinstance(model, str):  # a media type other than JSON: a CSV export
+                content = {model: {"schema": {"type": "string"}}}
+            else:
+                content = {"application/json": {"schema": ref(model)}} if model is not None else None
             responses[str(status)] = {"description": HTTP_CODES.get(status, "Success").replace("_", " ")
                                       if status >= 400 else "Success", **({"content": content} if content else {})}
         errors = set(op.errors)

@@ -15,7 +15,7 @@ import contextlib
 import functools
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,9 @@ class Reply:
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+    # A body that is no JSON document (a CSV export): written as it is produced, with this type.
+    stream: Iterable[bytes] | None = None
+    media_type: str | None = None
 
 
 def ok(data: Any, status: int = 200, **extra) -> Reply:
@@ -140,8 +143,12 @@ def _idempotency_key(req: falcon.Request, op: Operation) -> str | None:
 
 def _render(resp: falcon.Response, reply: Reply) -> None:
     resp.status = falcon.code_to_http_status(reply.status)
-    resp.content_type = falcon.MEDIA_JSON
-    resp.data = orjson.dumps(reply.body)
+    if reply.stream is not None:
+        resp.content_type = reply.media_type
+        resp.stream = reply.stream
+    else:
+        resp.content_type = falcon.MEDIA_JSON
+        resp.data = orjson.dumps(reply.body)
     for name, value in reply.headers.items():
         resp.set_header(name, value)
 

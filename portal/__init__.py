@@ -10,7 +10,8 @@ import falcon
 from config.i18n import N_
 from portal.web import BASE, HEADERS, error_page
 
-PAGES = ("signin", "overview", "keys", "webhooks", "numbers", "campaigns", "credits", "receivables", "dunning_plans", "team")
+PAGES = ("signin", "overview", "keys", "webhooks", "numbers", "campaigns", "audiences", "credits", "receivables",
+         "dunning_plans", "team")
 STATIC = Path(__file__).with_name("static")
 
 

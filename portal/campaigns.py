@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import falcon
 import orjson
 
-from models.sending import campaigns
+from models.sending import campaigns, recipient_export
 from models.sending.tables import CAMPAIGN_STATUSES, COUNTERS, RECIPIENT_STATUSES
 from models.store.db import atomic, bound_datetime, execute, fetch_one, is_postgres
 from portal.web import BASE, audit, choice, ctx, page, paginate, paginate_by, redirect, render
@@ -114,6 +114,17 @@ class CampaignProgress:
         resp.data = orjson.dumps(progress)
 
 
+class CampaignRecipientsCsv:
+    """Every recipient of the campaign, streamed as it is read (models/sending/recipient_export.py)."""
+
+    @page()
+    def on_get(self, req, resp, campaign_id: str):
+        campaign = campaigns.get_campaign(ctx(req).tenant_id, campaign_id)
+        resp.content_type = "text/csv; charset=utf-8"
+        resp.downloadable_as = f"{campaign.public_id}-recipients.csv"
+        resp.stream = recipient_export.recipients_csv(campaign)
+
+
 class CampaignCancel:
     @page(write="campaigns")
     def on_post(self, req, resp, campaign_id: str):
@@ -128,4 +139,5 @@ ROUTES = [
     ("/campaigns/{campaign_id}", Campaign()),
     ("/campaigns/{campaign_id}/progress", CampaignProgress()),
     ("/campaigns/{campaign_id}/cancel", CampaignCancel()),
+    ("/campaigns/{campaign_id}/recipients.csv", CampaignRecipientsCsv()),
 ]

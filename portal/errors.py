@@ -30,6 +30,11 @@ BY_CODE = {
     "endpoint_exists": N_("An active webhook endpoint with this URL exists already."),
     "endpoint_limit_reached": N_("A company has at most %(limit)s active webhook endpoints: disable one first."),
     "campaign_not_cancellable": N_("Only a queued campaign can be cancelled, and this one has started or ended."),
+    "insufficient_credits": N_("The company has not enough credits for this: buy credits or send to fewer "
+                               "recipients."),
+    "wallet_paused": N_("The company's credits are paused: no campaign can be created now."),
+    "template_not_approved": N_("This template cannot be sent now (paused, rated RED or not approved): the "
+                                "campaign was not created and nothing was reserved."),
     "debt_not_payable": N_("This debt takes no payments: it is %(status)s."),
     "payment_currency_mismatch": N_("The debt is in %(debt_currency)s: record the payment in that currency."),
     "payment_gateway_unavailable": N_("The payment could not be opened right now. Try again in a few minutes."),

@@ -52,6 +52,7 @@ LABELS: dict[str, dict[str, str]] = {
     "source": {
         "api": NC_("source", "API"),
         "collection": NC_("source", "collection"),
+        "portal": NC_("source", "portal"),
     },
     "delivery": {
         "pending": NC_("delivery", "pending"),

@@ -215,12 +215,15 @@ def error_page(req: falcon.Request, resp: falcon.Response, status: int, title: s
            message=page_locale.gettext(message, **values))
 
 
-def page(write: str | None = None, public: bool = False, pending: bool = False, setup: bool = False):
+def page(write: str | None = None, public: bool = False, pending: bool = False, setup: bool = False,
+         upload: int | None = None):
     """Declare a portal responder.
 
     `public`: no session needed (sign-in, invitations); `pending`: a session still waiting for its
     two-factor code may reach it; `setup`: reachable before a required two-factor is set up;
-    `write`: the area a POST changes (keys, webhooks, ...), checked against the user's role.
+    `write`: the area a POST changes (keys, webhooks, ...), checked against the user's role;
+    `upload`: the most bytes a multipart POST (a file) may carry, read by the handler with
+    `read_upload`, which checks its CSRF token before the file.
     """
 
     def decorate(handler: Callable) -> Callable:
@@ -228,7 +231,7 @@ def page(write: str | None = None, public: bool = False, pending: bool = False, 
         def responder(resource, req: falcon.Request, resp: falcon.Response, **params):
             resp.set_headers(HEADERS)
             try:
-                if _admit(req, resp, write, public, pending, setup):
+                if _admit(req, resp, write, public, pending, setup, upload):
                     handler(resource, req, resp, **params)
             except Refused as refused:
                 resp.set_headers(refused.headers)
@@ -247,7 +250,7 @@ def page(write: str | None = None, public: bool = False, pending: bool = False, 
     return decorate
 
 
-def _admit(req, resp, write, public, pending, setup) -> bool:
+def _admit(req, resp, write, public, pending, setup, upload=None) -> bool:
     ip = client_ip(req)
     session = portal.session_for(req.cookies.get(COOKIE))
     if public:
@@ -264,7 +267,12 @@ def _admit(req, resp, write, public, pending, setup) -> bool:
         redirect(resp, f"{BASE}/login?{urlencode({'next': target})}")
         return False
     req.context.portal = Context(session.user, session, session.csrf_token, ip)
-    if req.method == "POST":
+    if req.method == "POST" and upload and _multipart(req):
+        if req.content_length is None or req.content_length > upload:
+            raise Refused(413, N_("File too large"), N_("A file is limited to %(size)s MiB."),
+                          size=upload // (1024 * 1024))
+        req.context.form = None  # read by the handler: read_upload
+    elif req.method == "POST":
         req.context.form = read_form(req)
         _check_csrf(session.csrf_token, req.context.form)
     if pending:
@@ -278,6 +286,48 @@ def _admit(req, resp, write, public, pending, setup) -> bool:
                                                  "your company."),
                       role=label_in(page_locale, "role", session.user.role), area=label_in(page_locale, "area", write))
     return True
+
+
+def _multipart(req: falcon.Request) -> bool:
+    return (req.content_type or "").lower().startswith("multipart/form-data")
+
+
+@dataclass
+class Upload:
+    """A multipart form's text fields and its file: `stream` reads the file as it arrives."""
+
+    form: Form
+    filename: str
+    stream: object
+
+
+NO_FILE = Refused(422, N_("Check the form"), N_("Choose a file to upload."))
+
+
+def read_upload(req: falcon.Request, file_field: str = "file") -> Upload:
+    """The fields before the file (the CSRF token first among them, checked here before a byte of
+    the file is read) and the file's part; the file is the form's last field."""
+    if req.context.form is not None or not _multipart(req):
+        raise NO_FILE
+    fields: dict[str, list[str]] = {}
+    try:
+        for part in req.get_media():
+            if part.name == file_field:
+                form = Form(fields)
+                _check_csrf(ctx(req).csrf, form)
+                if not part.filename:
+                    raise NO_FILE
+                return Upload(form, part.filename, part.stream)
+            if len(fields) >= MAX_FORM_FIELDS:
+                raise UNREADABLE
+            text = part.get_text() or ""
+            if "\x00" in text:
+                raise UNREADABLE
+            fields.setdefault(part.name or "", []).append(text)
+    except falcon.HTTPError:
+        raise UNREADABLE from None
+    _check_csrf(ctx(req).csrf, Form(fields))
+    raise NO_FILE
 
 
 def ctx(req: falcon.Request) -> Context:
@@ -427,6 +477,8 @@ NOTICES = {
     "dispute_resolved": N_("Dispute resolved: reminders resume from the plan's current step."),
     "template_submitted": N_("Template submitted: it stays pending until the platform reviews it."),
     "template_deleted": N_("Template deleted on the platform and here."),
+    "campaign_created": N_("Campaign created: its credits are reserved and sending starts now."),
+    "campaign_scheduled": N_("Campaign scheduled: its credits are reserved until it starts."),
     "invited": N_("Invitation created."),
     "role_changed": N_("Role changed."),
     "user_removed": N_("User removed; their sessions ended."),

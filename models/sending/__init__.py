@@ -5,6 +5,10 @@
   the credit movements and `message.*` / `campaign.*` events its sends record.
 - `messages.py`: a single message inside the 24-hour customer window, created and read.
 - `statuses.py`: the platform's status updates applied to recipients and messages.
+- `audiences.py`: a campaign's audience read from a CSV or XLSX file and checked against a
+  template's phone, variables and URL buttons; `audience_drafts.py` keeps one between the
+  portal form's steps.
+- `recipient_export.py`: a campaign's recipients written as CSV while they are read.
 
 The engine has the shape of listmonk's manager: an engine loop (`engine.py`) pulls work from
 stores (`work.py`'s `Store`: `campaign_store.py` for campaign recipients, `message_store.py` for
