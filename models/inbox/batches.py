@@ -134,6 +134,7 @@ def process_batches(batch_ids: list[int]) -> BatchOutcome:
     outcome.taken = set(claimed)
     ready: list[int] = []
     statuses: list[StatusUpdate] = []
+    seen: dict[tuple[str, str], set[str]] = {}
     for batch in PlatformWebhookBatch.select().where(PlatformWebhookBatch.id.in_(claimed)).order_by(
             PlatformWebhookBatch.id):
         try:
@@ -145,7 +146,7 @@ def process_batches(batch_ids: list[int]) -> BatchOutcome:
             _release(batch, f"{type(exc).__name__}: {exc}"[:2000])
             continue
         ready.append(batch.id)
-        statuses += [update for update in updates if isinstance(update, StatusUpdate)]
+        statuses += _not_overtaken([update for update in updates if isinstance(update, StatusUpdate)], seen)
     if not ready:
         return outcome
 
@@ -171,6 +172,23 @@ def process_batches(batch_ids: list[int]) -> BatchOutcome:
     outcome.statuses_applied = True
     outcome.statuses += len(statuses)
     return outcome
+
+
+# The statuses of an earlier batch that leave no room for a later one's: applied one batch after
+# another, the later update would move nothing (and emit nothing), so it is dropped here rather
+# than applied beside them (inside one list, a `delivered` and a `read` both count).
+OVERTAKEN_BY = {"sent": {"sent", "delivered", "read", "failed"}, "delivered": {"delivered", "read", "failed"},
+                "read": {"read", "failed"}, "failed": {"read", "failed"}}
+
+
+def _not_overtaken(statuses: list[StatusUpdate], seen: dict[tuple[str, str], set[str]]) -> list[StatusUpdate]:
+    """This batch's statuses an earlier batch of the run has not made moot; records them in `seen`."""
+    kept = [update for update in statuses
+            if not (seen.get((update.phone_number_id, update.wamid), set())
+                    & OVERTAKEN_BY.get(update.status, set()))]
+    for update in statuses:
+        seen.setdefault((update.phone_number_id, update.wamid), set()).add(update.status)
+    return kept
 
 
 def take_many(batch_ids: list[int]) -> list[int]:
