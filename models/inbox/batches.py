@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from peewee import Case
+from peewee import Case, fn
 
 from messaging.webhooks import StatusUpdate, parse_notification, status_callbacks
 from models.clock import isoformat, utcnow
@@ -139,7 +139,7 @@ def process_batches(batch_ids: list[int]) -> BatchOutcome:
             PlatformWebhookBatch.id):
         try:
             updates = parse_notification(_without_nul(orjson.loads(batch.body)))
-            if batch.applied_at is None:
+            if batch.applied_at is None and _besides_statuses(updates):
                 _apply_others(batch.id, updates, outcome)
         except Exception as exc:  # recorded on the batch; the sweep retries it
             log.exception("platform webhook batch %s failed", batch.id)
@@ -154,7 +154,12 @@ def process_batches(batch_ids: list[int]) -> BatchOutcome:
         with atomic():
             if statuses:
                 apply_status_updates(statuses)
-            PlatformWebhookBatch.update({PlatformWebhookBatch.processed_at: utcnow(),
+            now = utcnow()
+            # A batch of statuses alone has nothing else to apply: stamped applied here too,
+            # sparing it a transaction of its own.
+            PlatformWebhookBatch.update({PlatformWebhookBatch.processed_at: now,
+                                         PlatformWebhookBatch.applied_at: fn.COALESCE(
+                                             PlatformWebhookBatch.applied_at, now),
                                          PlatformWebhookBatch.claimed_at: None}).where(
                 PlatformWebhookBatch.id.in_(ready)).execute()
 
@@ -205,6 +210,13 @@ def take_many(batch_ids: list[int]) -> list[int]:
     query = (batch.update({batch.claimed_at: now, batch.attempts: batch.attempts + 1})
              .where(batch.id.in_(free) & batch.claimed_at.is_null()).returning(batch.id))
     return sorted(row.id for row in query.execute())
+
+
+def _besides_statuses(updates: list[Any]) -> bool:
+    """Whether the batch has more to apply than its statuses: another kind of update, or a
+    recipient whose phone and id the platform links (`remember_users_in_order`)."""
+    return any(not isinstance(update, StatusUpdate)
+               or (update.recipient.wa_id and update.recipient.user_id) for update in updates)
 
 
 def _apply_others(batch_id: int, updates: list[Any], outcome: BatchOutcome) -> None:
