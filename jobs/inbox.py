@@ -22,17 +22,7 @@ KEEP = dt.timedelta(days=8)
 
 @task()
 def process_platform_batch(batch_id: int) -> None:
-    # Webhooks come in many small POSTs (the platform batches per account): the run takes the
-    # batches waiting beside its own and applies their statuses together. The tasks of those it
-    # took find them done.
-    if batches.is_finished(batch_id):
-        return
-    waiting = [batch_id] + [other for other in batches.waiting_batches() if other != batch_id]
-    outcome = batches.process_batches(waiting[:batches.TOGETHER])
-    follow_up(outcome)
-    if batch_id not in outcome.taken:
-        # Held by another run, or by one that died, or out of attempts: `take` knows which.
-        follow_up(batches.process_batch(batch_id))
+    follow_up(batches.process_batch(batch_id))
     # Batches whose task died with a killed worker would otherwise wait for the minutely sweep.
     for stale_id in batches.pending_batches(SWEEP_GRACE, limit=STRAGGLERS):
         follow_up(batches.process_batch(stale_id))

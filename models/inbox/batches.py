@@ -32,7 +32,7 @@ from models.clock import isoformat, utcnow
 from models.inbox.updates import BatchOutcome, apply_update, remember_users_in_order
 from models.numbers.tables import CLAIM_TIMEOUT, MAX_ATTEMPTS, PlatformWebhookBatch
 from models.sending.statuses import apply_status_updates
-from models.store.db import atomic, outlast_outage, skip_locked
+from models.store.db import atomic, outlast_outage
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,16 @@ def process_batch(batch_id: int) -> BatchOutcome:
     try:
         updates = parse_notification(_without_nul(orjson.loads(batch.body)))
         statuses = [update for update in updates if isinstance(update, StatusUpdate)]
-        if batch.applied_at is None:
-            _apply_others(batch_id, updates, outcome)
+        # A batch of statuses alone (nearly every one) has nothing else to apply: it is stamped
+        # applied with its statuses, sparing it a write transaction of its own.
+        if batch.applied_at is None and _besides_statuses(updates):
+            with atomic():
+                remember_users_in_order(updates)
+                for update in updates:
+                    if not isinstance(update, StatusUpdate):
+                        apply_update(update, outcome)
+                PlatformWebhookBatch.update(applied_at=utcnow()).where(
+                    PlatformWebhookBatch.id == batch_id).execute()
         outcome.statuses_applied = _apply_statuses(batch_id, statuses)
         if outcome.statuses_applied:
             outcome.statuses = len(statuses)
@@ -91,154 +99,14 @@ def process_batch(batch_id: int) -> BatchOutcome:
         log.exception("platform webhook batch %s failed", batch_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
     finally:
-        _release(batch, error)
+        changes: dict[Any, Any] = {PlatformWebhookBatch.claimed_at: None}
+        if error is not None:
+            changes[PlatformWebhookBatch.last_error] = error
+            if batch.attempts >= MAX_ATTEMPTS:
+                changes[PlatformWebhookBatch.parked_at] = utcnow()
+                log.error("platform webhook batch %s parked after %d attempts: %s", batch_id, batch.attempts, error)
+        PlatformWebhookBatch.update(changes).where(PlatformWebhookBatch.id == batch_id).execute()
     return outcome
-
-
-# Batches one run takes together: their statuses are applied in one transaction, so the fixed
-# cost of a run (claims, the status lookups, counters, ledger, events) is paid once for all.
-TOGETHER = 50
-
-
-def waiting_batches(limit: int = TOGETHER) -> list[int]:
-    """Unclaimed, unfinished, unparked batches, oldest first, however fresh: a run that takes
-    them spares their own tasks the work (those find them processed and stop)."""
-    batch = PlatformWebhookBatch
-    query = (batch.select(batch.id)
-             .where(batch.processed_at.is_null() & batch.parked_at.is_null() & batch.claimed_at.is_null())
-             .order_by(batch.id).limit(limit))
-    return [row.id for row in query]
-
-
-def is_finished(batch_id: int) -> bool:
-    """Processed already (by a run that took it with others): a read, so its own task stops
-    without a write."""
-    batch = PlatformWebhookBatch
-    return batch.select(batch.id).where((batch.id == batch_id) & batch.processed_at.is_null(False)).exists()
-
-
-def process_batches(batch_ids: list[int]) -> BatchOutcome:
-    """Apply several stored batches in one run: each is claimed (an attempt counted) and its other
-    updates applied as `process_batch` does, then all their statuses go to
-    `apply_status_updates` in one transaction that stamps them processed and releases them.
-
-    The status updates of several batches are one list like a batch's own: they may repeat or
-    come out of order either way, and the statuses only move forward. Should that transaction
-    fail, the attempt is given back and each batch is processed alone, so one bad batch never
-    spends its neighbours' attempts."""
-    outcome = BatchOutcome()
-    claimed = take_many(batch_ids)
-    if not claimed:
-        return outcome
-    outcome.claimed = True
-    outcome.taken = set(claimed)
-    ready: list[int] = []
-    statuses: list[StatusUpdate] = []
-    seen: dict[tuple[str, str], set[str]] = {}
-    for batch in PlatformWebhookBatch.select().where(PlatformWebhookBatch.id.in_(claimed)).order_by(
-            PlatformWebhookBatch.id):
-        try:
-            updates = parse_notification(_without_nul(orjson.loads(batch.body)))
-            if batch.applied_at is None and _besides_statuses(updates):
-                _apply_others(batch.id, updates, outcome)
-        except Exception as exc:  # recorded on the batch; the sweep retries it
-            log.exception("platform webhook batch %s failed", batch.id)
-            _release(batch, f"{type(exc).__name__}: {exc}"[:2000])
-            continue
-        ready.append(batch.id)
-        statuses += _not_overtaken([update for update in updates if isinstance(update, StatusUpdate)], seen)
-    if not ready:
-        return outcome
-
-    def apply() -> None:
-        with atomic():
-            if statuses:
-                apply_status_updates(statuses)
-            now = utcnow()
-            # A batch of statuses alone has nothing else to apply: stamped applied here too,
-            # sparing it a transaction of its own.
-            PlatformWebhookBatch.update({PlatformWebhookBatch.processed_at: now,
-                                         PlatformWebhookBatch.applied_at: fn.COALESCE(
-                                             PlatformWebhookBatch.applied_at, now),
-                                         PlatformWebhookBatch.claimed_at: None}).where(
-                PlatformWebhookBatch.id.in_(ready)).execute()
-
-    try:
-        outlast_outage(apply, what=f"applying the statuses of {len(ready)} platform batches")
-    except Exception:
-        log.exception("the statuses of platform batches %s failed together; applying them one by one", ready)
-        batch = PlatformWebhookBatch
-        batch.update({batch.claimed_at: None, batch.attempts: batch.attempts - 1}).where(
-            batch.id.in_(ready)).execute()
-        for batch_id in ready:
-            one = process_batch(batch_id)
-            outcome.statuses += one.statuses
-        return outcome
-    outcome.statuses_applied = True
-    outcome.statuses += len(statuses)
-    return outcome
-
-
-# The statuses of an earlier batch that leave no room for a later one's: applied one batch after
-# another, the later update would move nothing (and emit nothing), so it is dropped here rather
-# than applied beside them (inside one list, a `delivered` and a `read` both count).
-OVERTAKEN_BY = {"sent": {"sent", "delivered", "read", "failed"}, "delivered": {"delivered", "read", "failed"},
-                "read": {"read", "failed"}, "failed": {"read", "failed"}}
-
-
-def _not_overtaken(statuses: list[StatusUpdate], seen: dict[tuple[str, str], set[str]]) -> list[StatusUpdate]:
-    """This batch's statuses an earlier batch of the run has not made moot; records them in `seen`."""
-    kept = [update for update in statuses
-            if not (seen.get((update.phone_number_id, update.wamid), set())
-                    & OVERTAKEN_BY.get(update.status, set()))]
-    for update in statuses:
-        seen.setdefault((update.phone_number_id, update.wamid), set()).add(update.status)
-    return kept
-
-
-def take_many(batch_ids: list[int]) -> list[int]:
-    """Claim those of these batches no other run holds and that have attempts left, counting an
-    attempt each, in one statement (`take` is the one-batch form, which also parks a batch out of
-    attempts and records a dead run's error); returns the ids claimed."""
-    if not batch_ids:
-        return []
-    batch = PlatformWebhookBatch
-    now = utcnow()
-    free = skip_locked(batch.select(batch.id).where(
-        batch.id.in_(batch_ids) & batch.processed_at.is_null() & batch.parked_at.is_null()
-        & batch.claimed_at.is_null() & (batch.attempts < MAX_ATTEMPTS)).order_by(batch.id))
-    query = (batch.update({batch.claimed_at: now, batch.attempts: batch.attempts + 1})
-             .where(batch.id.in_(free) & batch.claimed_at.is_null()).returning(batch.id))
-    return sorted(row.id for row in query.execute())
-
-
-def _besides_statuses(updates: list[Any]) -> bool:
-    """Whether the batch has more to apply than its statuses: another kind of update, or a
-    recipient whose phone and id the platform links (`remember_users_in_order`)."""
-    return any(not isinstance(update, StatusUpdate)
-               or (update.recipient.wa_id and update.recipient.user_id) for update in updates)
-
-
-def _apply_others(batch_id: int, updates: list[Any], outcome: BatchOutcome) -> None:
-    """Every update but the statuses, with their events, and the `applied_at` stamp, in one
-    transaction (so the events exist exactly once)."""
-    with atomic():
-        remember_users_in_order(updates)
-        for update in updates:
-            if not isinstance(update, StatusUpdate):
-                apply_update(update, outcome)
-        PlatformWebhookBatch.update(applied_at=utcnow()).where(PlatformWebhookBatch.id == batch_id).execute()
-
-
-def _release(batch: PlatformWebhookBatch, error: str | None) -> None:
-    """Release the claim whatever happened; a failed last attempt parks the batch."""
-    changes: dict[Any, Any] = {PlatformWebhookBatch.claimed_at: None}
-    if error is not None:
-        changes[PlatformWebhookBatch.last_error] = error
-        if batch.attempts >= MAX_ATTEMPTS:
-            changes[PlatformWebhookBatch.parked_at] = utcnow()
-            log.error("platform webhook batch %s parked after %d attempts: %s", batch.id, batch.attempts, error)
-    PlatformWebhookBatch.update(changes).where(PlatformWebhookBatch.id == batch.id).execute()
 
 
 def take(batch_id: int) -> bool:
@@ -304,13 +172,23 @@ def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:
         with atomic():
             if statuses:
                 apply_status_updates(statuses)
-            PlatformWebhookBatch.update(processed_at=utcnow()).where(
+            now = utcnow()
+            PlatformWebhookBatch.update({PlatformWebhookBatch.processed_at: now,
+                                         PlatformWebhookBatch.applied_at: fn.COALESCE(
+                                             PlatformWebhookBatch.applied_at, now)}).where(
                 PlatformWebhookBatch.id == batch_id).execute()
 
     # The status transaction keeps the lock order; should the database still roll it back to
     # break a conflict, it is applied again at once rather than left for the sweep.
     outlast_outage(apply, what=f"applying the statuses of platform batch {batch_id}")
     return True
+
+
+def _besides_statuses(updates: list[Any]) -> bool:
+    """Whether a batch has more to apply than its statuses: another kind of update, or a
+    recipient whose phone and id the platform links (`remember_users_in_order`)."""
+    return any(not isinstance(update, StatusUpdate)
+               or bool(update.recipient.wa_id and update.recipient.user_id) for update in updates)
 
 
 def _without_nul(value: Any) -> Any:

@@ -64,8 +64,6 @@ class BatchOutcome:
     """What a processed batch asks of the worker once committed."""
 
     claimed: bool = False
-    # The batches a run of several took (`process_batches`).
-    taken: set[int] = field(default_factory=set)
     events: int = 0
     statuses_applied: bool = False
     # Status updates handed on: their events (message.delivered, ...) are written by statuses.py.
