@@ -507,3 +507,17 @@ def test_heartbeats_expire(storage):
     store.beat("engine:b", 0.05)
     time.sleep(0.1)
     assert store.alive(["engine:a", "engine:b", "engine:c"]) == {"engine:a"}
+
+
+@sqlite_only
+def test_one_throughput_throttle_on_a_paced_slow_number_backs_off_briefly(alice, number, sim, queue_only):
+    # One send a second: each batch holds one send, so the throttled one has no accepted
+    # neighbour, but the number's sends were taken just before: it is at its pace.
+    MessagingAccount.update(mps=1).where(MessagingAccount.id == number.id).execute()
+    slow = wa("0429")
+    campaign = create_for(alice, number, [wa(), slow, wa()])
+    pacer = HoldsSeen()
+    Engine(pacer=pacer).run(session=None, linger=0)
+    assert Campaign.get_by_id(campaign.id).status == "completed"
+    assert recipients(campaign)[slow].attempts == 2
+    assert pacer.holds == [(f"mps:{number.id}", 0.25)]

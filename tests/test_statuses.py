@@ -228,3 +228,63 @@ def test_evidence_after_recovery_accepts_the_send_late_and_charges_it(alice, num
     apply_status_updates([status_update(number, "wamid.late2", "read", callback=rows[1].public_id)])
     assert reload(rows[1]).status == "failed"
     assert replay_ledger(alice.id) == (0, 0)
+
+
+def stored_batch(account, statuses: list[dict]):
+    """A status webhook as the platform posts it, stored by the intake."""
+    import orjson
+
+    from models.inbox import batches
+    from tests.accounts_fixtures import messages_value, notification
+
+    body = notification(account.business_account_id, "messages", messages_value(account, statuses=statuses))
+    with batches.atomic():
+        return batches.store_batch(orjson.dumps(body))
+
+
+def platform_status(row, status: str, at: dt.datetime, error_code: int | None = None) -> dict:
+    item = {"id": row.wam_id, "status": status, "timestamp": str(int(at.timestamp())), "recipient_id": row.wa_id}
+    if error_code:
+        item["errors"] = [{"code": error_code, "title": "Message undeliverable",
+                           "error_data": {"details": "The recipient could not be reached."}}]
+    return item
+
+
+def test_status_batches_keep_order_duplicates_and_failures(alice, number, storage):
+    from jobs.inbox import process_platform_batch
+    from models.numbers.tables import PlatformWebhookBatch
+
+    campaign, [read, delivered, failing] = sent_campaign(alice, number, 3)
+    later = T0 + dt.timedelta(seconds=5)
+    first = stored_batch(number, [platform_status(read, "read", later), platform_status(delivered, "delivered", T0),
+                                  platform_status(failing, "failed", T0, error_code=131026),
+                                  platform_status(delivered, "delivered", T0)])
+    # The platform keeps no order and redelivers: a `delivered` after `read`, the same
+    # `delivered` and `failed` again, and the first batch itself once more.
+    second = stored_batch(number, [platform_status(read, "delivered", T0),
+                                   platform_status(delivered, "delivered", T0),
+                                   platform_status(failing, "failed", T0, error_code=131026)])
+    again = stored_batch(number, [platform_status(read, "read", later),
+                                  platform_status(delivered, "delivered", T0)])
+
+    for batch in (first, second, again):
+        process_platform_batch.call_local(batch.id)
+    stamped = PlatformWebhookBatch.select().where(PlatformWebhookBatch.processed_at.is_null(False)
+                                                  & PlatformWebhookBatch.applied_at.is_null(False)
+                                                  & PlatformWebhookBatch.claimed_at.is_null())
+    assert {b.id for b in stamped} == {first.id, second.id, again.id}
+    read, delivered, failing = reload(read), reload(delivered), reload(failing)
+    assert (read.status, read.delivered_at, read.read_at) == ("read", None, later.replace(tzinfo=None))
+    assert (delivered.status, delivered.delivered_at) == ("delivered", T0.replace(tzinfo=None))
+    assert (failing.status, failing.error_code, failing.last_error) == (
+        "failed", "131026", "The recipient could not be reached.")
+    assert sorted(names(alice.id)) == sorted(["message.sent"] * 3 + ["message.read", "message.delivered",
+                                                                     "message.failed"])
+    failed = Event.get((Event.tenant == alice.id) & (Event.name == "message.failed")).payload
+    assert failed["error"] == {"code": "131026", "message": "The recipient could not be reached."}
+    money = campaign_credits(Campaign.get_by_id(campaign.id))
+    assert (money.consumed, money.refunded) == (3, 1)
+    assert LedgerEntry.select().where((LedgerEntry.tenant == alice.id) & (LedgerEntry.type == "refund")).count() == 1
+    assert replay_ledger(alice.id) == (wallet(alice.id).balance, wallet(alice.id).reserved)
+    counted = campaigns_module.campaign_dict(Campaign.get_by_id(campaign.id))
+    assert (counted["delivered"], counted["read"], counted["failed"]) == (1, 1, 1)

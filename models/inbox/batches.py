@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from peewee import Case
+from peewee import Case, fn
 
 from messaging.webhooks import StatusUpdate, parse_notification, status_callbacks
 from models.clock import isoformat, utcnow
@@ -82,7 +82,9 @@ def process_batch(batch_id: int) -> BatchOutcome:
     try:
         updates = parse_notification(_without_nul(orjson.loads(batch.body)))
         statuses = [update for update in updates if isinstance(update, StatusUpdate)]
-        if batch.applied_at is None:
+        # A batch of statuses alone (nearly every one) has nothing else to apply: it is stamped
+        # applied with its statuses, sparing it a write transaction of its own.
+        if batch.applied_at is None and _besides_statuses(updates):
             with atomic():
                 remember_users_in_order(updates)
                 for update in updates:
@@ -170,13 +172,23 @@ def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:
         with atomic():
             if statuses:
                 apply_status_updates(statuses)
-            PlatformWebhookBatch.update(processed_at=utcnow()).where(
+            now = utcnow()
+            PlatformWebhookBatch.update({PlatformWebhookBatch.processed_at: now,
+                                         PlatformWebhookBatch.applied_at: fn.COALESCE(
+                                             PlatformWebhookBatch.applied_at, now)}).where(
                 PlatformWebhookBatch.id == batch_id).execute()
 
     # The status transaction keeps the lock order; should the database still roll it back to
     # break a conflict, it is applied again at once rather than left for the sweep.
     outlast_outage(apply, what=f"applying the statuses of platform batch {batch_id}")
     return True
+
+
+def _besides_statuses(updates: list[Any]) -> bool:
+    """Whether a batch has more to apply than its statuses: another kind of update, or a
+    recipient whose phone and id the platform links (`remember_users_in_order`)."""
+    return any(not isinstance(update, StatusUpdate)
+               or bool(update.recipient.wa_id and update.recipient.user_id) for update in updates)
 
 
 def _without_nul(value: Any) -> Any:

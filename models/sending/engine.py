@@ -91,6 +91,12 @@ MAX_THROTTLE_HOLD = 16.0  # seconds a number's schedule is held after repeated 1
 # now and then, and holding the schedule for it cost far more sends than the throttle did. A second
 # throttle within this many seconds, several in one batch, or any other error holds it as before.
 ISOLATED_THROTTLE_WINDOW = 10.0
+# The same lone 130429 on a number whose sends the platform took this recently, though none in that
+# batch (a slow number sends one at a time): it is at its pace, so it backs off a couple of its
+# slots rather than resting a second or more; a repeat within the window rests as before.
+PACED_WITHIN = 2.0
+SHORT_BACKOFF_SLOTS = 2
+SHORT_BACKOFF_MAX = 0.25  # seconds
 LONG_HOLD = 8.0  # a throttle hold this long marks the number's campaigns `pending`
 UNANSWERED_HOLD = 15.0  # seconds a number rests after a send got no answer (past the client's timeout)
 # A send whose turn comes this long after its pacing slot (the process stalled) is not sent: late,
@@ -103,16 +109,16 @@ def bucket_key(account_id: int) -> str:
     return f"mps:{account_id}"
 
 
-def _isolated_throttles(jobs: list[Job], result: BatchResult) -> set[int]:
-    """Numbers whose only setback in this batch was one 130429 (the number's throughput), with
-    sends of theirs accepted in the same batch."""
+def _lone_throttles(jobs: list[Job], result: BatchResult) -> set[int]:
+    """Numbers whose only setback in this batch was one 130429 (the number's throughput), none
+    of their sends left unanswered."""
     setbacks: dict[int, list[Job]] = defaultdict(list)
     for job in jobs:
         if verdict(job) in (Verdict.THROTTLED, Verdict.RETRY):
             setbacks[job.account_id].append(job)
     return {account_id for account_id, setback in setbacks.items()
             if len(setback) == 1 and setback[0].error.code == THROUGHPUT_THROTTLE
-            and account_id in result.accepted_numbers and account_id not in result.unanswered_numbers}
+            and account_id not in result.unanswered_numbers}
 
 
 class _Countdown:
@@ -173,6 +179,7 @@ class _Number:
     held_until: float = 0.0
     throttle_streak: int = 0
     excused_at: float = -math.inf  # when an isolated 130429 last went without a hold
+    accepted_at: float = -math.inf  # when the platform last took a send of this number
 
     @property
     def due(self) -> int:
@@ -301,15 +308,17 @@ class Engine:
                     known = self._numbers.get(plan.account_id)
                     if known is not None:
                         number.held_until, number.throttle_streak = known.held_until, known.throttle_streak
-                        number.excused_at = known.excused_at
+                        number.excused_at, number.accepted_at = known.excused_at, known.accepted_at
                 number.plans[name] = plan
             # A number whose sends are all in flight has no plan now, but the batch coming back
             # may be throttled again: its throttle state stays while it can still matter, so a
-            # storm's holds keep growing and an excused throttle is excused once.
+            # storm's holds keep growing, an excused throttle is excused once, and a number at its
+            # pace is still known as one.
             now = time.monotonic()
             for account_id, known in self._numbers.items():
                 if account_id not in numbers and (known.held_until > now - MAX_THROTTLE_HOLD
-                                                  or now - known.excused_at < ISOLATED_THROTTLE_WINDOW):
+                                                  or now - known.excused_at < ISOLATED_THROTTLE_WINDOW
+                                                  or now - known.accepted_at <= PACED_WITHIN):
                     numbers[account_id] = replace(known, plans={})
             self._numbers = numbers
 
@@ -467,25 +476,40 @@ class Engine:
         finally:
             sends.count_down()
 
+    @staticmethod
+    def _throttle_hold(number: _Number | None, lone: bool, accepted: bool) -> float:
+        """Seconds a throttled number's schedule is held (0: none); call under the lock.
+
+        A lone 130429 on a paced number, the first within the window: nothing when sends of the
+        batch were taken, a couple of its slots when its sends were taken just before. Anything
+        else: a hold doubling with each throttle in a row."""
+        now = time.monotonic()
+        if (lone and number is not None and number.throttle_streak == 0
+                and now - number.excused_at >= ISOLATED_THROTTLE_WINDOW):
+            if accepted:
+                number.excused_at = now
+                return 0.0
+            if now - number.accepted_at <= PACED_WITHIN:
+                number.excused_at = now
+                return min(SHORT_BACKOFF_MAX, SHORT_BACKOFF_SLOTS / max(1, number.mps))
+        streak = (number.throttle_streak + 1) if number else 1
+        hold = min(MAX_THROTTLE_HOLD, 2.0 ** (streak - 1))
+        if number is not None:
+            number.throttle_streak = streak
+            number.held_until = now + hold
+        return hold
+
     def _after(self, result: BatchResult, jobs: list[Job]) -> None:
         """Throttled numbers rest (their schedules held); numbers whose send got no answer too."""
-        isolated = _isolated_throttles(jobs, result)
+        lone = _lone_throttles(jobs, result)
         for account_id in result.throttled_numbers:
             with self._lock:
                 number = self._numbers.get(account_id)
-                now = time.monotonic()
-                if (account_id in isolated and number is not None and number.throttle_streak == 0
-                        and now - number.excused_at >= ISOLATED_THROTTLE_WINDOW):
-                    number.excused_at = now
-                    continue
-                streak = (number.throttle_streak + 1) if number else 1
-                hold = min(MAX_THROTTLE_HOLD, 2.0 ** (streak - 1))
-                if number is not None:
-                    number.throttle_streak = streak
-                    number.held_until = time.monotonic() + hold
+                hold = self._throttle_hold(number, account_id in lone, account_id in result.accepted_numbers)
                 rate = float(number.mps) if number is not None else 1.0
                 plans = list(number.plans.items()) if number is not None else []
-            self.pacer.hold_tokens(bucket_key(account_id), rate, hold)
+            if hold > 0:
+                self.pacer.hold_tokens(bucket_key(account_id), rate, hold)
             if hold >= LONG_HOLD:
                 for name, plan in plans:
                     self._stores[name].hold(plan, "throttled")
@@ -502,3 +526,4 @@ class Engine:
             for account_id in result.accepted_numbers - result.throttled_numbers - result.unanswered_numbers:
                 if account_id in self._numbers:
                     self._numbers[account_id].throttle_streak = 0
+                    self._numbers[account_id].accepted_at = time.monotonic()
