@@ -15,7 +15,7 @@ import pytest
 from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy import credits
 from models.tenancy.tables import AuditEntry
-from tests.campaigns_fixtures import make_number
+from tests.campaigns_fixtures import campaign_simulator, make_number, sim  # noqa: F401  (the simulator fixtures)
 from tests.conftest import *  # noqa: F403  (fixtures)
 from tests.portal_fixtures import PortalClient, make_user, signed_in
 
@@ -64,8 +64,8 @@ def upload(browser: PortalClient, template_id, filename: str, content: bytes, cs
 
 
 @pytest.fixture
-def wizard(client, alice):
-    account = make_number(alice.id, templates=[TEMPLATE])
+def wizard(client, alice, sim):
+    account = make_number(alice.id, sim, templates=[TEMPLATE])
     template_id = account.templates[0].id
     browser = signed_in(client, make_user(alice.id, "developer"), headers={"Accept-Language": "es"})
     browser.get("/portal/campaigns/new")
@@ -215,6 +215,6 @@ def test_the_recipients_csv_of_the_api_and_the_portal_list_every_recipient(wizar
     from_portal = browser.get(f"/portal/campaigns/{campaign_id}/recipients.csv")
     assert [row["wa_id"] for row in csv.DictReader(io.StringIO(from_portal.text))] == [row["wa_id"] for row in rows]
     page = browser.get(f"/portal/campaigns/{campaign_id}").text
-    assert re.search(r'id="summary-line">1\.?203 destinatarios', page)
+    assert re.search(r'id="summary-line">1[.,\u00a0\u202f]?203 destinatarios', page)
     assert client.simulate_get(f"/api/v1/campaigns/{campaign_id}/recipients.csv",
                                headers=charlie.headers).status_code == 404
