@@ -24,9 +24,9 @@ from models.receivables.report import AGING_BUCKETS, FUNNEL, report
 from models.receivables.tables import DEBT_STATUSES
 from models.tenancy.tables import Tenant
 from models.tenancy.tenants import get_tenant
-from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
 from svcctl.dunning_plans import app as plans_app
 from svcctl.dunning_plans import dispute_app
+from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
 from svcctl.payments import export_app as payments_export_app
 from svcctl.responses import export_app as responses_export_app
 

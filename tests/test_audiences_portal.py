@@ -64,7 +64,7 @@ def upload(browser: PortalClient, template_id, filename: str, content: bytes, cs
 
 
 @pytest.fixture
-def wizard(client, alice, sim):
+def wizard(client, alice, sim):  # noqa: F811  (the fixture)
     account = make_number(alice.id, sim, templates=[TEMPLATE])
     template_id = account.templates[0].id
     browser = signed_in(client, make_user(alice.id, "developer"), headers={"Accept-Language": "es"})

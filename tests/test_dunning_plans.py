@@ -256,10 +256,12 @@ class TestApi:
         assert error["code"] == "validation_failed" and field in error["details"]["errors"], error
 
     def test_overlapping_segments_and_names_conflict(self, client, alice, number):
-        assert post(client, alice, "/planes", plan_body(moneda="USD", monto_desde=0, monto_hasta=100)).status_code == 201
+        usd_low = plan_body(moneda="USD", monto_desde=0, monto_hasta=100)
+        assert post(client, alice, "/planes", usd_low).status_code == 201
         overlap = post(client, alice, "/planes", plan_body(nombre="Otro", moneda="USD", monto_desde=50))
         assert overlap.status_code == 409 and error_of(overlap)["code"] == "plan_segment_conflict"
-        assert post(client, alice, "/planes", plan_body(nombre="Otro", moneda="USD", monto_desde=100)).status_code == 201
+        usd_high = plan_body(nombre="Otro", moneda="USD", monto_desde=100)
+        assert post(client, alice, "/planes", usd_high).status_code == 201
         named = post(client, alice, "/planes", plan_body(moneda="CLP"))
         assert named.status_code == 409 and error_of(named)["code"] == "plan_name_taken"
         assert post(client, alice, "/planes", plan_body(nombre="Todo")).status_code == 201
@@ -306,7 +308,8 @@ class TestCli:
     def test_dispute_resolve(self, alice, number):
         sync(alice, number, "A", [DUE])
         promises.dispute(get_debt(alice.id, "A"), "No es mía")
-        done = runner.invoke(svcctl_app, ["cartera", "dispute", "resolve", "A", "--tenant", alice.tenant.public_id, "--json"])
+        done = runner.invoke(svcctl_app, ["cartera", "dispute", "resolve", "A", "--tenant", alice.tenant.public_id,
+                                          "--json"])
         assert done.exit_code == 0, done.output
         assert json.loads(done.stdout)["status"] == "resolved"
         again = runner.invoke(svcctl_app, ["cartera", "dispute", "resolve", "A", "--tenant", alice.tenant.public_id])

@@ -29,9 +29,9 @@ import pytest
 import requests
 from jsonschema import Draft202012Validator
 
+from models.clock import utcnow
 from models.events import webhooks
 from models.events.tables import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, PING_EVENT
-from models.clock import utcnow
 from models.receivables import debtor_links, payments
 from models.receivables.tables import Debt, DebtPromise, Installment, Reminder
 from tests.conftest import Persona

@@ -21,7 +21,8 @@
 - `replies.py`: a debtor's WhatsApp replies: a quick reply recorded and answered, free text
   attached to their debts.
 - `responses.py`: the ERP's feed of what debtors said: promises, disputes, payments claimed.
-- `promises.py`: what a debtor says on their page: promises to pay by a date, and disputes; the company resolving a dispute.
+- `promises.py`: what a debtor says on their page: promises to pay by a date, and disputes; the company
+  resolving a dispute.
 - `debtor_links.py`: the debtor's page: its token per debtor and company, what it shows, paying
   from it, and the reminder's button that opens it.
 - `report.py`: what the reminders recovered (the funnel per step and campaign), aging, DSO.

@@ -38,8 +38,8 @@ from models.errors import DomainError
 from models.numbers.tables import MessagingAccount
 from models.receivables import dunning_plans
 from models.receivables.debtor_links import reminder_buttons
-from models.receivables.dunning_events import follow_up
 from models.receivables.debts import zone_of
+from models.receivables.dunning_events import follow_up
 from models.receivables.money import format_amount
 from models.receivables.payments import LINK_TEMPLATE
 from models.receivables.replies import reminder_buttons as quick_reply_buttons
@@ -120,7 +120,7 @@ def due_reminders(now: dt.datetime | None = None, settings=None) -> list[DueRemi
         plans = dunning_plans.plans_of(tenant_ids)
         installation = (settings.quiet_hours_start, settings.quiet_hours_end)
 
-        def sending(plan, time=local.time()):
+        def sending(plan, time=local.time(), installation=installation):
             return in_sending_window(time, *(plan.quiet_hours or installation))
         awake = [tenant_id for tenant_id in tenant_ids
                  if any(sending(plan) for plan in plans[tenant_id] or [dunning_plans.DEFAULT])]

@@ -26,7 +26,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints, ValidationError
 
 from models.clock import isoformat, utcnow
-from models.errors import Conflict, Invalid, NotFound
+from models.errors import Conflict, NotFound
 from models.ids import new_id
 from models.numbers.tables import MessagingAccount, Template
 from models.receivables.inputs import ExactInput, NonNegativeAmount, error_map, invalid

@@ -4,7 +4,16 @@ plan escalated (`debt.escalated` sent once per debt; models/receivables/dunning_
 A frozen copy of the tables as this migration creates them, so later changes to the live models
 do not change what it does."""
 
-from peewee import BigIntegerField, BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, Model, TextField
+from peewee import (
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    Model,
+    TextField,
+)
 
 
 def up(migrator, db):
