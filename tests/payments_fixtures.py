@@ -13,8 +13,10 @@ import requests
 from config import get_settings
 from gateway.mercadopago import sign
 from gateway.simulator import GatewaySimulator
+from messaging.client import GraphClient
 from models.receivables import payments
-from tests.campaigns_fixtures import template_row
+from models.tenancy.tables import Tenant
+from tests.campaigns_fixtures import TEMPLATES, make_number, template_row
 
 __all__ = ["gateway_sim", "gateway", "Seller"]
 
@@ -27,6 +29,21 @@ def add_link_template(sim_url: str, public_url: str | None = None) -> dict:
                              json=payments.link_template_definition(public_url or get_settings().public_url))
     response.raise_for_status()
     return template_row(response.json())
+
+
+def collecting_company(service, persona) -> tuple:
+    """The persona's company collects in Spanish (es_CO, UTC) on a live service: a number signed up
+    on its simulator with the link template, and a seller connected on its gateway simulator.
+    Returns the number and the template."""
+    Tenant.update(locale="es_CO", timezone="UTC").where(Tenant.id == persona.id).execute()
+    template = add_link_template(service.sim_url, service.api_url)
+    signup = requests.post(f"{service.sim_url}/_sim/signup", json={"mps": 20}, timeout=5).json()
+    with GraphClient(service.sim_url, app_id=get_settings().app_id, app_secret=service.env["SVC_APP_SECRET"]) as graph:
+        token = graph.exchange_code(signup["code"])
+    number = make_number(persona.id, phone_id=signup["phone_number_id"], token=token, templates=[*TEMPLATES, template])
+    seller = requests.post(f"{service.gateway_url}/_sim/sellers", timeout=5).json()
+    payments.connect_gateway(persona.id, seller["access_token"], seller["webhook_secret"])
+    return number, template
 
 
 @pytest.fixture(scope="session")

@@ -15,15 +15,11 @@ from urllib.parse import urlencode
 import pytest
 import requests
 
-from config import get_settings
-from messaging.client import GraphClient
-from models.receivables import payments, snapshots
+from models.receivables import snapshots
 from models.receivables.inputs import parse_debt
 from models.receivables.tables import Debt, Payment
-from models.tenancy.tables import Tenant
-from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.live import PaymentsLiveService, env_for, wait_until
-from tests.payments_fixtures import add_link_template
+from tests.payments_fixtures import collecting_company
 from tests.receivables_fixtures import debt_body
 from tests.test_payments_live import link_in, sent_to
 
@@ -52,14 +48,7 @@ def form_of(page: str, marker: str) -> dict[str, str]:
 def remind(service: PaymentsLiveService, alice) -> str:
     """A debt of two installments, the first due today, on a number with the link template and a
     company with a gateway: the reminder goes out; returns the URL its button opens."""
-    Tenant.update(locale="es_CO", timezone="UTC").where(Tenant.id == alice.id).execute()
-    template = add_link_template(service.sim_url, service.api_url)
-    signup = requests.post(f"{service.sim_url}/_sim/signup", json={"mps": 20}, timeout=5).json()
-    with GraphClient(service.sim_url, app_id=get_settings().app_id, app_secret=service.env["SVC_APP_SECRET"]) as graph:
-        token = graph.exchange_code(signup["code"])
-    number = make_number(alice.id, phone_id=signup["phone_number_id"], token=token, templates=[*TEMPLATES, template])
-    seller = requests.post(f"{service.gateway_url}/_sim/sellers", timeout=5).json()
-    payments.connect_gateway(alice.id, seller["access_token"], seller["webhook_secret"])
+    number, template = collecting_company(service, alice)
     today = dt.datetime.now(dt.UTC).date()
     body = debt_body(number.public_id, "P-1", moneda="COP", monto_original=150000, saldo_pendiente=150000,
                      auto_send=True, referencia="Factura P-1",

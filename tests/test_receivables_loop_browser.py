@@ -22,19 +22,14 @@ import json
 import pytest
 import requests
 
-from config import get_settings
 from jobs.queue import build_huey
-from messaging.client import GraphClient
 from models.events import webhooks
 from models.numbers.tables import PlatformWebhookBatch
-from models.receivables import payments
 from models.receivables.collection import due_reminders, send_due_reminders
 from models.receivables.tables import Debt, DebtDispute, DebtPromise, GatewayNotification, Payment
-from models.tenancy.tables import Tenant
 from tests.browser_fixtures import *  # noqa: F403  (browser: the system Chromium)
-from tests.campaigns_fixtures import TEMPLATES, make_number
 from tests.live import PaymentsLiveService, env_for, wait_until
-from tests.payments_fixtures import add_link_template
+from tests.payments_fixtures import collecting_company
 from tests.test_payments_live import link_in, sent_to
 from tests.webhooks_fixtures import *  # noqa: F403  (receiver, webhook_ca, webhook_settings)
 from tests.webhooks_fixtures import configure, verify
@@ -81,14 +76,7 @@ def company(service: PaymentsLiveService, alice, tmp_path) -> tuple[str, dict]:
     """Alice's number has the link template, her company a seller on the gateway, a plan with steps
     0, +3 and +10, and a debt of two installments due today imported from a CSV file. Returns
     her number's id and the template."""
-    Tenant.update(locale="es_CO", timezone="UTC").where(Tenant.id == alice.id).execute()
-    template = add_link_template(service.sim_url, service.api_url)
-    signup = requests.post(f"{service.sim_url}/_sim/signup", json={"mps": 20}, timeout=5).json()
-    with GraphClient(service.sim_url, app_id=get_settings().app_id, app_secret=service.env["SVC_APP_SECRET"]) as graph:
-        token = graph.exchange_code(signup["code"])
-    number = make_number(alice.id, phone_id=signup["phone_number_id"], token=token, templates=[*TEMPLATES, template])
-    seller = requests.post(f"{service.gateway_url}/_sim/sellers", timeout=5).json()
-    payments.connect_gateway(alice.id, seller["access_token"], seller["webhook_secret"])
+    number, template = collecting_company(service, alice)
     tenant = alice.tenant.public_id
 
     plan = tmp_path / "plan.json"
