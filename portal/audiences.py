@@ -161,13 +161,23 @@ def _warning(template: Template) -> str | None:
     return None
 
 
+def _open_draft(req, resp, draft_id: str) -> audience_drafts.Draft | None:
+    """The user's draft, or None once its campaign exists: the form sent again (a double click, the
+    back button) is taken to that campaign instead."""
+    context = ctx(req)
+    draft = audience_drafts.load(context.tenant_id, context.user.id, draft_id)
+    if draft.campaign_id:
+        redirect(resp, f"{BASE}/campaigns/{draft.campaign_id}")
+        return None
+    return draft
+
+
 class CampaignDraft:
     @page()
     def on_get(self, req, resp, draft_id: str):
         context = ctx(req)
-        draft = audience_drafts.load(context.tenant_id, context.user.id, draft_id)
-        if draft.campaign_id:
-            redirect(resp, f"{BASE}/campaigns/{draft.campaign_id}")
+        draft = _open_draft(req, resp, draft_id)
+        if draft is None:
             return
         template = _template(context.tenant_id, draft.template_id)
         mapping, chosen = _mapping(req.get_param, draft.audience.columns, template, strict=False)
@@ -197,9 +207,8 @@ class CampaignDraftSend:
     @page(write="campaigns")
     def on_post(self, req, resp, draft_id: str):
         context = ctx(req)
-        draft = audience_drafts.load(context.tenant_id, context.user.id, draft_id)
-        if draft.campaign_id:
-            redirect(resp, f"{BASE}/campaigns/{draft.campaign_id}")
+        draft = _open_draft(req, resp, draft_id)
+        if draft is None:
             return
         fields = form(req)
         template = _template(context.tenant_id, draft.template_id)
