@@ -10,6 +10,7 @@ import falcon
 
 from api.errors import validation_error
 from config import get_settings
+from models.store.prepared import Prepared
 
 DEFAULT_PER_PAGE = 50
 # Far past any list's end; a bound keeps page numbers inside what the database and JSON encoders
@@ -50,6 +51,18 @@ def paginate(req: falcon.Request, query, serialize: Callable, max_per_page: int 
     total = query.count()
     return page_envelope(req, page, per_page, total, [serialize(row) for row in page_rows(query, page, per_page,
                                                                                           total)])
+
+
+def prepared_page(req: falcon.Request, count: Prepared, rows: Prepared, args: tuple, serialize: Callable,
+                  max_per_page: int = 100) -> dict:
+    """`paginate` for a list whose two statements are built once (models/store/prepared.py): `count`
+    answers one row holding the list's total for `args`; `rows` takes `args` followed by the
+    page's LIMIT and OFFSET and answers the page's rows, serialized one by one."""
+    page, per_page = page_params(req, max_per_page)
+    (total,) = count.first(*args)
+    offset = (page - 1) * per_page
+    found = rows.rows(*args, per_page, offset) if offset < total else []
+    return page_envelope(req, page, per_page, total, [serialize(row) for row in found])
 
 
 def page_envelope(req: falcon.Request, page: int, per_page: int, total: int, items: list) -> dict:
