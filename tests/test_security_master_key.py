@@ -50,12 +50,17 @@ def demo_installation(tmp_path):
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     api, sim = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{sim_port}"
     try:
-        wait_until(lambda: _answers(api + "/api/v1/openapi.json") and _answers(sim + "/_sim/health"),
-                   timeout=60, message="svcctl up --sim")
+        # The banner comes once the demo number is connected, after the API first answers.
+        wait_until(lambda: _answers(api + "/api/v1/openapi.json") and _answers(sim + "/_sim/health")
+                   and _banner_printed(log_path), timeout=60, message="svcctl up --sim and its banner")
         yield process, api, sim, tmp_path / "data", log_path
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=40)
+
+
+def _banner_printed(log_path: Path) -> bool:
+    return any(line.startswith("sign in") for line in log_path.read_text().splitlines())
 
 
 def _answers(url: str) -> bool:
