@@ -67,13 +67,13 @@ def _require(kind: str) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """The timing tests run in two lines side by side (scripts/test, `--dist loadgroup`): those that
-    time the cores one after another, and beside them those that only wait on the wall clock for a
-    deadline, which leave the cores to the first line."""
+    """The timing tests run in lines side by side (scripts/test, `--dist loadgroup`): those that
+    time the cores one after another in one line, and beside it those that only wait on the wall
+    clock for a deadline, a line per file, which leave the cores to the first line."""
     for item in items:
         timing = item.get_closest_marker("timing")
         if timing is not None:
-            line = "cores" if timing.kwargs.get("cores", True) else "deadlines"
+            line = "cores" if timing.kwargs.get("cores", True) else f"deadlines-{item.path.stem}"
             item.add_marker(pytest.mark.xdist_group(line))
 
 
