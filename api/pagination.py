@@ -62,13 +62,25 @@ def prepared_page(req: falcon.Request, count: Prepared, rows: Prepared, args: tu
     driver does (`Prepared.driver_rows`: no model object or field conversion per row)."""
     page, per_page = page_params(req, max_per_page)
     (total,) = count.first(*args)
+    return _prepared_rows(req, page, per_page, total, rows, (*args, *rows_args), serialize, driver_rows)
+
+
+def counted_page(req: falcon.Request, total: int, rows: Prepared, args: tuple, serialize: Callable,
+                 max_per_page: int = 100, *, driver_rows: bool = False) -> dict:
+    """`prepared_page` for a list whose total was read already (with the row it belongs to)."""
+    page, per_page = page_params(req, max_per_page)
+    return _prepared_rows(req, page, per_page, total, rows, args, serialize, driver_rows)
+
+
+def _prepared_rows(req: falcon.Request, page: int, per_page: int, total: int, rows: Prepared, args: tuple,
+                   serialize: Callable, driver_rows: bool) -> dict:
     offset = (page - 1) * per_page
-    if offset >= total:
+    if offset >= total:  # past the end: empty without asking the database
         found: list = []
     elif driver_rows:
-        found = rows.driver_rows(*args, *rows_args, per_page, offset)
+        found = rows.driver_rows(*args, per_page, offset)
     else:
-        found = rows.rows(*args, *rows_args, per_page, offset)
+        found = rows.rows(*args, per_page, offset)
     return page_envelope(req, page, per_page, total, [serialize(row) for row in found])
 
 
