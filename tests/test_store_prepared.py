@@ -50,3 +50,12 @@ def test_driver_rows_are_the_columns_as_stored_and_their_times_read_as_the_model
     assert isoformat_stored(None) is None
     aware = dt.datetime(2026, 11, 28, 6, 30, tzinfo=dt.timezone(dt.timedelta(hours=-3)))
     assert isoformat_stored(aware) == isoformat(aware) == "2026-11-28T09:30:00Z"
+
+
+@pytest.mark.parametrize("stored", ["2026-11-28 09:30:05", "2026-11-28 09:30:05.000120", "2026-11-28 09:30:05.000000",
+                                    "2026-11-28 09:30:05.12", "2026-11-28T09:30:05", "2026-11-28",
+                                    "2026-11-28 06:30:05-03:00"])
+def test_a_stored_time_in_any_of_its_spellings_is_written_as_the_models_datetime(stored):
+    read = Tenant.created_at.python_value(stored)  # as the model reads SQLite's text
+    model = dt.datetime.fromisoformat(stored) if isinstance(read, str) else read  # peewee leaves others as text
+    assert isoformat_stored(stored) == isoformat(model)

@@ -82,6 +82,11 @@ def isoformat_stored(value: dt.datetime | str | None) -> str | None:
     if value is None:
         return None
     if type(value) is str:
+        # The adapter's text is `datetime.isoformat(" ")`: with a fraction only when there is one,
+        # of six digits. That text is the answer but for the separator and the zone.
+        if value[10:11] == " " and (len(value) == 19 or (len(value) == 26 and value[19] == "."
+                                                         and value[20:] != "000000")):
+            return f"{value[:10]}T{value[11:]}Z"
         value = dt.datetime.fromisoformat(value)
     if value.tzinfo is None:  # what `isoformat` writes for a naive UTC time, without its conversions
         return value.isoformat() + "Z"
