@@ -21,13 +21,13 @@ from pydantic import ConfigDict, Field
 
 from api.errors import ApiError, envelope
 from api.operation import Reply, ok, operation
-from api.pagination import paginate
+from api.pagination import counted_page, prepared_page
 from api.schemas import PAGE_QUERY, DataOnly, HttpsUrl, Input, Output, Page, Success, text
 from config import get_settings
 from models.clock import isoformat
 from models.errors import DomainError
 from models.numbers import accounts, onboarding, template_authoring
-from models.numbers.tables import PLATFORM_UNAVAILABLE, SIGNUP_CANCELLED, SIGNUP_FAILED, MessagingAccount
+from models.numbers.tables import PLATFORM_UNAVAILABLE, SIGNUP_CANCELLED, SIGNUP_FAILED
 from models.store.db import atomic
 
 log = logging.getLogger(__name__)
@@ -132,10 +132,6 @@ class DeletedTemplates(Output):
     deleted: list[ReviewedTemplate]
 
 
-def _account_reply(account: MessagingAccount) -> dict:
-    return account.as_dict(messages_sent_today=accounts.messages_sent_today(account.id))
-
-
 class CoexistenceLinkResource:
     @operation("Create a link that connects a WhatsApp Business app number (coexistence)",
                scope="accounts:connect", body=CoexistenceLinkInput, rate_limit=CONNECT_RATE_LIMIT,
@@ -157,25 +153,24 @@ class AccountsResource:
     @operation("List the company's numbers", scope="accounts:read", responses={200: Page[Account]},
                errors=(401, 403, 422, 429), query=PAGE_QUERY, tags=("accounts",))
     def on_get(self, req, resp) -> Reply:
-        page = paginate(req, accounts.accounts_of(req.context.tenant_id), lambda account: account)
-        sent = accounts.messages_sent_today_by_account([account.id for account in page["data"]])
-        page["data"] = [account.as_dict(messages_sent_today=sent.get(account.id, 0)) for account in page["data"]]
-        return Reply(200, page)
+        count, rows, args = accounts.account_list(req.context.tenant_id)
+        return Reply(200, prepared_page(req, count, rows, args, accounts.listed_account,
+                                        rows_args=(accounts.sent_since_now(),), driver_rows=True))
 
 
 class AccountResource:
     @operation("Read one number", scope="accounts:read", responses={200: DataOnly[Account]},
                errors=(401, 403, 404, 429), tags=("accounts",))
     def on_get(self, req, resp, account_id: str) -> Reply:
-        return Reply(200, {"data": _account_reply(accounts.get_account(req.context.tenant_id, account_id))})
+        return Reply(200, {"data": accounts.read_account(req.context.tenant_id, account_id)})
 
 
 class AccountTemplatesResource:
     @operation("List a number's approved templates", scope="templates:read", responses={200: Page[Template]},
                errors=(401, 403, 404, 422, 429), query=PAGE_QUERY, tags=("accounts",))
     def on_get(self, req, resp, account_id: str) -> Reply:
-        account = accounts.get_account(req.context.tenant_id, account_id)
-        return Reply(200, paginate(req, accounts.approved_templates(account.id), lambda t: t.as_dict()))
+        total, rows, args = accounts.templates_of(req.context.tenant_id, account_id)
+        return Reply(200, counted_page(req, total, rows, args, accounts.listed_template, driver_rows=True))
 
     @operation("Create a template and submit it for review", scope="templates:write", body=TemplateInput,
                responses={201: Success[ReviewedTemplate]}, errors=(401, 403, 404, 409, 422, 429, 503),

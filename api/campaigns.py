@@ -8,7 +8,7 @@ from pydantic import Field
 
 from api.errors import validation_error
 from api.operation import Reply, operation
-from api.pagination import page_envelope, page_params, paginate
+from api.pagination import page_envelope, page_params, prepared_page
 from api.schemas import PAGE_QUERY, DataOnly, Output, Page
 from jobs.campaigns import enqueue_dispatch
 from models.sending import campaigns, recipient_export
@@ -105,10 +105,8 @@ class CampaignsResource:
                responses={200: Page[Campaign]}, errors=(401, 403, 422, 429), query=(STATUS_QUERY, *PAGE_QUERY),
                tags=("campaigns",))
     def on_get(self, req, resp) -> Reply:
-        status = _status_param(req, CAMPAIGN_STATUSES)
-        body = paginate(req, campaigns.campaigns_of(req.context.tenant_id, status), lambda row: row)
-        body["data"] = campaigns.campaign_dicts(body["data"])
-        return Reply(200, body)
+        count, rows, args = campaigns.campaign_list(req.context.tenant_id, _status_param(req, CAMPAIGN_STATUSES))
+        return Reply(200, prepared_page(req, count, rows, args, campaigns.listed_campaign, driver_rows=True))
 
 
 class CampaignResource:
@@ -122,11 +120,18 @@ class RecipientsResource:
     @operation("List a campaign's recipients", scope="campaigns:read", responses={200: Page[CampaignRecipient]},
                errors=(401, 403, 404, 422, 429), query=RECIPIENT_QUERY, tags=("campaigns",))
     def on_get(self, req, resp, campaign_id: str) -> Reply:
-        campaign = campaigns.get_campaign(req.context.tenant_id, campaign_id)
+        found, total = campaigns.campaign_size(req.context.tenant_id, campaign_id)
         status = _status_param(req, RECIPIENT_STATUSES)
+        if status is not None:
+            count, rows, args = campaigns.recipients_in(found, status)
+            return Reply(200, prepared_page(req, count, rows, args, campaigns.listed_recipient, max_per_page=200,
+                                            driver_rows=True))
+        # Unfiltered, page N is the positions ((N-1)*per_page, N*per_page]: an index seek whatever
+        # the page, and the total is the campaign's own (`recipients_page`).
         page, per_page = page_params(req, max_per_page=200)
-        rows, total = campaigns.recipients_page(campaign, status, page, per_page)
-        return Reply(200, page_envelope(req, page, per_page, total, [row.as_dict() for row in rows]))
+        first = (page - 1) * per_page
+        items = campaigns.recipients_at(found, first + 1, first + per_page) if first < total else []
+        return Reply(200, page_envelope(req, page, per_page, total, items))
 
 
 class RecipientsCsvResource:

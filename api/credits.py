@@ -56,8 +56,7 @@ class LedgerResource:
                errors=(401, 403, 422, 429), query=PAGE_QUERY, tags=("credits",))
     def on_get(self, req, resp) -> Reply:
         page, per_page = page_params(req)
-        rows, total = credits.ledger_page(req.context.tenant_id, page, per_page)
-        entries = [entry.as_dict() for entry in rows]
+        entries, total = credits.ledger_entries(req.context.tenant_id, page, per_page)
         return ok(entries, meta={"current_page": page, "per_page": per_page, "total": total,
                                  "last_page": max(1, math.ceil(total / per_page))})
 

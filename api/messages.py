@@ -104,8 +104,7 @@ class MessageResource:
     @operation("Read a single message", scope="messages:write", responses={200: DataOnly[Message]},
                errors=(401, 403, 404, 429), tags=("messages",))
     def on_get(self, req, resp, message_id: str) -> Reply:
-        message = messages.get_message(req.context.tenant_id, message_id)
-        return Reply(200, {"data": message.as_dict()})
+        return Reply(200, {"data": messages.read_message(req.context.tenant_id, message_id)})
 
 
 ROUTES = [("/messages", MessagesResource()), ("/messages/{message_id}", MessageResource())]

@@ -54,14 +54,33 @@ def paginate(req: falcon.Request, query, serialize: Callable, max_per_page: int 
 
 
 def prepared_page(req: falcon.Request, count: Prepared, rows: Prepared, args: tuple, serialize: Callable,
-                  max_per_page: int = 100) -> dict:
+                  max_per_page: int = 100, *, rows_args: tuple = (), driver_rows: bool = False) -> dict:
     """`paginate` for a list whose two statements are built once (models/store/prepared.py): `count`
-    answers one row holding the list's total for `args`; `rows` takes `args` followed by the
-    page's LIMIT and OFFSET and answers the page's rows, serialized one by one."""
+    answers one row holding the list's total for `args`; `rows` takes `args`, then `rows_args`
+    (arguments of the rows' statement alone), then the page's LIMIT and OFFSET, and answers the
+    page's rows, serialized one by one: as the query returns them, or with `driver_rows` as the
+    driver does (`Prepared.driver_rows`: no model object or field conversion per row)."""
     page, per_page = page_params(req, max_per_page)
     (total,) = count.first(*args)
+    return _prepared_rows(req, page, per_page, total, rows, (*args, *rows_args), serialize, driver_rows)
+
+
+def counted_page(req: falcon.Request, total: int, rows: Prepared, args: tuple, serialize: Callable,
+                 max_per_page: int = 100, *, driver_rows: bool = False) -> dict:
+    """`prepared_page` for a list whose total was read already (with the row it belongs to)."""
+    page, per_page = page_params(req, max_per_page)
+    return _prepared_rows(req, page, per_page, total, rows, args, serialize, driver_rows)
+
+
+def _prepared_rows(req: falcon.Request, page: int, per_page: int, total: int, rows: Prepared, args: tuple,
+                   serialize: Callable, driver_rows: bool) -> dict:
     offset = (page - 1) * per_page
-    found = rows.rows(*args, per_page, offset) if offset < total else []
+    if offset >= total:  # past the end: empty without asking the database
+        found: list = []
+    elif driver_rows:
+        found = rows.driver_rows(*args, per_page, offset)
+    else:
+        found = rows.rows(*args, per_page, offset)
     return page_envelope(req, page, per_page, total, [serialize(row) for row in found])
 
 

@@ -3,6 +3,7 @@ both under gunicorn with the same settings, in one run.
 
     python -m bench.api [--seconds 5] [--rounds 3] [--connections 32] [--workers 3] [--postgres URL --redis URL]
     python -m bench.api --all [same options]    # every read against its own floor (bench/reads.py)
+    python -m bench.api --all --only /accounts  # only the reads whose path holds this text (repeatable)
 
 Prints the throughputs, p50/p99 latencies, the server's CPU per request (master and workers, user +
 system) and both ratios, metrics on (as always): ours carries the request id and HTTP metrics, and
@@ -92,6 +93,9 @@ def main() -> None:
     parser.add_argument("--redis", help="Redis URL for the rate-limit counters")
     parser.add_argument("--all", action="store_true",
                         help="every read endpoint against its own floor and bare Falcon (bench/reads.py)")
+    parser.add_argument("--only", action="append", metavar="SUBSTRING",
+                        help="with --all: only the reads whose path (as in bench/reads.py READS) holds this "
+                             "text; may be given more than once")
     args = parser.parse_args()
     if args.all:
         from bench import reads

@@ -51,7 +51,17 @@ READS = ("/credits/balance", "/credits/ledger", "/campaigns", "/campaigns/{campa
 LEFT_OUT = ("/webhooks/endpoints", "/campaigns/{campaign_id}/recipients.csv")
 
 
-def seed(env: dict[str, str]) -> tuple[str, list[str]]:
+def selected(only: list[str] | None) -> tuple[str, ...]:
+    """READS, or those holding one of `only`'s texts."""
+    if not only:
+        return READS
+    reads = tuple(read for read in READS if any(text in read for text in only))
+    if not reads:
+        raise SystemExit(f"--only {' '.join(only)}: no read of {', '.join(READS)}")
+    return reads
+
+
+def seed(env: dict[str, str], reads: tuple[str, ...] = READS) -> tuple[str, list[str]]:
     """The company's data and key; returns the key and the reads (paths with their query)."""
     import datetime as dt
 
@@ -133,7 +143,7 @@ def seed(env: dict[str, str]) -> tuple[str, list[str]]:
     first_debt = "D-0"
     ids = {"campaign_id": campaign.public_id, "message_id": message.public_id, "account_id": account.public_id,
            "external_id": first_debt, "plan_id": plans[0]}
-    return key, [read.format(**ids) for read in READS]
+    return key, [read.format(**ids) for read in reads]
 
 
 @contextlib.contextmanager
@@ -192,9 +202,10 @@ def floor_plan(env: dict[str, str], key: str, reads: list[str]) -> dict:
     return plan
 
 
-def run(env: dict[str, str], workers: int, seconds: int, rounds: int, connections: int) -> list[dict]:
+def run(env: dict[str, str], workers: int, seconds: int, rounds: int, connections: int,
+        chosen: tuple[str, ...] = READS) -> list[dict]:
     """Seed, plan the floors, then time every read: one row per read with the medians."""
-    key, reads = seed(env)
+    key, reads = seed(env, chosen)
     plan = floor_plan(env, key, reads)
     plan_path = os.path.join(env["SVC_DATA_DIR"], "read-floor.pickle")
     with open(plan_path, "wb") as plan_file:
@@ -266,6 +277,6 @@ def main(args) -> None:
         env["SVC_DATABASE_URL"] = args.postgres
     if args.redis:
         env["SVC_REDIS_URL"] = args.redis
-    rows = run(env, args.workers, args.seconds, args.rounds, args.connections)
+    rows = run(env, args.workers, args.seconds, args.rounds, args.connections, selected(getattr(args, "only", None)))
     storage = ("PostgreSQL" if args.postgres else "SQLite") + (" + Redis" if args.redis else "")
     report(rows, storage, args.workers, args.seconds, args.rounds, args.connections)

@@ -150,6 +150,49 @@ def test_templates_are_paginated(client, alice):
     assert pages[0]["meta"]["last_page"] == 2 and pages[1]["links"]["next"] is None
 
 
+def test_account_reads_answer_what_the_models_as_dict_gives(client, alice, charlie):
+    """GET /accounts, /accounts/{id} and its templates make their items from the driver's rows:
+    what `MessagingAccount.as_dict` (with `messages_sent_today`) and `Template.as_dict` give for
+    the same rows, in several states, on every page."""
+    import datetime as dt
+
+    from models.clock import utcnow
+
+    busy, quiet = (account_row(connect_number(client, alice, label="Sales", external_reference="crm-7")),
+                   account_row(connect_number(client, alice)))
+    connect_number(client, charlie)  # another company's number stays out of the list
+    accounts.record_business_sends(busy.id, ["56911110000", "56922220000"])
+    accounts.record_business_sends(busy.id, ["56933330000"], at=utcnow() - dt.timedelta(hours=25))  # out of the 24 h
+    accounts.record_business_sends(quiet.id, ["56933330000"], at=utcnow() - dt.timedelta(hours=25))
+    MessagingAccount.update(status="paused", label=None, daily_limit=None, quality_rating=None, connected_at=None,
+                            subscribed_to_webhooks=False, created_at=dt.datetime(2026, 11, 28, 9, 30)).where(
+        MessagingAccount.id == quiet.id).execute()  # a time written without its fraction
+    Template.create(account=busy.id, name="a_first", language="es", status="approved", body_text=None,
+                    components=[{"type": "BODY", "text": "Hola"}], updated_at=dt.datetime(2026, 11, 28, 9, 30))
+    Template.create(account=busy.id, name="a_gone", language="es", status="approved", active=False)
+    Template.create(account=busy.id, name="a_rejected", language="es", status="rejected")
+
+    def as_model_gives(account: MessagingAccount) -> dict:
+        account = MessagingAccount.get_by_id(account.id)
+        return account.as_dict(messages_sent_today=accounts.messages_sent_today(account.id))
+
+    expected = [as_model_gives(busy), as_model_gives(quiet)]
+    assert [item["messages_sent_today"] for item in expected] == [2, 0]
+    for account, item in zip((busy, quiet), expected, strict=True):
+        assert client.simulate_get(f"/api/v1/accounts/{account.public_id}", headers=alice.headers).json == {
+            "data": item}
+    for params, items in (({}, expected), ({"per_page": 1}, expected[:1]), ({"per_page": 1, "page": 2}, expected[1:]),
+                          ({"page": 2}, [])):
+        body = client.simulate_get("/api/v1/accounts", params=params, headers=alice.headers).json
+        assert body["data"] == items and body["meta"]["total"] == 2, params
+    templates = [template.as_dict() for template in accounts.approved_templates(busy.id)]
+    assert templates[0]["name"] == "a_first" and templates[0]["variables"] == [] and templates[0]["components"]
+    for params, items in (({}, templates), ({"per_page": 2, "page": 2}, templates[2:4]), ({"page": 3}, [])):
+        body = client.simulate_get(f"/api/v1/accounts/{busy.public_id}/templates", params=params,
+                                   headers=alice.headers).json
+        assert body["data"] == items and body["meta"]["total"] == len(templates), params
+
+
 def test_a_sync_picks_up_new_and_changed_templates_and_retires_vanished_ones(client, alice, simulator):
     account = account_row(connect_number(client, alice))
     Template.create(account=account.id, name="old_promo", language="en_US", status="approved", body_text="Hi")

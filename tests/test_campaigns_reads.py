@@ -197,3 +197,69 @@ def test_a_campaign_read_is_the_campaign_as_every_other_path_shows_it(client, al
     assert detail["external_reference"] == "ref-1" and detail["account_id"] == number.public_id
     missing = client.simulate_get(f"{URL}/cmp_nothing", headers=alice.headers)
     assert missing.status_code == 404 and missing.json["error"]["code"] == "campaign_not_found"
+
+
+def test_the_list_answers_what_campaign_dict_gives_for_each_campaign_in_each_state(client, alice, charlie, number,
+                                                                                   sim, queue_only):
+    """GET /campaigns reads its page in two statements built once; each item is what
+    `campaign_dict` (the portal's list, the cancel) gives for the same campaign."""
+    held = create_for(alice, number, ["5215550200071", "5215550200072", "5215550200073"], external_reference="r-1")
+    done = create_for(alice, number, ["5215550200074"])
+    scheduled = create_for(alice, number, ["5215550200075", "5215550200076"])
+    create_campaign(alice.id, campaign_body(number, ["5215550200077"]), source="collection")
+    create_for(charlie, make_number(charlie.id, sim), ["5215550200078"])
+    on_the_second = held.created_at.replace(microsecond=0)  # a time written without its fraction
+    for wa_id, status in (("5215550200071", "sent"), ("5215550200072", "skipped"), ("5215550200075", "cancelled")):
+        CampaignRecipient.update(status=status).where(CampaignRecipient.wa_id == wa_id).execute()
+    Campaign.update(status="pending", hold_reason="number_paused", send_at=on_the_second).where(
+        Campaign.id == held.id).execute()
+    Campaign.update(status="completed", started_at=on_the_second, finished_at=done.created_at).where(
+        Campaign.id == done.id).execute()
+    # A hold reason is shown only while the campaign is pending.
+    Campaign.update(hold_reason="left from a hold").where(Campaign.id == scheduled.id).execute()
+    campaigns_module.move_credits(Campaign.get_by_id(done.id), consume=1)
+
+    def expected(status: str | None = None) -> list[dict]:
+        return campaigns_module.campaign_dicts(list(campaigns_module.campaigns_of(alice.id, status)))
+
+    for params, items in (({}, expected()), ({"status": "pending"}, expected("pending")),
+                          ({"status": "completed"}, expected("completed")), ({"status": "failed"}, [])):
+        body = client.simulate_get(URL, params=params, headers=alice.headers).json
+        assert body["data"] == items and body["meta"]["total"] == len(items), params
+    assert [item["id"] for item in expected()] == [scheduled.public_id, done.public_id, held.public_id]
+    second = client.simulate_get(URL, params={"per_page": 2, "page": 2}, headers=alice.headers).json
+    assert second["data"] == expected()[2:] and second["meta"]["total"] == 3 and second["links"]["next"] is None
+    past = client.simulate_get(URL, params={"per_page": 2, "page": 3}, headers=alice.headers).json
+    assert past["data"] == [] and past["meta"]["total"] == 3
+
+
+def test_recipient_pages_answer_what_the_recipients_as_dict_gives_in_each_state(client, alice, number, queue_only):
+    """GET /campaigns/{id}/recipients reads its rows as the driver gives them; each item is what
+    `CampaignRecipient.as_dict` gives for the same recipient, with and without a status."""
+    import datetime as dt
+
+    campaign = create_for(alice, number, [f"52155503000{n:02d}" for n in range(7)])
+    at = dt.datetime(2026, 11, 28, 9, 30)  # a time written without its fraction
+    later = at + dt.timedelta(seconds=61, microseconds=250)
+    changes = (
+        {"status": "sent", "attempts": 1, "message_id": "msg_a", "wam_id": "wamid.A", "sent_at": at},
+        {"status": "read", "attempts": 2, "message_id": "msg_b", "wam_id": "wamid.B", "sent_at": at,
+         "delivered_at": later, "read_at": later},
+        {"status": "failed", "attempts": 1, "error_code": "131026", "last_error": "undeliverable"},
+        {"status": "skipped", "error_code": "marketing_opt_out", "external_contact_id": "crm-9"},
+        {"payload": {"order": 7, "tags": ["a", "b"]},
+         "buttons": [{"index": 0, "type": "url", "text": "abc"}, {"index": 1, "type": "quick_reply", "payload": "p"}]},
+        {"status": "sent", "sent_at": later, "payload": {}},
+    )
+    rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id)
+                .order_by(CampaignRecipient.id))
+    for row, change in zip(rows, changes, strict=False):
+        CampaignRecipient.update(**change).where(CampaignRecipient.id == row.id).execute()
+    path = f"{URL}/{campaign.public_id}/recipients"
+    for status in (None, "sent", "failed", "skipped", "pending", "delivered"):
+        for page, per_page in ((1, 100), (1, 2), (2, 2), (4, 2), (9, 2)):
+            params = {"page": page, "per_page": per_page, **({"status": status} if status else {})}
+            found, total = campaigns_module.recipients_page(Campaign.get_by_id(campaign.id), status, page, per_page)
+            body = client.simulate_get(path, params=params, headers=alice.headers).json
+            assert body["data"] == [row.as_dict() for row in found], params
+            assert body["meta"]["total"] == total, params

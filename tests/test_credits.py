@@ -215,3 +215,23 @@ def test_wallet_copy_seconds_is_a_bounded_number_and_zero_keeps_no_copy(sqlite_s
     with connection(), statements_run() as ran:
         assert never.row(tenant.id, credits.wallet_of) == never.row(tenant.id, credits.wallet_of)
         assert len(ran) == 2, "with no copies kept, every read goes to the database"
+
+
+def test_a_ledger_page_answers_what_each_entrys_as_dict_gives(client, alice, charlie):
+    """GET /credits/ledger makes its entries from the driver's rows: what `LedgerEntry.as_dict`
+    gives for the same entries, on every page."""
+    import datetime as dt
+
+    credits.grant(charlie.id, 5)  # another company's entry stays out of these pages
+    credits.reserve(alice.id, 3, reference="camp-1", campaign_id=41)
+    credits.release(alice.id, 1, description="left over", campaign_id=41)
+    credits.grant(alice.id, 7)
+    first = LedgerEntry.select().where(LedgerEntry.tenant == alice.id).order_by(LedgerEntry.id).first()
+    LedgerEntry.update(created_at=dt.datetime(2026, 11, 28, 9, 30), messaging_account_id=9).where(
+        LedgerEntry.id == first.id).execute()  # a time written without its fraction
+    for page, per_page in ((1, 50), (1, 2), (2, 2), (3, 2), (1, 1), (4, 1)):
+        entries, total = credits.ledger_page(alice.id, page, per_page)
+        body = client.simulate_get("/api/v1/credits/ledger", params={"page": page, "per_page": per_page},
+                                   headers=alice.headers).json
+        assert body["data"] == [entry.as_dict() for entry in entries], (page, per_page)
+        assert body["meta"]["total"] == total == 4

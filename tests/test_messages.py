@@ -281,6 +281,24 @@ def test_reading_a_message_needs_the_scope_and_ownership(client, alice, charlie,
     assert client.simulate_post(URL, json=text_body(number, customer), headers=no_scope).status_code == 403
 
 
+def test_a_message_read_answers_what_its_as_dict_gives_in_each_state(client, alice, number, customer, queue_only):
+    """GET /messages/{id} reads only the columns it shows, with its number's id, in one statement:
+    what `Message.as_dict` gives for the same message, in each state."""
+    import datetime as dt
+
+    at = dt.datetime(2026, 11, 28, 9, 30)  # a time written without its fraction
+    states = ({}, {"status": "sent", "wam_id": "wamid.S", "sent_at": at, "external_reference": "crm-1"},
+              {"status": "delivered", "wam_id": "wamid.D", "sent_at": at + dt.timedelta(microseconds=7)},
+              {"status": "read", "wam_id": "wamid.R", "sent_at": at},
+              {"status": "failed", "error_code": "131026", "last_error": "undeliverable", "created_at": at})
+    for change in states:
+        data = send(client, alice, text_body(number, customer)).json["data"]
+        if change:
+            Message.update(**change).where(Message.public_id == data["id"]).execute()
+        expected = Message.get(Message.public_id == data["id"]).as_dict()
+        assert client.simulate_get(f"{URL}/{data['id']}", headers=alice.headers).json == {"data": expected}, change
+
+
 @sqlite_only
 def test_a_throttled_message_is_retried_in_the_task(client, alice, number):
     slow = wa("0429")

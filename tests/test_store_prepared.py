@@ -7,7 +7,8 @@ import datetime as dt
 
 import pytest
 
-from models.store.prepared import Prepared
+from models.clock import isoformat
+from models.store.prepared import Prepared, isoformat_stored
 from models.tenancy.tables import Tenant
 
 
@@ -30,3 +31,31 @@ def test_each_call_binds_its_own_arguments_and_reads_rows_as_the_query_does(tena
     assert names.rows(tenants[0].id) == [(tenant.id, tenant.name) for tenant in tenants]
     assert names.rows(tenants[1].id + 1) == []
 
+
+
+def test_driver_rows_are_the_columns_as_stored_and_their_times_read_as_the_model_writes_them(tenants):
+    """A page made from the driver's rows: no conversion but the ones its dicts ask for, and the
+    timestamps written as `isoformat` writes the model's datetime, with or without a fraction."""
+    Tenant.update(created_at=dt.datetime(2026, 11, 28, 9, 30)).where(Tenant.id == tenants[0].id).execute()
+    Tenant.update(created_at=dt.datetime(2026, 11, 28, 9, 30, 5, 120)).where(Tenant.id == tenants[1].id).execute()
+    since = Prepared(lambda low, limit: Tenant.select(Tenant.id, Tenant.name, Tenant.created_at)
+                     .where(Tenant.id >= low).order_by(Tenant.id).limit(limit).tuples(), -7_000_000_001, -7_000_000_002)
+    rows = since.driver_rows(tenants[0].id, 10)
+    assert [row[:2] for row in rows] == [(tenant.id, tenant.name) for tenant in tenants]
+    models = [Tenant.get_by_id(tenant.id) for tenant in tenants]
+    assert [isoformat_stored(row[2]) for row in rows] == [isoformat(model.created_at) for model in models] == [
+        "2026-11-28T09:30:00Z", "2026-11-28T09:30:05.000120Z"]
+    assert since.driver_row(tenants[1].id, 1)[0] == tenants[1].id
+    assert since.driver_row(tenants[1].id + 1, 1) is None and since.driver_rows(tenants[0].id, 1) == rows[:1]
+    assert isoformat_stored(None) is None
+    aware = dt.datetime(2026, 11, 28, 6, 30, tzinfo=dt.timezone(dt.timedelta(hours=-3)))
+    assert isoformat_stored(aware) == isoformat(aware) == "2026-11-28T09:30:00Z"
+
+
+@pytest.mark.parametrize("stored", ["2026-11-28 09:30:05", "2026-11-28 09:30:05.000120", "2026-11-28 09:30:05.000000",
+                                    "2026-11-28 09:30:05.12", "2026-11-28T09:30:05", "2026-11-28",
+                                    "2026-11-28 06:30:05-03:00"])
+def test_a_stored_time_in_any_of_its_spellings_is_written_as_the_models_datetime(stored):
+    read = Tenant.created_at.python_value(stored)  # as the model reads SQLite's text
+    model = dt.datetime.fromisoformat(stored) if isinstance(read, str) else read  # peewee leaves others as text
+    assert isoformat_stored(stored) == isoformat(model)

@@ -17,8 +17,8 @@ from models.numbers.tables import (
     MessagingAccount,
     Template,
 )
-from models.store.db import execute, lock_in_order
-from models.store.prepared import Prepared
+from models.store.db import bound_datetime, execute, lock_in_order
+from models.store.prepared import Prepared, isoformat_stored
 
 DEFAULT_MPS = 80
 MAX_MPS = 1000
@@ -96,6 +96,135 @@ def get_account(tenant_id: int, public_id: str) -> MessagingAccount:
     if account is None:
         raise NotFound(f"no account {public_id}", code="account_not_found")
     return account
+
+
+# GET /accounts, /accounts/{id} and /accounts/{id}/templates: statements built once, each number
+# read with its unique users messaged in the moving 24 hours (`messages_sent_today`) as a
+# subquery, each row made the contract's dict (`MessagingAccount.as_dict`, `Template.as_dict`)
+# straight from the driver's row.
+_SENDS = BusinessInitiated.alias("sends")
+_APPROVED = Template.alias("approved")
+# Example arguments: values no constant of the statements takes.
+_PUBLIC_ID, _TENANT, _SINCE = "\0public_id", -7_000_000_001, dt.datetime(1, 1, 1, 0, 0, 7)
+_ACCOUNT_ID, _LIMIT, _OFFSET = -7_000_000_002, -7_000_000_003, -7_000_000_004
+
+
+def _sent_since(since: dt.datetime):
+    return _SENDS.select(fn.COUNT(_SENDS.id)).where((_SENDS.account == MessagingAccount.id)
+                                                   & (_SENDS.last_sent_at > since))
+
+
+def _account_columns(since: dt.datetime) -> tuple:
+    return (MessagingAccount.public_id, MessagingAccount.label, MessagingAccount.external_reference,
+            MessagingAccount.phone_number, MessagingAccount.name, MessagingAccount.status,
+            MessagingAccount.connection_mode, MessagingAccount.business_account_id, MessagingAccount.phone_id,
+            MessagingAccount.subscribed_to_webhooks, MessagingAccount.quality_rating, MessagingAccount.daily_limit,
+            _sent_since(since), MessagingAccount.created_at, MessagingAccount.connected_at)
+
+
+_ACCOUNT_READ = Prepared(lambda public_id, tenant_id, since: MessagingAccount.select(*_account_columns(since))
+                         .where((MessagingAccount.public_id == public_id) & (MessagingAccount.tenant == tenant_id))
+                         .limit(1).tuples(), _PUBLIC_ID, _TENANT, _SINCE)
+_ACCOUNTS_COUNT = Prepared(lambda tenant_id: MessagingAccount.select(fn.COUNT(MessagingAccount.id))
+                           .where(MessagingAccount.tenant == tenant_id).tuples(), _TENANT)
+_ACCOUNTS_ROWS = Prepared(lambda tenant_id, since, limit, offset: MessagingAccount.select(*_account_columns(since))
+                          .where(MessagingAccount.tenant == tenant_id).order_by(MessagingAccount.id)
+                          .limit(limit).offset(offset).tuples(), _TENANT, _SINCE, _LIMIT, _OFFSET)
+
+
+def sent_since_now(now: dt.datetime | None = None) -> dt.datetime | str:
+    """Where the moving 24 hours of `messages_sent_today` start, as the driver binds it: the
+    argument of the statements below that count them."""
+    return bound_datetime((now or utcnow()) - CUSTOMER_WINDOW)
+
+
+def read_account(tenant_id: int, public_id: str) -> dict:
+    """`get_account(...).as_dict(messages_sent_today=...)` in one statement; the same 404."""
+    row = _ACCOUNT_READ.driver_row(public_id, tenant_id, sent_since_now())
+    if row is None:
+        raise NotFound(f"no account {public_id}", code="account_not_found")
+    return listed_account(row)
+
+
+def account_list(tenant_id: int) -> tuple[Prepared, Prepared, tuple]:
+    """GET /accounts' two statements and their arguments, the tenant's numbers in the order
+    `accounts_of` gives: the count takes the tenant; the rows take it, `sent_since_now()`, then
+    the page's LIMIT and OFFSET. `listed_account` makes a row the contract's dict."""
+    return _ACCOUNTS_COUNT, _ACCOUNTS_ROWS, (tenant_id,)
+
+
+_BOOLEAN = MessagingAccount.subscribed_to_webhooks.python_value  # SQLite's 0 and 1 as the model reads them
+
+
+def listed_account(row: tuple) -> dict:
+    """`MessagingAccount.as_dict(messages_sent_today=...)` of a row of `_account_columns`."""
+    (public_id, label, external_reference, phone_number, name, status, connection_mode, business_account_id,
+     phone_id, subscribed, quality_rating, daily_limit, sent_today, created_at, connected_at) = row
+    return {
+        "id": public_id,
+        "label": label,
+        "external_reference": external_reference,
+        "phone_number": phone_number,
+        "name": name,
+        "status": status,
+        "connection_mode": connection_mode,
+        "business_account_id": business_account_id,
+        "phone_id": phone_id,
+        "subscribed_to_webhooks": _BOOLEAN(subscribed),
+        "quality_rating": quality_rating,
+        "daily_limit": daily_limit,
+        "messages_sent_today": sent_today,
+        "created_at": isoformat_stored(created_at),
+        "connected_at": isoformat_stored(connected_at),
+    }
+
+
+_TEMPLATES_OF = Prepared(lambda public_id, tenant_id: MessagingAccount.select(
+    MessagingAccount.id, _APPROVED.select(fn.COUNT(_APPROVED.id)).where(
+        (_APPROVED.account == MessagingAccount.id) & (_APPROVED.status == "approved") & _APPROVED.active))
+    .where((MessagingAccount.public_id == public_id) & (MessagingAccount.tenant == tenant_id)).limit(1).tuples(),
+    _PUBLIC_ID, _TENANT)
+_TEMPLATES_ROWS = Prepared(lambda account_id, limit, offset: Template.select(
+    Template.platform_id, Template.name, Template.language, Template.status, Template.category, Template.quality_score,
+    Template.body_text, Template.header_type, Template.variable_count, Template.variables, Template.components,
+    Template.updated_at)
+    .where((Template.account == account_id) & (Template.status == "approved") & Template.active)
+    .order_by(Template.name, Template.language).limit(limit).offset(offset).tuples(), _ACCOUNT_ID, _LIMIT, _OFFSET)
+
+
+def templates_of(tenant_id: int, public_id: str) -> tuple[int, Prepared, tuple]:
+    """GET /accounts/{id}/templates: the number's approved templates (`approved_templates`)
+    counted, the statement of their rows and its arguments (the page's LIMIT and OFFSET follow
+    them); the same 404 as `get_account`. `listed_template` makes a row the contract's dict."""
+    row = _TEMPLATES_OF.driver_row(public_id, tenant_id)
+    if row is None:
+        raise NotFound(f"no account {public_id}", code="account_not_found")
+    account_id, total = row
+    return total, _TEMPLATES_ROWS, (account_id,)
+
+
+_JSON = Template.variables.python_value  # a driver's JSON text as the model reads it
+
+
+def listed_template(row: tuple) -> dict:
+    """`Template.as_dict` of a row of `_TEMPLATES_ROWS`."""
+    (platform_id, name, language, status, category, quality_score, body_text, header_type, variable_count, variables,
+     components, updated_at) = row
+    return {
+        "id": platform_id,
+        "name": name,
+        "display_name": name.replace("_", " ").capitalize(),
+        "language": language,
+        "status": status,
+        "category": category,
+        "quality_score": quality_score,
+        "body_text": body_text,
+        "header_type": header_type,
+        "variable_count": variable_count,
+        "variables": _JSON(variables) or [],
+        "components": _JSON(components) or [],
+        "updated_at": isoformat_stored(updated_at),
+    }
 
 
 def open_window(account_id: int, wa_id: str, at: dt.datetime, wamid: str | None = None) -> None:

@@ -45,6 +45,7 @@ from models.numbers.accounts import get_account
 from models.numbers.tables import MessagingAccount, Template
 from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCredits, CampaignRecipient
 from models.store.db import after_commit, atomic, db, execute, fetch_one, is_postgres
+from models.store.prepared import Prepared, isoformat_stored
 from models.tenancy import credits
 
 MAX_RECIPIENTS = 5000
@@ -732,6 +733,85 @@ def recipients_page(campaign: Campaign, status: str | None, page: int, per_page:
     return list(CampaignRecipient.select().where(CampaignRecipient.id.in_(ids)).order_by(CampaignRecipient.id)), total
 
 
+# GET /campaigns/{id}/recipients: the campaign found by one statement built once, and its page
+# by another, each row made the contract's dict straight from the driver's row.
+_RECIPIENT_COLUMNS = (CampaignRecipient.public_id, CampaignRecipient.wa_id, CampaignRecipient.external_contact_id,
+                      CampaignRecipient.status, CampaignRecipient.attempts, CampaignRecipient.last_error,
+                      CampaignRecipient.message_id, CampaignRecipient.sent_at, CampaignRecipient.created_at,
+                      CampaignRecipient.wam_id, CampaignRecipient.error_code, CampaignRecipient.delivered_at,
+                      CampaignRecipient.read_at, CampaignRecipient.payload, CampaignRecipient.buttons)
+# Example arguments of the statements built once: values no constant of theirs takes.
+_TENANT, _STATUS, _LIMIT, _OFFSET = -7_000_000_001, "\0status", -7_000_000_002, -7_000_000_003
+_PUBLIC_ID, _CAMPAIGN, _FIRST, _LAST = "\0public_id", -7_000_000_004, -7_000_000_005, -7_000_000_006
+_CAMPAIGN_SIZE = Prepared(lambda public_id, tenant_id: Campaign.select(Campaign.id, Campaign.total_recipients)
+                          .where((Campaign.public_id == public_id) & (Campaign.tenant == tenant_id)).limit(1)
+                          .tuples(), _PUBLIC_ID, _TENANT)
+_RECIPIENTS_AT = Prepared(lambda campaign_id, first, last: CampaignRecipient.select(*_RECIPIENT_COLUMNS)
+                          .where((CampaignRecipient.campaign == campaign_id)
+                                 & CampaignRecipient.position.between(first, last))
+                          .order_by(CampaignRecipient.position).tuples(), _CAMPAIGN, _FIRST, _LAST)
+_RECIPIENTS_COUNT_IN = Prepared(lambda campaign_id, status: CampaignRecipient.select(fn.COUNT(CampaignRecipient.id))
+                                .where((CampaignRecipient.campaign == campaign_id)
+                                       & (CampaignRecipient.status == status)).tuples(), _CAMPAIGN, _STATUS)
+# The page's ids from the (campaign, status, id) index alone, and only their rows read.
+_MATCHING = CampaignRecipient.alias("matching")
+_RECIPIENTS_IN = Prepared(lambda campaign_id, status, limit, offset: CampaignRecipient.select(*_RECIPIENT_COLUMNS)
+                          .where(CampaignRecipient.id.in_(
+                              _MATCHING.select(_MATCHING.id)
+                              .where((_MATCHING.campaign == campaign_id) & (_MATCHING.status == status))
+                              .order_by(_MATCHING.id).limit(limit).offset(offset)))
+                          .order_by(CampaignRecipient.id).tuples(), _CAMPAIGN, _STATUS, _LIMIT, _OFFSET)
+
+
+def campaign_size(tenant_id: int, public_id: str) -> tuple[int, int]:
+    """The tenant's campaign's id and number of recipients; 404 `campaign_not_found` as
+    `get_campaign`."""
+    row = _CAMPAIGN_SIZE.driver_row(public_id, tenant_id)
+    if row is None:
+        raise NotFound(f"no campaign {public_id}", code="campaign_not_found")
+    return row
+
+
+def recipients_at(campaign_id: int, first: int, last: int) -> list[dict]:
+    """The campaign's recipients at positions `first` to `last` (as `recipients_page` reads an
+    unfiltered page), each as `CampaignRecipient.as_dict`."""
+    return [listed_recipient(row) for row in _RECIPIENTS_AT.driver_rows(campaign_id, first, last)]
+
+
+def recipients_in(campaign_id: int, status: str) -> tuple[Prepared, Prepared, tuple]:
+    """The two statements of a page of the campaign's recipients in `status`, in the order they
+    were listed (as `recipients_page` reads a filtered page), and their arguments (the page's
+    LIMIT and OFFSET follow them in the rows' statement); `listed_recipient` makes a row the
+    contract's dict."""
+    return _RECIPIENTS_COUNT_IN, _RECIPIENTS_IN, (campaign_id, status)
+
+
+_JSON = CampaignRecipient.payload.python_value  # a driver's JSON text as the model reads it
+
+
+def listed_recipient(row: tuple) -> dict:
+    """`CampaignRecipient.as_dict` of a row of `_RECIPIENT_COLUMNS`."""
+    (public_id, wa_id, external_contact_id, status, attempts, last_error, message_id, sent_at, created_at, wam_id,
+     error_code, delivered_at, read_at, payload, buttons) = row
+    return {
+        "id": public_id,
+        "wa_id": wa_id,
+        "external_contact_id": external_contact_id,
+        "status": status,
+        "attempts": attempts,
+        "last_error": last_error,
+        "message_id": message_id,
+        "sent_at": isoformat_stored(sent_at),
+        "created_at": isoformat_stored(created_at),
+        "wam_id": wam_id,
+        "error_code": error_code,
+        "delivered_at": isoformat_stored(delivered_at),
+        "read_at": isoformat_stored(read_at),
+        "payload": _JSON(payload),
+        "buttons": _JSON(buttons),
+    }
+
+
 def status_counts(campaign_ids: Iterable[int]) -> dict[int, dict[str, int]]:
     """Recipients per status for each campaign: one GROUP BY on the (campaign, status) index."""
     ids = list(campaign_ids)
@@ -808,6 +888,82 @@ def read_campaign(tenant_id: int, public_id: str) -> dict:
         "send_at": isoformat(_TIMESTAMP(send_at)),
         "started_at": isoformat(_TIMESTAMP(started_at)),
         "finished_at": isoformat(_TIMESTAMP(finished_at)),
+    }
+
+
+# GET /campaigns, a page of the list: its count and its rows are statements built once
+# (models/store/prepared.py), each row the campaign joined with its number's public id and its
+# credit counters, and its recipients counted per status by one subquery a status on the
+# (campaign, status, id) index; made into the contract's dict straight from the driver's row.
+_COUNTED = CampaignRecipient.alias("counted")
+
+
+def _listed(tenant_id: int, status: str | None) -> Any:
+    condition = (Campaign.tenant == tenant_id) & (Campaign.source == "api")
+    return condition if status is None else condition & (Campaign.status == status)
+
+
+def _listed_rows(tenant_id: int, status: str | None, limit: int, offset: int) -> Any:
+    counters = [_COUNTED.select(fn.COUNT(_COUNTED.id)).where((_COUNTED.campaign == Campaign.id)
+                                                             & (_COUNTED.status == name)) for name in COUNTERS]
+    return (Campaign.select(Campaign.public_id, Campaign.external_reference, MessagingAccount.public_id,
+                            Campaign.template_name, Campaign.template_language, Campaign.status,
+                            Campaign.total_recipients, CampaignCredits.reserved, CampaignCredits.consumed,
+                            CampaignCredits.released, CampaignCredits.refunded, *counters, Campaign.hold_reason,
+                            Campaign.source, Campaign.created_at, Campaign.send_at, Campaign.started_at,
+                            Campaign.finished_at)
+            .join(MessagingAccount, on=MessagingAccount.id == Campaign.account)
+            .switch(Campaign).join(CampaignCredits, on=CampaignCredits.campaign == Campaign.id)
+            .where(_listed(tenant_id, status)).order_by(Campaign.id.desc()).limit(limit).offset(offset).tuples())
+
+
+_LIST_COUNT = Prepared(lambda tenant_id: Campaign.select(fn.COUNT(Campaign.id)).where(_listed(tenant_id, None))
+                       .tuples(), _TENANT)
+_LIST_ROWS = Prepared(lambda tenant_id, limit, offset: _listed_rows(tenant_id, None, limit, offset),
+                      _TENANT, _LIMIT, _OFFSET)
+_LIST_COUNT_IN = Prepared(lambda tenant_id, status: Campaign.select(fn.COUNT(Campaign.id))
+                          .where(_listed(tenant_id, status)).tuples(), _TENANT, _STATUS)
+_LIST_ROWS_IN = Prepared(lambda tenant_id, status, limit, offset: _listed_rows(tenant_id, status, limit, offset),
+                         _TENANT, _STATUS, _LIMIT, _OFFSET)
+
+
+def campaign_list(tenant_id: int, status: str | None) -> tuple[Prepared, Prepared, tuple]:
+    """GET /campaigns' two statements and their arguments (the page's LIMIT and OFFSET follow them
+    in the rows' statement): the tenant's API campaigns, in `status` if given, newest first, as
+    `campaigns_of` finds them. `listed_campaign` makes a row the contract's dict."""
+    if status is None:
+        return _LIST_COUNT, _LIST_ROWS, (tenant_id,)
+    return _LIST_COUNT_IN, _LIST_ROWS_IN, (tenant_id, status)
+
+
+_FIRST_COUNTER = 11  # where the counters' columns start in a row of `_listed_rows`
+_AFTER_COUNTERS = _FIRST_COUNTER + len(COUNTERS)
+
+
+def listed_campaign(row: tuple) -> dict:
+    """`campaign_dict` of a row of `campaign_list`'s statement."""
+    (public_id, external_reference, account_public_id, template_name, template_language, status, total, reserved,
+     consumed, released, refunded) = row[:_FIRST_COUNTER]
+    hold_reason, source, created_at, send_at, started_at, finished_at = row[_AFTER_COUNTERS:]
+    return {
+        "id": public_id,
+        "external_reference": external_reference,
+        "account_id": account_public_id,
+        "template_name": template_name,
+        "template_language": template_language,
+        "status": status,
+        "total_recipients": total,
+        "reserved_credits": reserved,
+        "consumed_credits": consumed,
+        "released_credits": released,
+        "refunded_credits": refunded,
+        **dict(zip(COUNTERS, row[_FIRST_COUNTER:_AFTER_COUNTERS], strict=True)),
+        "hold_reason": hold_reason if status == "pending" else None,
+        "source": source,
+        "created_at": isoformat_stored(created_at),
+        "send_at": isoformat_stored(send_at),
+        "started_at": isoformat_stored(started_at),
+        "finished_at": isoformat_stored(finished_at),
     }
 
 

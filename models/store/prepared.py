@@ -4,14 +4,19 @@ Building a statement's text (peewee's `Node.sql`) costs more than running it and
 on a one-row read. A `Prepared` query is built once with example arguments; its text and the
 position of each argument among the parameters are kept per engine dialect (SQLite's `?`,
 PostgreSQL's `%s`), and each call binds new arguments to that text. Rows come back through the
-query's own cursor wrapper: model objects, dicts or tuples exactly as the query would give.
+query's own cursor wrapper: model objects, dicts or tuples exactly as the query would give; or,
+for a page whose dicts are made straight from its rows, as the driver gives them (`driver_rows`):
+on a page of 100 rows, peewee's model objects and its conversions of each field cost more than
+the statement and the JSON together.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from models.clock import isoformat
 from models.store.db import db
 
 _CONSTANT = -1
@@ -43,14 +48,46 @@ class Prepared:
                 return index
         return _CONSTANT
 
-    def rows(self, *args: Any) -> list:
-        """The query's rows for these arguments, as the query itself would return them."""
+    def _cursor(self, args: tuple) -> Any:
         sql, slots = self._statement()
         params = [value if index == _CONSTANT else args[index] for index, value in slots]
-        cursor = db.obj.execute_sql(sql, params)
-        return list(self._query._get_cursor_wrapper(cursor))
+        return db.obj.execute_sql(sql, params)
+
+    def rows(self, *args: Any) -> list:
+        """The query's rows for these arguments, as the query itself would return them."""
+        return list(self._query._get_cursor_wrapper(self._cursor(args)))
+
+    def driver_rows(self, *args: Any) -> list[tuple]:
+        """The rows as the driver gives them, no field's conversion applied: SQLite's timestamps
+        are text (`isoformat_stored` writes them as the contract does), JSON is text, SQLite's
+        booleans are 0 and 1."""
+        return self._cursor(args).fetchall()
+
+    def driver_row(self, *args: Any) -> tuple | None:
+        """The first row as the driver gives it, or None (every row is read, so that no statement
+        stays open on SQLite: build the query with `.limit(1)`)."""
+        rows = self._cursor(args).fetchall()
+        return rows[0] if rows else None
 
     def first(self, *args: Any):
         """The first row, or None (a query built with `.limit(1)` reads no more)."""
         rows = self.rows(*args)
         return rows[0] if rows else None
+
+
+def isoformat_stored(value: dt.datetime | str | None) -> str | None:
+    """`models.clock.isoformat` of a timestamp column (naive UTC) as the driver reads it: SQLite's
+    text as its adapter wrote it (`2026-11-28 10:33:36.123456`, which `fromisoformat` reads as
+    peewee's formats do), PostgreSQL's naive datetime."""
+    if value is None:
+        return None
+    if type(value) is str:
+        # The adapter's text is `datetime.isoformat(" ")`: with a fraction only when there is one,
+        # of six digits. That text is the answer but for the separator and the zone.
+        if value[10:11] == " " and (len(value) == 19 or (len(value) == 26 and value[19] == "."
+                                                         and value[20:] != "000000")):
+            return f"{value[:10]}T{value[11:]}Z"
+        value = dt.datetime.fromisoformat(value)
+    if value.tzinfo is None:  # what `isoformat` writes for a naive UTC time, without its conversions
+        return value.isoformat() + "Z"
+    return isoformat(value)
