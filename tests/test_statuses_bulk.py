@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import random
+import threading
 from collections.abc import Iterator
 
 from messaging.simulator.users import user_id_for
@@ -244,3 +245,29 @@ def test_users_named_as_before_are_not_written_again(alice, number):
     renamed = statuses_of(rows[:1], "read", 3)
     statements_of_batch(number, [{**renamed[0], "recipient_id": wa()}])
     assert PlatformUser.get(PlatformUser.user_id == user_id_for(rows[0].wa_id)).wa_id != rows[0].wa_id
+
+
+def test_batches_naming_the_same_new_users_at_once_record_each_once(alice, number, immediate_queue):
+    _campaign, rows = sent_campaign(alice, number, 30)
+    immediate_queue.immediate = False
+    stored = [stored_batch(number, statuses_of(rows, status, seconds))
+              for status, seconds in (("delivered", 1), ("read", 2), ("delivered", 1), ("read", 2))]
+    errors: list[BaseException] = []
+
+    def process(batch_id: int) -> None:
+        try:
+            with database.connection():
+                assert batches.process_batch(batch_id).statuses_applied
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=process, args=(batch.id,)) for batch in stored]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    users = [(u.user_id, u.wa_id, u.username, u.profile_name) for u in PlatformUser.select()]
+    assert sorted(users) == sorted((user_id_for(r.wa_id), r.wa_id, None, None) for r in rows)
+    assert {reload(row).status for row in rows} == {"read"}
+    assert Event.select().where(Event.name == "message.read").count() == len(rows)

@@ -78,31 +78,41 @@ def remember_many(users: list[tuple[int, WebhookUser]]) -> None:
     A status batch names each of its recipients by phone and id, nearly always as they were named
     before: what the read finds already said is left as it is, without a write (or a lock). Users
     never seen by either key are inserted together, in the order given, with all they are named
-    by (what `remember` would leave). The rest -- a new link, a change of phone or username, two
-    rows to merge, a key named by two users of the list, a new user another batch inserted
-    meanwhile -- go through `remember` one at a time, in the order given.
+    by (what `remember` would leave). Those another batch inserted meanwhile (its `delivered`
+    while this one holds the `read`: the INSERT waits for it, then skips them) are read again
+    and, named as that batch named them, left alone too. The rest -- a new link, a change of phone
+    or username, two rows to merge, a key named by two users of the list -- go through `remember`
+    one at a time, in the order given.
     """
     named = [(account_id, user) for account_id, user in users if user.user_id or user.wa_id]
     if not named:
         return
-    rows = _rows_of(named)
     shared = _keys_named_twice(named)
-    new: list[tuple[int, WebhookUser]] = []
-    one_by_one: list[tuple[int, WebhookUser]] = []
-    for account_id, user in named:
-        keys = _keys(account_id, user)
-        if keys & shared:
-            one_by_one.append((account_id, user))
-            continue
-        found = {rows[key] for key in keys if key in rows}
-        if not found:
-            new.append((account_id, user))
-        elif len(found) > 1 or _tells_more(next(iter(found)), user):
-            one_by_one.append((account_id, user))
-    later = _insert_new(new) | set(one_by_one)
+    new, later = _sorted_out([pair for pair in named if not _keys(*pair) & shared])
+    later |= {pair for pair in named if _keys(*pair) & shared}
+    missed = _insert_new(new)
+    if missed:
+        still_new, told = _sorted_out(list(missed))
+        later |= set(still_new) | told
     for account_id, user in named:
         if (account_id, user) in later:
             remember(account_id, user)
+
+
+def _sorted_out(named: list[tuple[int, WebhookUser]]) -> tuple[list[tuple[int, WebhookUser]],
+                                                              set[tuple[int, WebhookUser]]]:
+    """The users no row knows (in the order given), and those a row knows that `remember` would
+    change; the rest are known as named."""
+    rows = _rows_of(named) if named else {}
+    new: list[tuple[int, WebhookUser]] = []
+    told: set[tuple[int, WebhookUser]] = set()
+    for account_id, user in named:
+        found = {rows[key] for key in _keys(account_id, user) if key in rows}
+        if not found:
+            new.append((account_id, user))
+        elif len(found) > 1 or _tells_more(next(iter(found)), user):
+            told.add((account_id, user))
+    return new, told
 
 
 # A row as `remember_many` reads it: id, user_id, wa_id, parent_user_id, username, profile_name.
