@@ -376,7 +376,7 @@ def _progress(table: _Table, targets: dict[int, _Target], affordable: set[tuple[
     return moves
 
 
-def _row_after(table: _Table, target: _Target, moves: _Moves) -> Any:
+def _row_after(target: _Target, moves: _Moves) -> Any:
     """The row as the events tell it: with the wamid it was accepted under."""
     wamid = moves.wamids.get(target.row.id)
     return target.row if wamid is None else target.row._replace(wam_id=wamid)
@@ -415,7 +415,7 @@ def _apply_recipients(targets: dict[int, _Target], affordable: set[tuple[str, in
                 update = target.earliest() if status == "sent" else target.latest(status)
                 error = _error(update) if status == "failed" else None
                 events[status].append((some.tenant_id, message_event(
-                    some.campaign_public_id, some.account_public_id, _row_after(_RECIPIENTS, target, moves), status,
+                    some.campaign_public_id, some.account_public_id, _row_after(target, moves), status,
                     _at(update), error)))
     for status in STATUSES:
         outcome.events += [(f"message.{status}", tenant_id, fields) for tenant_id, fields in events[status]]
@@ -430,7 +430,7 @@ def _apply_messages(targets: dict[int, _Target], affordable: set[tuple[str, int]
     for status in STATUSES:
         for row_id in moves.moved[status]:
             target = targets[row_id]
-            message = _row_after(_MESSAGES, target, moves)
+            message = _row_after(target, moves)
             update = target.earliest() if status == "sent" else target.latest(status)
             entry = {"messaging_account_id": message.account_id, "reference": message.public_id}
             if status == "sent":
