@@ -271,3 +271,12 @@ def test_batches_naming_the_same_new_users_at_once_record_each_once(alice, numbe
     assert sorted(users) == sorted((user_id_for(r.wa_id), r.wa_id, None, None) for r in rows)
     assert {reload(row).status for row in rows} == {"read"}
     assert Event.select().where(Event.name == "message.read").count() == len(rows)
+
+
+def test_a_call_naming_more_sends_than_one_read_holds_finds_them_all(alice, number):
+    _campaign, rows = sent_campaign(alice, number, 2)
+    strangers = [status_update(number, f"wamid.unknown-{n}", "delivered", at=at(1)) for n in range(2100)]
+    apply_status_updates(strangers[:1000] + [status_update(number, rows[0].wam_id, "read", at=at(2))]
+                         + strangers[1000:] + [status_update(number, rows[1].wam_id, "delivered", at=at(1))])
+    assert (reload(rows[0]).status, reload(rows[1]).status) == ("read", "delivered")
+    assert events_of(rows[0]) == ["message.sent", "message.read"]
