@@ -22,17 +22,17 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
-from peewee import Case, fn
+from peewee import Case
 
 from messaging.webhooks import StatusUpdate, parse_notification, status_callbacks
 from models.clock import isoformat, utcnow
 from models.inbox.updates import BatchOutcome, apply_update, remember_users_in_order
 from models.numbers.tables import CLAIM_TIMEOUT, MAX_ATTEMPTS, PlatformWebhookBatch
 from models.sending.statuses import apply_status_updates
-from models.store.db import atomic, outlast_outage
+from models.store.db import atomic, bound_datetime, execute, outlast_outage
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +51,13 @@ def store_batch(raw: bytes, payload: Any = None) -> PlatformWebhookBatch:
 
 def pending_batches(older_than: dt.timedelta, limit: int = 200) -> list[int]:
     """Batches a sweep should (re)process: unfinished, not freshly received, not parked, no fresh
-    claim on them (those out of attempts are parked when taken)."""
+    claim on them (those out of attempts are parked when taken). Hand-written: every batch's task
+    asks, after its own batch."""
     now = utcnow()
-    query = (PlatformWebhookBatch.select(PlatformWebhookBatch.id)
-             .where(PlatformWebhookBatch.processed_at.is_null() & PlatformWebhookBatch.parked_at.is_null()
-                    & (PlatformWebhookBatch.received_at < now - older_than)
-                    & (PlatformWebhookBatch.claimed_at.is_null()
-                       | (PlatformWebhookBatch.claimed_at < now - CLAIM_TIMEOUT)))
-             .order_by(PlatformWebhookBatch.id).limit(limit))
-    return [row.id for row in query]
+    return [row_id for (row_id,) in execute(
+        'SELECT id FROM "platform_webhook_batch" WHERE processed_at IS NULL AND parked_at IS NULL '
+        "AND received_at < ? AND (claimed_at IS NULL OR claimed_at < ?) ORDER BY id LIMIT ?",
+        [bound_datetime(now - older_than), bound_datetime(now - CLAIM_TIMEOUT), limit]).fetchall()]
 
 
 def process_batch(batch_id: int) -> BatchOutcome:
@@ -69,22 +67,24 @@ def process_batch(batch_id: int) -> BatchOutcome:
        claim on it, and it has attempts left (`take`; one out of them is parked instead).
     2. Unless done before, apply every update but the statuses, with their events, and stamp
        `applied_at`, all in one transaction (so the events exist exactly once).
-    3. Hand the statuses to `models.sending.statuses.apply_status_updates` and stamp `processed_at` in
-       one transaction (applied again if the database rolls it back to break a lock conflict).
-    4. Release the claim whatever happened; a failed last attempt parks the batch.
+    3. Hand the statuses to `models.sending.statuses.apply_status_updates` and stamp `processed_at`
+       and release the claim in one transaction (applied again if the database rolls it back to
+       break a lock conflict). A batch of statuses alone (nearly every one) has nothing for step 2:
+       the users its statuses link are recorded here, first, and it is stamped applied too.
+    4. A run that did not finish releases the claim with its error; a failed last attempt parks
+       the batch.
     """
     outcome = BatchOutcome()
-    if not take(batch_id):
+    taken = _take(batch_id)
+    if taken is None:
         return outcome
     outcome.claimed = True
-    batch = PlatformWebhookBatch.get_by_id(batch_id)
     error: str | None = None
     try:
-        updates = parse_notification(_without_nul(orjson.loads(batch.body)))
+        updates = parse_notification(_parsed(taken.body))
         statuses = [update for update in updates if isinstance(update, StatusUpdate)]
-        # A batch of statuses alone (nearly every one) has nothing else to apply: it is stamped
-        # applied with its statuses, sparing it a write transaction of its own.
-        if batch.applied_at is None and _besides_statuses(updates):
+        users_with_statuses = taken.applied_at is None
+        if taken.applied_at is None and len(statuses) < len(updates):
             with atomic():
                 remember_users_in_order(updates)
                 for update in updates:
@@ -92,20 +92,23 @@ def process_batch(batch_id: int) -> BatchOutcome:
                         apply_update(update, outcome)
                 PlatformWebhookBatch.update(applied_at=utcnow()).where(
                     PlatformWebhookBatch.id == batch_id).execute()
-        outcome.statuses_applied = _apply_statuses(batch_id, statuses)
+            users_with_statuses = False
+        outcome.statuses_applied = _apply_statuses(batch_id, statuses, users_with_statuses)
         if outcome.statuses_applied:
             outcome.statuses = len(statuses)
     except Exception as exc:  # recorded on the batch; the sweep retries it
         log.exception("platform webhook batch %s failed", batch_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
     finally:
-        changes: dict[Any, Any] = {PlatformWebhookBatch.claimed_at: None}
-        if error is not None:
-            changes[PlatformWebhookBatch.last_error] = error
-            if batch.attempts >= MAX_ATTEMPTS:
-                changes[PlatformWebhookBatch.parked_at] = utcnow()
-                log.error("platform webhook batch %s parked after %d attempts: %s", batch_id, batch.attempts, error)
-        PlatformWebhookBatch.update(changes).where(PlatformWebhookBatch.id == batch_id).execute()
+        if not outcome.statuses_applied:
+            changes: dict[Any, Any] = {PlatformWebhookBatch.claimed_at: None}
+            if error is not None:
+                changes[PlatformWebhookBatch.last_error] = error
+                if taken.attempts >= MAX_ATTEMPTS:
+                    changes[PlatformWebhookBatch.parked_at] = utcnow()
+                    log.error("platform webhook batch %s parked after %d attempts: %s", batch_id, taken.attempts,
+                              error)
+            PlatformWebhookBatch.update(changes).where(PlatformWebhookBatch.id == batch_id).execute()
     return outcome
 
 
@@ -115,21 +118,40 @@ def take(batch_id: int) -> bool:
     A claim still set when the batch is taken again was never released: the run holding it died
     (or stalled past `CLAIM_TIMEOUT`), and that is recorded as the error of its attempt. A batch
     whose attempts are used up is parked here instead, by whichever run finds it so."""
+    return _take(batch_id) is not None
+
+
+class _Taken(NamedTuple):
+    body: str
+    attempts: int  # this run's included
+    applied_at: Any  # None until the updates besides statuses are applied
+
+
+# Hand-written: every batch is taken. SET reads the row as it was, so `last_error` sees the claim
+# this one replaces.
+_TAKE = ('UPDATE "platform_webhook_batch" SET claimed_at = ?, attempts = attempts + 1, '
+         "last_error = CASE WHEN claimed_at IS NOT NULL THEN ? ELSE last_error END "
+         "WHERE id = ? AND processed_at IS NULL AND parked_at IS NULL AND (claimed_at IS NULL OR claimed_at < ?) "
+         "AND attempts < ? RETURNING body, attempts, applied_at")
+
+
+def _take(batch_id: int) -> _Taken | None:
+    """`take`, returning what the run needs of the batch."""
     now = utcnow()
+    row = execute(_TAKE, [bound_datetime(now), DIED, batch_id, bound_datetime(now - CLAIM_TIMEOUT),
+                          MAX_ATTEMPTS]).fetchone()
+    if row is not None:
+        return _Taken(*row)
     batch = PlatformWebhookBatch
     takeable = ((batch.id == batch_id) & batch.processed_at.is_null() & batch.parked_at.is_null()
                 & (batch.claimed_at.is_null() | (batch.claimed_at < now - CLAIM_TIMEOUT)))
     died = Case(None, [(batch.claimed_at.is_null(False), DIED)], batch.last_error)
-    taken = (batch.update({batch.claimed_at: now, batch.attempts: batch.attempts + 1, batch.last_error: died})
-             .where(takeable & (batch.attempts < MAX_ATTEMPTS)).execute())
-    if taken == 1:
-        return True
     parked = (batch.update({batch.claimed_at: None, batch.parked_at: now, batch.last_error: died})
               .where(takeable & (batch.attempts >= MAX_ATTEMPTS)).execute())
     if parked == 1:
         log.error("platform webhook batch %s parked after %d attempts: %s", batch_id, MAX_ATTEMPTS,
                   batch.get_by_id(batch_id).last_error)
-    return False
+    return None
 
 
 @dataclass(frozen=True)
@@ -167,16 +189,16 @@ def retry_parked(batch_id: int) -> bool:
             .execute()) == 1
 
 
-def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:
+def _apply_statuses(batch_id: int, statuses: list[StatusUpdate], users_first: bool) -> bool:
     def apply() -> None:
         with atomic():
+            if users_first:
+                remember_users_in_order(statuses)
             if statuses:
                 apply_status_updates(statuses)
-            now = utcnow()
-            PlatformWebhookBatch.update({PlatformWebhookBatch.processed_at: now,
-                                         PlatformWebhookBatch.applied_at: fn.COALESCE(
-                                             PlatformWebhookBatch.applied_at, now)}).where(
-                PlatformWebhookBatch.id == batch_id).execute()
+            now = bound_datetime(utcnow())
+            execute('UPDATE "platform_webhook_batch" SET processed_at = ?, applied_at = COALESCE(applied_at, ?), '
+                    "claimed_at = NULL WHERE id = ?", [now, now, batch_id])
 
     # The status transaction keeps the lock order; should the database still roll it back to
     # break a conflict, it is applied again at once rather than left for the sweep.
@@ -184,11 +206,11 @@ def _apply_statuses(batch_id: int, statuses: list[StatusUpdate]) -> bool:
     return True
 
 
-def _besides_statuses(updates: list[Any]) -> bool:
-    """Whether a batch has more to apply than its statuses: another kind of update, or a
-    recipient whose phone and id the platform links (`remember_users_in_order`)."""
-    return any(not isinstance(update, StatusUpdate)
-               or bool(update.recipient.wa_id and update.recipient.user_id) for update in updates)
+def _parsed(body: str) -> Any:
+    payload = orjson.loads(body)
+    # JSON carries a NUL only escaped (`\u0000`): a body without the escape has none to take out,
+    # and is spared a walk of everything in it.
+    return _without_nul(payload) if "\\u0000" in body else payload
 
 
 def _without_nul(value: Any) -> Any:

@@ -42,7 +42,7 @@ from models.numbers.template_review import apply_template_category, apply_templa
 from models.receivables import replies
 from models.receivables.debts import open_debts_of_phone
 from models.sending.tables import Campaign, CampaignRecipient
-from models.store.db import lock_rows
+from models.store.db import execute, lock_rows
 
 log = logging.getLogger(__name__)
 REDELIVERIES = Counter("svc_platform_redeliveries_total",
@@ -103,6 +103,18 @@ def _account_for_number(phone_number_id: str) -> MessagingAccount | None:
     if account is None:
         log.info("platform webhook for unknown phone number %s ignored", phone_number_id)
     return account
+
+
+def _accounts_for_numbers(phone_number_ids: set[str]) -> dict[str, int]:
+    """The account id of each of these platform numbers we know (one statement: every status
+    batch asks)."""
+    numbers = sorted(phone_number_ids)
+    found = dict(execute(f'SELECT phone_id, id FROM "messaging_account" WHERE phone_id IN '
+                         f'({", ".join(["?"] * len(numbers))})', numbers).fetchall()) if numbers else {}
+    for phone_number_id in numbers:
+        if phone_number_id not in found:
+            log.info("platform webhook for unknown phone number %s ignored", phone_number_id)
+    return found
 
 
 def _first_time(wamid: str, kind: str) -> bool:
@@ -203,7 +215,9 @@ def remember_users_in_order(updates: list[Any]) -> None:
     phone, id; the lock order of docs/reliability.md), so two batches inserting or updating the
     same `platform_user` rows wait for each other instead of deadlocking. What acts on a user
     afterwards finds its row already held by this transaction. A status links its recipient only
-    when it names both phone and id; a contact the business app removed is left to its update."""
+    when it names both phone and id; a contact the business app removed is left to its update.
+    A batch of statuses alone (nearly every batch) has nothing act on its users afterwards: its
+    users are recorded by `platform_users.remember_many`, which writes only what is new."""
     users: dict[tuple[str, str, str], PlatformUser] = {}
     for update in updates:
         if isinstance(update, StatusUpdate):
@@ -220,12 +234,18 @@ def remember_users_in_order(updates: list[Any]) -> None:
             user = None
         if user is not None and (user.wa_id or user.user_id):
             users.setdefault((update.phone_number_id, user.wa_id or "", user.user_id or ""), user)
-    accounts_by_number: dict[str, MessagingAccount | None] = {}
-    for (phone_number_id, _wa_id, _user_id), user in sorted(users.items(), key=lambda item: item[0]):
-        if phone_number_id not in accounts_by_number:
-            accounts_by_number[phone_number_id] = _account_for_number(phone_number_id)
-        if (account := accounts_by_number[phone_number_id]) is not None:
-            platform_users.remember(account.id, user)
+    if not users:
+        return
+    account_ids = _accounts_for_numbers({phone_number_id for phone_number_id, _wa_id, _user_id in users})
+    named = [(account_ids[phone_number_id], user) for (phone_number_id, _wa_id, _user_id), user
+             in sorted(users.items(), key=lambda item: item[0]) if phone_number_id in account_ids]
+    if all(isinstance(update, StatusUpdate) for update in updates):
+        # Nothing acts on a status's recipient in this transaction: a user named as the row
+        # already says is left unlocked, and the rest are written together where they can be.
+        platform_users.remember_many(named)
+        return
+    for account_id, user in named:
+        platform_users.remember(account_id, user)
 
 
 def _apply_history(thread: HistoryThread) -> None:

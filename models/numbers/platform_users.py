@@ -19,6 +19,7 @@ from messaging.webhooks import PlatformUser as WebhookUser
 from models.clock import utcnow
 from models.numbers import accounts
 from models.numbers.tables import CUSTOMER_WINDOW, ContactWindow, PlatformUser
+from models.store.db import execute
 
 
 def is_user_id(value: str) -> bool:
@@ -68,6 +69,131 @@ def remember(account_id: int, user: WebhookUser, contact_name: str | None = None
     if keys_before - {key}:
         accounts.move_user(account_id, keys_before - {key}, key)
     return key
+
+
+def remember_many(users: list[tuple[int, WebhookUser]]) -> None:
+    """`remember` for each (number, user), in the order given (the lock order: ascending number,
+    phone, id), with a read of every user's row first so that most of them cost no statement.
+
+    A status batch names each of its recipients by phone and id, nearly always as they were named
+    before: what the read finds already said is left as it is, without a write (or a lock). Users
+    never seen by either key are inserted together, in the order given, with all they are named
+    by (what `remember` would leave). Those another batch inserted meanwhile (its `delivered`
+    while this one holds the `read`: the INSERT waits for it, then skips them) are read again
+    and, named as that batch named them, left alone too. The rest -- a new link, a change of phone
+    or username, two rows to merge, a key named by two users of the list -- go through `remember`
+    one at a time, in the order given.
+    """
+    named = [(account_id, user) for account_id, user in users if user.user_id or user.wa_id]
+    if not named:
+        return
+    shared = _keys_named_twice(named)
+    new, later = _sorted_out([pair for pair in named if not _keys(*pair) & shared])
+    later |= {pair for pair in named if _keys(*pair) & shared}
+    missed = _insert_new(new)
+    if missed:
+        still_new, told = _sorted_out(list(missed))
+        later |= set(still_new) | told
+    for account_id, user in named:
+        if (account_id, user) in later:
+            remember(account_id, user)
+
+
+def _sorted_out(named: list[tuple[int, WebhookUser]]) -> tuple[list[tuple[int, WebhookUser]],
+                                                              set[tuple[int, WebhookUser]]]:
+    """The users no row knows (in the order given), and those a row knows that `remember` would
+    change; the rest are known as named."""
+    rows = _rows_of(named) if named else {}
+    new: list[tuple[int, WebhookUser]] = []
+    told: set[tuple[int, WebhookUser]] = set()
+    for account_id, user in named:
+        found = {rows[key] for key in _keys(account_id, user) if key in rows}
+        if not found:
+            new.append((account_id, user))
+        elif len(found) > 1 or _tells_more(next(iter(found)), user):
+            told.add((account_id, user))
+    return new, told
+
+
+# A row as `remember_many` reads it: id, user_id, wa_id, parent_user_id, username, profile_name.
+_Row = tuple[int, str | None, str | None, str | None, str | None, str | None]
+_TOLD = ((1, "user_id"), (2, "wa_id"), (3, "parent_user_id"), (4, "username"), (5, "profile_name"))
+
+
+def _keys(account_id: int, user: WebhookUser) -> set[tuple[int, str, str]]:
+    keys = set()
+    if user.user_id:
+        keys.add((account_id, "user_id", user.user_id))
+    if user.wa_id:
+        keys.add((account_id, "wa_id", user.wa_id))
+    return keys
+
+
+def _keys_named_twice(named: list[tuple[int, WebhookUser]]) -> set[tuple[int, str, str]]:
+    seen: set[tuple[int, str, str]] = set()
+    twice: set[tuple[int, str, str]] = set()
+    for account_id, user in named:
+        for key in _keys(account_id, user):
+            (twice if key in seen else seen).add(key)
+    return twice
+
+
+def _rows_of(named: list[tuple[int, WebhookUser]]) -> dict[tuple[int, str, str], _Row]:
+    """The stored rows of these users by each key, read in one statement per chunk (a row of one
+    number named by a key of another is read too, and not used)."""
+    accounts_named = sorted({account_id for account_id, _user in named})
+    ids = sorted({user.user_id for _account_id, user in named if user.user_id})
+    phones = sorted({user.wa_id for _account_id, user in named if user.wa_id})
+    rows: dict[tuple[int, str, str], _Row] = {}
+    for start in range(0, max(len(ids), len(phones)), LOOKUP_CHUNK):
+        id_chunk, phone_chunk = ids[start:start + LOOKUP_CHUNK], phones[start:start + LOOKUP_CHUNK]
+        # Hand-written: it runs for every status batch. A branch per key, so that each is a seek
+        # on its (account, key) index rather than a walk of the number's users.
+        columns = 'SELECT id, account_id, user_id, wa_id, parent_user_id, username, profile_name FROM "platform_user"'
+        numbers = f"account_id IN ({_marks(len(accounts_named))})"
+        cursor = execute(
+            f"{columns} WHERE {numbers} AND user_id IN ({_marks(len(id_chunk))}) UNION ALL "
+            f"{columns} WHERE {numbers} AND wa_id IN ({_marks(len(phone_chunk))})",
+            [*accounts_named, *id_chunk, *accounts_named, *phone_chunk])
+        for row_id, account_id, user_id, wa_id, parent_user_id, username, profile_name in cursor.fetchall():
+            row = (row_id, user_id, wa_id, parent_user_id, username, profile_name)
+            if user_id:
+                rows[(account_id, "user_id", user_id)] = row
+            if wa_id:
+                rows[(account_id, "wa_id", wa_id)] = row
+    return rows
+
+
+def _marks(count: int) -> str:
+    # An empty IN list is not SQL: NULL matches nothing.
+    return ", ".join(["?"] * count) if count else "NULL"
+
+
+def _tells_more(row: _Row, user: WebhookUser) -> bool:
+    """Whether `remember` would change the row: a field the user is named by that it lacks."""
+    return any((value := getattr(user, name)) and row[index] != value for index, name in _TOLD)
+
+
+def _insert_new(new: list[tuple[int, WebhookUser]]) -> set[tuple[int, WebhookUser]]:
+    """Insert users no row knows, in the order given; returns those another batch inserted first
+    (left for `remember`)."""
+    if not new:
+        return set()
+    now = utcnow()
+    inserted: set[tuple[int, str | None, str | None]] = set()
+    for start in range(0, len(new), LOOKUP_CHUNK):
+        chunk = new[start:start + LOOKUP_CHUNK]
+        params: list = []
+        for account_id, user in chunk:
+            params += [account_id, user.user_id, user.wa_id, user.parent_user_id or None, user.username or None,
+                       user.profile_name or None, False, now]
+        cursor = execute(
+            'INSERT INTO "platform_user" (account_id, user_id, wa_id, parent_user_id, username, profile_name, '
+            f"marketing_opt_out, updated_at) VALUES {', '.join(['(?, ?, ?, ?, ?, ?, ?, ?)'] * len(chunk))} "
+            "ON CONFLICT DO NOTHING RETURNING account_id, user_id, wa_id", params)
+        inserted |= {tuple(row) for row in cursor.fetchall()}
+    return {(account_id, user) for account_id, user in new
+            if (account_id, user.user_id, user.wa_id) not in inserted}
 
 
 def forget_contact(account_id: int, user: WebhookUser) -> None:

@@ -44,7 +44,7 @@ from models.numbers import platform_users
 from models.numbers.accounts import get_account
 from models.numbers.tables import MessagingAccount, Template
 from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCredits, CampaignRecipient
-from models.store.db import after_commit, atomic, db, execute, fetch_one, is_postgres
+from models.store.db import after_commit, atomic, bound_datetime, db, execute, fetch_one, is_postgres
 from models.store.prepared import Prepared, isoformat_stored
 from models.tenancy import credits
 
@@ -236,17 +236,23 @@ def case_by_id(column: str, pairs: list[tuple[int, Any]]) -> tuple[str, list]:
 def emit_rows(name: str, items: list[tuple[int, dict[str, Any]]], at: dt.datetime | None = None) -> int:
     """Write core events of one name, `(tenant id, fields)` each, in a few INSERTs: the outbox rows
     `models.events.outbox.emit` writes (`{"event": name, ...fields}`)."""
+    return emit_named_rows([(name, tenant_id, fields) for tenant_id, fields in items], at)
+
+
+def emit_named_rows(items: list[tuple[str, int, dict[str, Any]]], at: dt.datetime | None = None) -> int:
+    """`emit_rows` for events of several names, `(name, tenant id, fields)` each, written (and so
+    numbered) in the order given."""
     if not items:
         return 0
-    now = at or utcnow()
+    now = bound_datetime(at or utcnow())
     table = Event._meta.table_name
     ids = public_ids("evt_", len(items))
     for start in range(0, len(items), INSERT_CHUNK):
         chunk = items[start:start + INSERT_CHUNK]
         params: list = []
-        for public_id, (tenant_id, fields) in zip(ids[start:], chunk, strict=False):
+        for public_id, (name, tenant_id, fields) in zip(ids[start:], chunk, strict=False):
             params += [public_id, tenant_id, name, orjson.dumps({"event": name, **fields}).decode(), now]
-        run_sql(f'INSERT INTO "{table}" (public_id, tenant_id, name, payload, created_at) '
+        execute(f'INSERT INTO "{table}" (public_id, tenant_id, name, payload, created_at) '
                 f"VALUES {placeholders(len(chunk), 5)}", params)
     announce()
     return len(items)
@@ -333,14 +339,17 @@ def _nonzero(moves: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
     return {campaign_id: kinds for campaign_id, kinds in moves.items() if kinds}
 
 
-def ledger_moves(moves: dict[int, dict[str, int]], description: str | None = None) -> list[credits.Move]:
-    """The wallet movements of campaigns' credit moves: one per tenant and kind."""
+def ledger_moves(moves: dict[int, dict[str, int]], description: str | None = None,
+                 campaigns: dict[int, Any] | None = None) -> list[credits.Move]:
+    """The wallet movements of campaigns' credit moves: one per tenant and kind. `campaigns`, when
+    the caller has them: each campaign's `id`, `public_id`, `tenant_id` and `account_id` by id."""
     moves = _nonzero(moves)
     if not moves:
         return []
     ids = sorted(moves)
-    campaigns = {c.id: c for c in Campaign.select(Campaign.id, Campaign.public_id, Campaign.tenant, Campaign.account)
-                 .where(Campaign.id.in_(ids))}
+    if campaigns is None:
+        campaigns = {c.id: c for c in Campaign.select(Campaign.id, Campaign.public_id, Campaign.tenant,
+                                                      Campaign.account).where(Campaign.id.in_(ids))}
     per_tenant: dict[int, dict[str, list[int]]] = {}
     for campaign_id in sorted(moves):
         for kind in moves[campaign_id]:

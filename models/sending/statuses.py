@@ -1,54 +1,119 @@
 """Applying the platform's message status updates to campaign recipients and single messages.
 
 The platform batches status updates, retries them for days and does not keep their order, so
-every update is applied as a conditional UPDATE that only moves a row forward (the rows a batch
-names are locked first, in ascending id, as docs/reliability.md's lock order says):
+every update only moves a row forward:
 
     queued -> sent -> delivered -> read        (and queued / sent / delivered -> failed)
 
 A row that did not move is skipped, and only rows that moved get an event, so a duplicate or a
-late `delivered` after `read` changes nothing and emits nothing. A concurrent processor handling
-the same row waits on the row lock and then finds the status moved (READ COMMITTED re-checks the
-WHERE clause; SQLite runs writers one at a time), so each transition happens exactly once.
+late `delivered` after `read` changes nothing and emits nothing.
 
 Rows are found by wamid, or, for those still `queued` (the worker died, or its answer was lost,
 before the wamid was recorded), by the `biz_opaque_callback_data` the dispatcher sent: the
 recipient's `rcp_` id or the message's `msg_` id. Any status proves the platform accepted the
 message, so such a row is first accepted (credit consumed, `message.sent`), then moved on.
 A `failed` after acceptance refunds the credit.
+
+A batch costs a fixed handful of statements whatever its size (hand-written SQL: peewee would
+build a node per value):
+
+1. The recipient rows its updates name are read with their campaign and number in one SELECT,
+   locked as they are read, in ascending id (docs/reliability.md's lock order; PostgreSQL's
+   READ COMMITTED hands a locked row back as the writer before left it, and SQLite runs one
+   writer at a time). The message rows are read the same way, for the updates no recipient took.
+2. Each row's transitions are worked out from the row as read, in the order of the chain above:
+   accepted (or accepted late, see `_affordable_late`), then `delivered` if it is `sent`, then
+   `read` if it is `sent` or `delivered`, then `failed` if it is `sent` or `delivered` -- what a
+   conditional UPDATE per transition would do, one after another.
+3. The rows that moved are written by one UPDATE per table (a CASE by id per column), which also
+   checks each row is still in the status it was read in.
+4. The business sends, the campaigns' credit counters (additions) and the wallets, in the lock
+   order; then every `message.*` event in one INSERT: the recipients' `sent`, `delivered`, `read`
+   and `failed`, then the messages' in the same order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
-
-from peewee import Case
+from typing import Any, NamedTuple
 
 from messaging.webhooks import StatusUpdate
 from models.clock import to_utc_naive, utcnow
 from models.numbers.accounts import record_business_sends_many
-from models.numbers.tables import MessagingAccount
 from models.sending import UNCONFIRMED
 from models.sending.campaigns import (
     add_to_counters,
-    emit_rows,
+    emit_named_rows,
     finish_after_commit,
     ledger_moves,
     message_event,
     public_ids,
 )
 from models.sending.messages import event_fields
-from models.sending.tables import Campaign, CampaignRecipient, Message
-from models.store.db import atomic, lock_rows
+from models.sending.tables import CampaignRecipient, Message
+from models.store.db import atomic, bound_datetime, db, execute, is_postgres, lock_rows
 from models.tenancy import credits
 
 log = logging.getLogger(__name__)
-RANK = {"pending": 0, "queued": 1, "sent": 2, "delivered": 3, "read": 4}
-CHUNK = 400  # ids per IN (...) list
+CHUNK = 400  # values per IN (...) list, rows per UPDATE
+ONE_READ = 2000  # wamids and callbacks found in one statement (a POST holds up to 1000 updates)
+STATUSES = ("sent", "delivered", "read", "failed")
+REFUND_REASON = "the platform reported a failure after accepting"
+
+
+class _Recipient(NamedTuple):
+    id: int
+    public_id: str
+    status: str
+    wam_id: str | None
+    error_code: str | None
+    wa_id: str
+    external_contact_id: str | None
+    campaign_id: int
+    tenant_id: int
+    campaign_public_id: str
+    account_id: int
+    phone_id: str | None
+    account_public_id: str
+
+
+class _Message(NamedTuple):
+    id: int
+    public_id: str
+    status: str
+    wam_id: str | None
+    error_code: str | None
+    to: str
+    tenant_id: int
+    account_id: int
+    phone_id: str | None
+    account_public_id: str
+
+
+@dataclass(frozen=True)
+class _Table:
+    """One of the two tables statuses move, and how its rows are read."""
+
+    model: Any
+    name: str
+    prefix: str  # of the public ids the dispatcher sends as callback data
+    row: type
+    select: str  # the columns of `row`, with the campaign and number they belong to
+
+
+_RECIPIENTS = _Table(
+    CampaignRecipient, "campaign_recipient", "rcp_", _Recipient,
+    'SELECT r.id, r.public_id, r.status, r.wam_id, r.error_code, r.wa_id, r.external_contact_id, r.campaign_id, '
+    'c.tenant_id, c.public_id, c.account_id, a.phone_id, a.public_id FROM "campaign_recipient" r '
+    'JOIN "campaign" c ON c.id = r.campaign_id JOIN "messaging_account" a ON a.id = c.account_id')
+_MESSAGES = _Table(
+    Message, "message", "msg_", _Message,
+    'SELECT r.id, r.public_id, r.status, r.wam_id, r.error_code, r."to", r.tenant_id, r.account_id, a.phone_id, '
+    'a.public_id FROM "message" r JOIN "messaging_account" a ON a.id = r.account_id')
 
 
 @dataclass
@@ -56,7 +121,6 @@ class _Target:
     """One recipient or message and the updates that name it in this call."""
 
     row: Any
-    account: MessagingAccount
     updates: list[StatusUpdate] = field(default_factory=list)
 
     def latest(self, status: str) -> StatusUpdate | None:
@@ -76,9 +140,11 @@ def apply_status_updates(updates: list[StatusUpdate]) -> None:
     """
     if not updates:
         return
-    with atomic():
-        recipients = _targets(CampaignRecipient, "rcp_", updates)
-        messages = _targets(Message, "msg_", updates)
+    # The caller's transaction as it is (its batch stamp commits with it); a failure raises and
+    # rolls it back, so a savepoint would only cost two statements.
+    with atomic() if not db.in_transaction() else contextlib.nullcontext():
+        recipients, found = _targets(_RECIPIENTS, updates, set())
+        messages, _found = _targets(_MESSAGES, updates, found)
         affordable = _affordable_late(recipients, messages)
         outcome = _Outcome()
         if recipients:
@@ -87,11 +153,18 @@ def apply_status_updates(updates: list[StatusUpdate]) -> None:
             _apply_messages(messages, affordable, outcome)
         record_business_sends_many(outcome.business, utcnow())
         add_to_counters(outcome.counters)
-        credits.apply_moves(ledger_moves(outcome.counters, REFUND_REASON) + outcome.wallet)
+        credits.apply_moves(ledger_moves(outcome.counters, REFUND_REASON, outcome.campaigns) + outcome.wallet)
+        emit_named_rows(outcome.events)
         finish_after_commit(outcome.accepting)
 
 
-REFUND_REASON = "the platform reported a failure after accepting"
+class _Campaign(NamedTuple):
+    """What `ledger_moves` reads of a campaign, taken from the rows already read."""
+
+    id: int
+    public_id: str
+    tenant_id: int
+    account_id: int
 
 
 @dataclass
@@ -100,8 +173,10 @@ class _Outcome:
 
     business: set[tuple[int, str]] = field(default_factory=set)
     counters: dict[int, dict[str, int]] = field(default_factory=dict)  # campaign id -> kind -> n
+    campaigns: dict[int, _Campaign] = field(default_factory=dict)
     wallet: list[credits.Move] = field(default_factory=list)  # single messages' own entries
     accepting: set[int] = field(default_factory=set)  # campaigns a recipient was accepted in
+    events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)  # (name, tenant, fields)
 
 
 def _chunks(values: list, size: int = CHUNK):
@@ -109,32 +184,22 @@ def _chunks(values: list, size: int = CHUNK):
         yield values[start:start + size]
 
 
-def _targets(model, prefix: str, updates: list[StatusUpdate]) -> dict[int, _Target]:
-    wamids = list({u.wamid for u in updates})
-    callbacks = list({u.callback_data for u in updates if u.callback_data and u.callback_data.startswith(prefix)})
-    ids: set[int] = set()
-    for chunk in _chunks(wamids):
-        ids |= {row_id for (row_id,) in model.select(model.id).where(model.wam_id.in_(chunk)).tuples()}
-    for chunk in _chunks(callbacks):
-        ids |= {row_id for (row_id,) in model.select(model.id).where(model.public_id.in_(chunk)).tuples()}
-    if not ids:
-        return {}
-    # Locked in ascending id before any is written, then read as they are now.
-    lock_rows(model, ids)
-    rows = _reload(model, list(ids))
-    if model is CampaignRecipient:
-        campaign_ids = {row.campaign_id for row in rows.values()}
-        campaigns = {c.id: c for c in Campaign.select().where(Campaign.id.in_(list(campaign_ids)))}
-        account_of = {row_id: campaigns[row.campaign_id].account_id for row_id, row in rows.items()}
-    else:
-        account_of = {row_id: row.account_id for row_id, row in rows.items()}
-    account_rows = {a.id: a for a in MessagingAccount.select().where(
-        MessagingAccount.id.in_(list(set(account_of.values()))))}
-    by_wamid: dict[str, int] = {row.wam_id: row_id for row_id, row in rows.items() if row.wam_id}
+def _marks(count: int) -> str:
+    return ", ".join(["?"] * count)
+
+
+def _targets(table: _Table, updates: list[StatusUpdate], taken: set[str]) -> tuple[dict[int, _Target], set[str]]:
+    """The rows of `table` the updates name (by wamid, or by callback data of the table's prefix),
+    locked, each with its updates; and the wamids of every row read. Updates whose wamid a row of
+    another table has (`taken`) are that row's: the platform names one send by one wamid."""
+    wamids = list({u.wamid for u in updates if u.wamid not in taken})
+    callbacks = list({u.callback_data for u in updates if u.callback_data and u.callback_data.startswith(table.prefix)})
+    rows = _read(table, wamids, callbacks)
+    by_wamid_row: dict[str, int] = {row.wam_id: row_id for row_id, row in rows.items() if row.wam_id}
     by_public: dict[str, int] = {row.public_id: row_id for row_id, row in rows.items()}
     targets: dict[int, _Target] = {}
     for update in updates:
-        row_id = by_wamid.get(update.wamid)
+        row_id = by_wamid_row.get(update.wamid)
         if row_id is None and update.callback_data:
             row_id = by_public.get(update.callback_data)
             # The callback names the row, but a row that already has another wamid is another
@@ -143,12 +208,39 @@ def _targets(model, prefix: str, updates: list[StatusUpdate]) -> dict[int, _Targ
                 row_id = None
         if row_id is None:
             continue
-        account = account_rows[account_of[row_id]]
-        if account.phone_id != update.phone_number_id:
+        row = rows[row_id]
+        if row.phone_id != update.phone_number_id:
             continue  # another number's message: callback data is ours, but be strict anyway
-        target = targets.setdefault(row_id, _Target(rows[row_id], account))
+        target = targets.get(row_id)
+        if target is None:
+            target = targets[row_id] = _Target(row)
         target.updates.append(update)
-    return targets
+    return targets, taken | set(by_wamid_row)
+
+
+def _read(table: _Table, wamids: list[str], callbacks: list[str]) -> dict[int, Any]:
+    """The rows with these wamids or public ids, locked in ascending id: as they are read, in one
+    statement (a sorted read locked row by row in its order) for any batch the platform posts (up
+    to 1000 updates); else found first, then locked together and read by id."""
+    if not wamids and not callbacks:
+        return {}
+    lock = " ORDER BY r.id FOR UPDATE OF r" if is_postgres() else ""
+    if len(wamids) + len(callbacks) <= ONE_READ:
+        found = [f"r.wam_id IN ({_marks(len(wamids))})"] if wamids else []
+        found += [f"r.public_id IN ({_marks(len(callbacks))})"] if callbacks else []
+        cursor = execute(f"{table.select} WHERE {' OR '.join(found)}{lock}", [*wamids, *callbacks])
+        return {values[0]: table.row(*values) for values in cursor.fetchall()}
+    ids: set[int] = set()
+    for column, values in (("wam_id", wamids), ("public_id", callbacks)):
+        for chunk in _chunks(values):
+            ids |= {row_id for (row_id,) in execute(
+                f'SELECT id FROM "{table.name}" WHERE {column} IN ({_marks(len(chunk))})', chunk).fetchall()}
+    lock_rows(table.model, ids)
+    rows: dict[int, Any] = {}
+    for chunk in _chunks(sorted(ids)):
+        cursor = execute(f"{table.select} WHERE r.id IN ({_marks(len(chunk))})", chunk)
+        rows.update((values[0], table.row(*values)) for values in cursor.fetchall())
+    return rows
 
 
 def _at(update: StatusUpdate | None) -> dt.datetime:
@@ -160,24 +252,6 @@ def _error(update: StatusUpdate) -> dict[str, str]:
     details = (first.get("error_data") or {}).get("details") if isinstance(first.get("error_data"), dict) else None
     return {"code": str(first.get("code", "unknown")),
             "message": str(details or first.get("message") or first.get("title") or "delivery failed")}
-
-
-def _accept(model, targets: dict[int, _Target]) -> list[int]:
-    """Queued rows named by a status: the platform has them. One UPDATE; returns the ids moved."""
-    queued = [t for t in targets.values() if t.row.status == "queued"]
-    moved: list[int] = []
-    for chunk in _chunks(queued):
-        ids = [t.row.id for t in chunk]
-        wamid = Case(model.id, [(t.row.id, t.earliest().wamid) for t in chunk])
-        sent_at = Case(model.id, [(t.row.id, _at(t.earliest())) for t in chunk])
-        changes: dict = {model.status: "sent", model.wam_id: wamid, model.sent_at: sent_at, model.claim_token: None}
-        if model is CampaignRecipient:
-            message_ids = public_ids("msg_", len(chunk))
-            changes[model.message_id] = Case(model.id, list(zip(ids, message_ids, strict=True)))
-        query = (model.update(changes).where(model.id.in_(ids) & (model.status == "queued"))
-                 .returning(model.id))
-        moved += [row.id for row in query.execute()]
-    return moved
 
 
 def _late(targets: dict[int, _Target]) -> list[_Target]:
@@ -196,15 +270,12 @@ def _affordable_late(recipients: dict[int, _Target], messages: dict[int, _Target
     read here, not locked (it comes last in the lock order); should it change before the
     reservation, the reservation fails and the whole batch is applied again.
     """
-    late = [(CampaignRecipient, t) for t in _late(recipients)] + [(Message, t) for t in _late(messages)]
+    late = [(_RECIPIENTS, t) for t in _late(recipients)] + [(_MESSAGES, t) for t in _late(messages)]
     if not late:
         return set()
-    tenant_of_campaign = dict(Campaign.select(Campaign.id, Campaign.tenant).where(Campaign.id.in_(
-        list({t.row.campaign_id for model, t in late if model is CampaignRecipient}))).tuples())
     per_tenant: dict[int, list[tuple[str, int]]] = defaultdict(list)
-    for model, target in late:
-        tenant_id = tenant_of_campaign[target.row.campaign_id] if model is CampaignRecipient else target.row.tenant_id
-        per_tenant[tenant_id].append((model._meta.table_name, target.row.id))
+    for table, target in late:
+        per_tenant[target.row.tenant_id].append((table.name, target.row.id))
     allowed: set[tuple[str, int]] = set()
     for tenant_id, rows in per_tenant.items():
         wallet = credits.wallet_of(tenant_id)
@@ -216,88 +287,121 @@ def _affordable_late(recipients: dict[int, _Target], messages: dict[int, _Target
     return allowed
 
 
-def _accept_late(model, targets: dict[int, _Target], affordable: set[tuple[str, int]]) -> list[int]:
-    """Failed-as-unconfirmed rows the platform accepted after all (see `_affordable_late`): back
-    to `sent`. The caller reserves and consumes their credit."""
-    late = [t for t in _late(targets) if (model._meta.table_name, t.row.id) in affordable]
-    moved: list[int] = []
-    for chunk in _chunks(late):
-        ids = [t.row.id for t in chunk]
-        changes: dict = {model.status: "sent", model.error_code: None, model.last_error: None,
-                         model.failed_at: None, model.claim_token: None,
-                         model.wam_id: Case(model.id, [(t.row.id, t.earliest().wamid) for t in chunk]),
-                         model.sent_at: Case(model.id, [(t.row.id, _at(t.earliest())) for t in chunk])}
-        if model is CampaignRecipient:
-            changes[model.message_id] = Case(model.id, list(zip(ids, public_ids("msg_", len(ids)), strict=True)))
-        moved += [row.id for row in model.update(changes)
-                  .where(model.id.in_(ids) & (model.status == "failed") & (model.error_code == UNCONFIRMED)
-                         & model.wam_id.is_null())
-                  .returning(model.id).execute()]
-    return moved
+@dataclass
+class _Moves:
+    """What one table's rows do in this call: the ids moved into each status (`late`: accepted
+    after recovery had failed them), the columns each moved row is written with, and the status
+    each was read in."""
+
+    moved: dict[str, list[int]] = field(default_factory=lambda: {s: [] for s in ("sent", "late", *STATUSES[1:])})
+    columns: dict[int, dict[str, Any]] = field(default_factory=dict)
+    read_as: dict[int, str] = field(default_factory=dict)
+    wamids: dict[int, str] = field(default_factory=dict)  # of the rows accepted now
 
 
-def _advance(model, targets: dict[int, _Target], status: str, allowed_from: tuple[str, ...],
-             extra: dict | None = None) -> list[int]:
-    """Move rows that have a `status` update and are still in `allowed_from`; returns the ids moved."""
-    chosen = [(t.row.id, t.latest(status)) for t in targets.values() if t.latest(status) is not None]
-    moved: list[int] = []
-    column = {"delivered": model.delivered_at, "read": model.read_at, "failed": model.failed_at}[status]
-    for chunk in _chunks(chosen):
-        ids = [row_id for row_id, _ in chunk]
-        changes: dict = {model.status: status, column: Case(model.id, [(i, _at(u)) for i, u in chunk])}
-        if extra:
-            changes.update(extra(chunk))
-        query = (model.update(changes).where(model.id.in_(ids) & model.status.in_(allowed_from))
-                 .returning(model.id))
-        moved += [row.id for row in query.execute()]
-    return moved
+def _plan(table: _Table, targets: dict[int, _Target], affordable: set[tuple[str, int]]) -> _Moves:
+    """Each row's transitions, in the chain's order, from the row as read (locked): what one
+    conditional UPDATE per transition would leave."""
+    moves = _Moves()
+    accepted: list[int] = []
+    for row_id in sorted(targets):
+        target = targets[row_id]
+        row = target.row
+        status = row.status
+        columns: dict[str, Any] = {}
+        late = status == "failed" and row.error_code == UNCONFIRMED and row.wam_id is None \
+            and (table.name, row_id) in affordable
+        if status == "queued" or late:
+            first = target.earliest()
+            columns.update(wam_id=first.wamid, sent_at=_at(first), claim_token=None)
+            if late:
+                columns.update(error_code=None, last_error=None, failed_at=None)
+            moves.moved["late" if late else "sent"].append(row_id)
+            moves.wamids[row_id] = first.wamid
+            accepted.append(row_id)
+            status = "sent"
+        delivered = target.latest("delivered")
+        if delivered is not None and status == "sent":
+            columns["delivered_at"] = _at(delivered)
+            moves.moved["delivered"].append(row_id)
+            status = "delivered"
+        read = target.latest("read")
+        if read is not None and status in ("sent", "delivered"):
+            columns["read_at"] = _at(read)
+            moves.moved["read"].append(row_id)
+            status = "read"
+        failed = target.latest("failed")
+        if failed is not None and status in ("sent", "delivered"):
+            error = _error(failed)
+            columns.update(failed_at=_at(failed), error_code=error["code"][:32], last_error=error["message"][:1000])
+            moves.moved["failed"].append(row_id)
+            status = "failed"
+        if status != row.status or columns:
+            columns["status"] = status
+            moves.columns[row_id] = columns
+            moves.read_as[row_id] = row.status
+    if table is _RECIPIENTS and accepted:
+        for row_id, message_id in zip(accepted, public_ids("msg_", len(accepted)), strict=True):
+            moves.columns[row_id]["message_id"] = message_id
+    return moves
 
 
-def _failure_columns(model):
-    def columns(chunk):
-        errors = {row_id: _error(update) for row_id, update in chunk}
-        return {model.error_code: Case(model.id, [(i, e["code"][:32]) for i, e in errors.items()]),
-                model.last_error: Case(model.id, [(i, e["message"][:1000]) for i, e in errors.items()])}
-    return columns
-
-
-def _reload(model, ids: list[int]) -> dict[int, Any]:
-    rows: dict[int, Any] = {}
+def _write(table: _Table, moves: _Moves) -> None:
+    """The moved rows in one UPDATE per chunk: each column a CASE by id over the rows that set it,
+    and every row still in the status it was read in (it is locked: anything else is a bug)."""
+    ids = sorted(moves.columns)
     for chunk in _chunks(ids):
-        rows.update({row.id: row for row in model.select().where(model.id.in_(chunk))})
-    return rows
+        sets: list[str] = []
+        params: list = []
+        names = sorted({name for row_id in chunk for name in moves.columns[row_id]})
+        for name in names:
+            pairs = [(row_id, moves.columns[row_id][name]) for row_id in chunk if name in moves.columns[row_id]]
+            sets.append(f"{name} = CASE id{' WHEN ? THEN ?' * len(pairs)} ELSE {name} END")
+            for row_id, value in pairs:
+                params += [row_id, bound_datetime(value) if isinstance(value, dt.datetime) else value]
+        by_status: dict[str, list[int]] = defaultdict(list)
+        for row_id in chunk:
+            by_status[moves.read_as[row_id]].append(row_id)
+        where = " OR ".join(f"(status = ? AND id IN ({_marks(len(group))}))" for group in by_status.values())
+        for status, group in by_status.items():
+            params += [status, *group]
+        written = execute(f'UPDATE "{table.name}" SET {", ".join(sets)} WHERE {where}', params).rowcount
+        if written != len(chunk):
+            raise RuntimeError(f"{len(chunk) - written} locked {table.name} rows changed under the lock")
 
 
-def _progress(model, targets: dict[int, _Target], affordable: set[tuple[str, int]]) -> dict[str, list[int]]:
-    """Apply every transition in order; returns the ids moved into each status."""
-    moved = {"sent": _accept(model, targets), "late": _accept_late(model, targets, affordable)}
-    moved["delivered"] = _advance(model, targets, "delivered", ("sent",))
-    moved["read"] = _advance(model, targets, "read", ("sent", "delivered"))
-    moved["failed"] = _advance(model, targets, "failed", ("sent", "delivered"), _failure_columns(model))
-    return moved
+def _progress(table: _Table, targets: dict[int, _Target], affordable: set[tuple[str, int]]) -> _Moves:
+    moves = _plan(table, targets, affordable)
+    _write(table, moves)
+    return moves
+
+
+def _row_after(target: _Target, moves: _Moves) -> Any:
+    """The row as the events tell it: with the wamid it was accepted under."""
+    wamid = moves.wamids.get(target.row.id)
+    return target.row if wamid is None else target.row._replace(wam_id=wamid)
 
 
 def _apply_recipients(targets: dict[int, _Target], affordable: set[tuple[str, int]], outcome: _Outcome) -> None:
-    moved = _progress(CampaignRecipient, targets, affordable)
-    changed = {row_id for ids in moved.values() for row_id in ids}
-    if not changed:
+    moves = _progress(_RECIPIENTS, targets, affordable)
+    if not moves.columns:
         return
-    rows = _reload(CampaignRecipient, list(changed))
-    campaigns = {c.id: c for c in Campaign.select().where(
-        Campaign.id.in_(list({row.campaign_id for row in rows.values()})))}
     per_campaign: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for status, ids in moved.items():
+    campaign_rows: dict[int, _Recipient] = {}  # a row of each campaign: its campaign's and number's ids
+    for status, ids in moves.moved.items():
         for row_id in ids:
-            per_campaign[rows[row_id].campaign_id][status].append(row_id)
-    account_of = {rows[row_id].campaign_id: targets[row_id].account for row_id in changed}
+            row = targets[row_id].row
+            per_campaign[row.campaign_id][status].append(row_id)
+            campaign_rows.setdefault(row.campaign_id, row)
     events: dict[str, list] = defaultdict(list)
     for campaign_id, by_status in per_campaign.items():
-        campaign = campaigns[campaign_id]
-        account = account_of[campaign_id]
+        some = campaign_rows[campaign_id]
+        outcome.campaigns[campaign_id] = _Campaign(campaign_id, some.campaign_public_id, some.tenant_id,
+                                                   some.account_id)
         late = by_status.pop("late", [])
         by_status["sent"] = by_status.get("sent", []) + late
         accepted = by_status["sent"]
-        outcome.business |= {(account.id, rows[i].wa_id) for i in accepted}
+        outcome.business |= {(some.account_id, targets[i].row.wa_id) for i in accepted}
         # Accepted now: consumed (a late acceptance reserved again first). Failed after
         # acceptance: refunded.
         outcome.counters[campaign_id] = {"reserve": len(late), "consume": len(accepted),
@@ -305,40 +409,38 @@ def _apply_recipients(targets: dict[int, _Target], affordable: set[tuple[str, in
         if accepted:
             # Accepting the last queued recipient may finish its campaign.
             outcome.accepting.add(campaign_id)
-        for status in ("sent", "delivered", "read", "failed"):
+        for status in STATUSES:
             for row_id in by_status.get(status, []):
-                update = targets[row_id].earliest() if status == "sent" else targets[row_id].latest(status)
+                target = targets[row_id]
+                update = target.earliest() if status == "sent" else target.latest(status)
                 error = _error(update) if status == "failed" else None
-                events[status].append((campaign.tenant_id, message_event(
-                    campaign.public_id, account.public_id, rows[row_id], status, _at(update), error)))
-    for status in ("sent", "delivered", "read", "failed"):
-        emit_rows(f"message.{status}", events[status])
+                events[status].append((some.tenant_id, message_event(
+                    some.campaign_public_id, some.account_public_id, _row_after(target, moves), status,
+                    _at(update), error)))
+    for status in STATUSES:
+        outcome.events += [(f"message.{status}", tenant_id, fields) for tenant_id, fields in events[status]]
 
 
 def _apply_messages(targets: dict[int, _Target], affordable: set[tuple[str, int]], outcome: _Outcome) -> None:
-    moved = _progress(Message, targets, affordable)
-    changed = {row_id for ids in moved.values() for row_id in ids}
-    if not changed:
+    moves = _progress(_MESSAGES, targets, affordable)
+    if not moves.columns:
         return
-    rows = _reload(Message, list(changed))
-    late = set(moved.pop("late"))
-    moved["sent"] = moved["sent"] + sorted(late)
-    events: dict[str, list] = defaultdict(list)
-    for status in ("sent", "delivered", "read", "failed"):
-        for row_id in moved[status]:
-            message, account = rows[row_id], targets[row_id].account
-            update = targets[row_id].earliest() if status == "sent" else targets[row_id].latest(status)
-            entry = {"messaging_account_id": account.id, "reference": message.public_id}
+    late = set(moves.moved.pop("late"))
+    moves.moved["sent"] = moves.moved["sent"] + sorted(late)
+    for status in STATUSES:
+        for row_id in moves.moved[status]:
+            target = targets[row_id]
+            message = _row_after(target, moves)
+            update = target.earliest() if status == "sent" else target.latest(status)
+            entry = {"messaging_account_id": message.account_id, "reference": message.public_id}
             if status == "sent":
                 if row_id in late:  # recovery released its credit: reserved again
                     outcome.wallet.append(credits.Move(message.tenant_id, "reserve", 1, entry))
                 outcome.wallet.append(credits.Move(message.tenant_id, "consume", 1, entry))
-                outcome.business.add((account.id, message.to))
+                outcome.business.add((message.account_id, message.to))
             elif status == "failed":
                 outcome.wallet.append(credits.Move(message.tenant_id, "refund", 1,
                                                    {**entry, "description": REFUND_REASON}))
             error = _error(update) if status == "failed" else None
-            events[status].append((message.tenant_id,
-                                   event_fields(message, account.public_id, status, _at(update), error)))
-    for status in ("sent", "delivered", "read", "failed"):
-        emit_rows(f"message.{status}", events[status])
+            outcome.events.append((f"message.{status}", message.tenant_id,
+                                   event_fields(message, message.account_public_id, status, _at(update), error)))
