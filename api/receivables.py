@@ -18,7 +18,7 @@ from api.payments import EXPORT_QUERY, ExportMeta, ExportPage, PaymentLinkItem, 
 from api.schemas import Output, Success
 from models.clock import to_utc_naive
 from models.errors import DomainError
-from models.receivables import debts, payments, responses, snapshots
+from models.receivables import debt_reads, debts, responses, snapshots
 from models.receivables.inputs import (
     DebtBatchInput,
     DebtInput,
@@ -199,8 +199,7 @@ class DebtResource:
     @operation("Read a debt with its debtor, installments and payments", scope="cartera:read",
                responses={200: Success[DebtRead]}, errors=(401, 403, 404, 429), tags=TAGS)
     def on_get(self, req, resp, external_id: str) -> Reply:
-        debt = debts.get_debt(req.context.tenant_id, external_id)
-        return ok({"deuda": {**debts.debt_detail(debt), "links_de_pago": payments.links_of(debt)}})
+        return ok({"deuda": debt_reads.read_debt(req.context.tenant_id, external_id)})
 
 
 class PaymentsResource:

@@ -1,0 +1,83 @@
+"""The receivables' reads written as statements built once answer what the peewee serializers
+they replaced answer, in every state a debt, a payment feed or a reply feed goes through, on
+both engines."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from models.clock import utcnow
+from models.ids import new_id
+from models.receivables import debt_reads, debts, payments
+from models.receivables.tables import Debt, Installment, PaymentLink
+from models.store.db import connection
+from tests.receivables_fixtures import debt_body, get_debt, make_account, payment_body, post
+
+
+@pytest.fixture
+def account(alice):
+    return make_account(alice)
+
+
+def old_debt_read(tenant_id: int, external_id: str) -> dict:
+    """The debt as GET /cartera/deudas/{id} answered it before `debt_reads`."""
+    debt = debts.get_debt(tenant_id, external_id)
+    return {**debts.debt_detail(debt), "links_de_pago": payments.links_of(debt)}
+
+
+def add_link(debt_external_id: str, tenant_id: int, *, installment: str | None = None, status: str = "active",
+             expires_in: dt.timedelta = dt.timedelta(hours=72), amount: int = 2500) -> None:
+    debt = Debt.get((Debt.tenant == tenant_id) & (Debt.external_id == debt_external_id))
+    installment_id = None if installment is None else Installment.get(
+        (Installment.debt == debt.id) & (Installment.external_id == installment)).id
+    now = utcnow()
+    PaymentLink.create(public_id=new_id("plk_"), tenant=tenant_id, debt=debt.id, installment=installment_id,
+                       amount=amount, currency=debt.moneda, origin="api", checkout_url="https://pay.example/c",
+                       status=status, expires_at=now + expires_in, paid_at=now if status == "paid" else None)
+
+
+def test_a_debt_reads_as_before_in_every_state(client, alice, charlie, account):
+    assert post(client, alice, "/deudas", debt_body(account.public_id)).status_code == 201
+    assert post(client, alice, "/deudas", debt_body(account.public_id, "D-2", moneda="CLP", monto_original=3000,
+                                                    saldo_pendiente=3000, referencia=None, cuotas=[
+                                                        {"external_id": "C-1", "numero": 1, "monto": 3000,
+                                                         "vence": "2020-01-10", "estado": "pending"}])
+                ).status_code == 201
+    states = []
+
+    def check(external_id: str = "D-1") -> None:
+        with connection():
+            expected = old_debt_read(alice.id, external_id)
+            assert debt_reads.read_debt(alice.id, external_id) == expected
+        answered = get_debt(client, alice, external_id)
+        assert answered.status_code == 200 and answered.json["data"]["deuda"] == expected
+        states.append(expected)
+
+    check()  # new: no payment, no link
+    check("D-2")  # no decimals, overdue, no reference
+    assert post(client, alice, "/pagos", payment_body("P-1", monto=150)).status_code == 201  # over two installments
+    check()
+    assert post(client, alice, "/pagos", payment_body("P-2", monto=25, pagado_en="2030-11-01T10:00:00Z")
+                ).status_code == 201  # paid earlier: listed first
+    with connection():
+        debts.record_service_payment(alice.id, "D-1", "10.50", "transfer")
+        add_link("D-1", alice.id)
+        add_link("D-1", alice.id, installment="D-1-3", amount=11450)
+        add_link("D-1", alice.id, expires_in=dt.timedelta(hours=-1))  # expired
+        add_link("D-1", alice.id, status="paid")
+    check()
+    assert post(client, alice, "/deudas/D-1/resolver", {"status": "written_off", "reason": "bad debt"}
+                ).status_code == 200
+    check()
+    assert len({repr(state) for state in states}) == len(states)
+    assert [link["status"] for link in states[-1]["links_de_pago"]] == ["paid", "expired", "active", "active"]
+
+
+def test_another_companys_debt_is_not_found(client, alice, charlie, account):
+    assert post(client, alice, "/deudas", debt_body(account.public_id)).status_code == 201
+    answered = get_debt(client, charlie, "D-1")
+    assert answered.status_code == 404
+    assert answered.json["error"]["code"] == "debt_not_found"
+    assert answered.json["error"]["details"] == {"external_id": "D-1"}
