@@ -252,7 +252,7 @@ class ResponsesResource:
                            "`svcctl cartera responses export` gives the same rows as CSV or JSON Lines.")
     def on_get(self, req, resp) -> Reply:
         since, cursor, limit = export_query(req)
-        rows = list(responses.response_rows(req.context.tenant_id, since=since, after=cursor, limit=limit + 1))
+        rows = responses.response_page(req.context.tenant_id, since=since, after=cursor, limit=limit + 1)
         page = rows[:limit]
         next_cursor = page[-1]["cursor"] if page else cursor
         return Reply(200, {"success": True, "data": page, "meta": {"next_cursor": next_cursor,

@@ -10,9 +10,9 @@ import pytest
 
 from models.clock import utcnow
 from models.ids import new_id
-from models.receivables import debt_reads, debts, payments
-from models.receivables.tables import Debt, Installment, PaymentLink
-from models.store.db import connection
+from models.receivables import debt_reads, debts, export, payments, promises, responses
+from models.receivables.tables import Debt, Installment, PaymentLink, PaymentReversal
+from models.store.db import atomic, connection
 from tests.receivables_fixtures import debt_body, get_debt, make_account, payment_body, post
 
 
@@ -81,3 +81,72 @@ def test_another_companys_debt_is_not_found(client, alice, charlie, account):
     assert answered.status_code == 404
     assert answered.json["error"]["code"] == "debt_not_found"
     assert answered.json["error"]["details"] == {"external_id": "D-1"}
+
+
+def old_feed_page(rows: list[dict], limit: int, cursor: int) -> dict:
+    page = rows[:limit]
+    return {"success": True, "data": page,
+            "meta": {"next_cursor": page[-1]["cursor"] if page else cursor, "has_more": len(rows) > len(page)}}
+
+
+def feed_pages_read_as_before(client, persona, path: str, old_rows) -> int:
+    """Every page of the feed at `path`, at several sizes and from several cursors, with and
+    without `since`, is what the old rows give; returns how many items the whole feed holds."""
+    whole = list(old_rows(persona.id, since=None, after=0, limit=None))
+    moments = [None, dt.datetime(2000, 1, 1, tzinfo=dt.UTC), dt.datetime(2100, 1, 1, tzinfo=dt.UTC)]
+    for since in moments:
+        for limit in (1, 2, 5, 500):
+            for cursor in (0, 1, 3, 10**6):
+                params = {"limit": limit, "cursor": cursor, **({"since": since.isoformat()} if since else {})}
+                answered = client.simulate_get(f"/api/v1/cartera/{path}", params=params, headers=persona.headers)
+                assert answered.status_code == 200, answered.text
+                with connection():
+                    rows = [*old_rows(persona.id, since=since, after=cursor, limit=limit + 1)]
+                assert answered.json == old_feed_page(rows, limit, cursor), (path, params)
+    return len(whole)
+
+
+def old_payment_rows(tenant_id, *, since, after, limit):
+    return [export.export_json(row) for row in export.export_rows(tenant_id, since=since, after=after, limit=limit)]
+
+
+def test_the_payments_feed_reads_as_before(client, alice, charlie, account):
+    assert feed_pages_read_as_before(client, alice, "pagos", old_payment_rows) == 0  # empty
+    for external_id in ("D-1", "D-2"):
+        assert post(client, alice, "/deudas", debt_body(account.public_id, external_id)).status_code == 201
+    with connection():
+        first = debts.record_service_payment(alice.id, "D-1", "150", "transfer")
+        debts.record_service_payment(alice.id, "D-2", "400.25", "cash")  # more than owed: some unassigned
+        with atomic():
+            reversal = PaymentReversal.create(
+                public_id=new_id("brev_"), tenant=alice.id, payment=first.id, kind="refund", amount=5025,
+                currency="USD", unassigned=25, balance_after=20025, reversed_at=utcnow())
+            export.export_reversal(reversal)
+        debts.record_service_payment(alice.id, "D-1", "1", "transfer")
+    total = feed_pages_read_as_before(client, alice, "pagos", old_payment_rows)
+    assert total == 4
+    kinds = [item["tipo"] for item in old_payment_rows(alice.id, since=None, after=0, limit=None)]
+    assert kinds == ["pago", "pago", "reverso", "pago"]
+    assert client.simulate_get("/api/v1/cartera/pagos", headers=charlie.headers).json["data"] == []
+
+
+def old_response_rows(tenant_id, *, since, after, limit):
+    return list(responses.response_rows(tenant_id, since=since, after=after, limit=limit))
+
+
+def test_the_responses_feed_reads_as_before(client, alice, charlie, account):
+    assert feed_pages_read_as_before(client, alice, "respuestas", old_response_rows) == 0
+    for external_id in ("D-1", "D-2"):
+        assert post(client, alice, "/deudas", debt_body(account.public_id, external_id)).status_code == 201
+    with connection():
+        first, second = (Debt.get((Debt.tenant == alice.id) & (Debt.external_id == name)) for name in ("D-1", "D-2"))
+        today = debts.tenant_today(alice.id)
+        promises.promise(first, today + dt.timedelta(days=3))
+        promises.dispute(second, "I paid this in cash", origin="whatsapp")
+        promises.promise(first, today + dt.timedelta(days=5), origin="whatsapp")  # replaces the first
+        with atomic():
+            responses.export_response(second, "whatsapp")  # a payment the debtor says they made
+    assert feed_pages_read_as_before(client, alice, "respuestas", old_response_rows) == 4
+    kinds = [item["tipo"] for item in old_response_rows(alice.id, since=None, after=0, limit=None)]
+    assert kinds == ["promesa", "disputa", "promesa", "pago_informado"]
+    assert client.simulate_get("/api/v1/cartera/respuestas", headers=charlie.headers).json["data"] == []
