@@ -28,8 +28,7 @@ from models.receivables.inputs import (
     parse_debt,
     payment_spec,
 )
-from models.receivables.report import report
-from models.tenancy.tables import Tenant
+from models.receivables.report import report_of
 
 TAGS = ("cartera",)
 WRITE_ERRORS = (401, 403, 404, 409, 422, 429)
@@ -366,8 +365,7 @@ class ReportResource:
                            "the same figures.")
     def on_get(self, req, resp) -> Reply:
         since, until = report_period(req)
-        tenant = Tenant.get_by_id(req.context.tenant_id)
-        return ok(report(tenant, since, until).as_dict())
+        return ok(report_of(req.context.tenant_id, since, until).as_dict())
 
 
 ROUTES = [

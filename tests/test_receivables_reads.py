@@ -150,3 +150,26 @@ def test_the_responses_feed_reads_as_before(client, alice, charlie, account):
     kinds = [item["tipo"] for item in old_response_rows(alice.id, since=None, after=0, limit=None)]
     assert kinds == ["promesa", "disputa", "promesa", "pago_informado"]
     assert client.simulate_get("/api/v1/cartera/respuestas", headers=charlie.headers).json["data"] == []
+
+
+def test_the_report_reads_as_before(client, alice, charlie, account):
+    from models.receivables.report import report
+    from models.tenancy.tables import Tenant
+
+    def check() -> dict:
+        with connection():
+            expected = report(Tenant.get_by_id(alice.id)).as_dict()
+        answered = client.simulate_get("/api/v1/cartera/reporte", headers=alice.headers)
+        assert answered.status_code == 200 and answered.json["data"] == expected
+        return expected
+
+    assert check()["aging"] == []
+    assert post(client, alice, "/deudas", debt_body(account.public_id)).status_code == 201
+    assert post(client, alice, "/deudas", debt_body(account.public_id, "D-2", cuotas=[
+        {"external_id": "C-1", "numero": 1, "monto": 300, "vence": "2020-01-10", "estado": "pending"}])
+                ).status_code == 201
+    with connection():
+        debts.record_service_payment(alice.id, "D-1", "20", "transfer")
+    assert {row["currency"] for row in check()["aging"]} == {"USD"}
+    Tenant.update(timezone="Pacific/Kiritimati").where(Tenant.id == alice.id).execute()  # a day ahead of UTC
+    assert check()["tenant"] == Tenant.get_by_id(alice.id).public_id
