@@ -17,6 +17,19 @@ def isoformat(value: dt.datetime | None) -> str | None:
     return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
+def stored_isoformat(value: dt.datetime | str | None) -> str | None:
+    """`isoformat` of a naive UTC timestamp as the driver hands it over: SQLite's text (what its
+    driver wrote, `isoformat(" ")`) or PostgreSQL's naive datetime. The same text as the model's
+    value through `isoformat`, for a fourth of the work: hot reads write many timestamps a page."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    if value.tzinfo is not None:
+        return isoformat(value)
+    return value.isoformat() + "Z"
+
+
 def to_utc_naive(value: dt.datetime) -> dt.datetime:
     if value.tzinfo is None:
         return value

@@ -31,7 +31,7 @@ import orjson
 from peewee import IntegrityError, fn
 
 from config import get_settings
-from models.clock import isoformat, utcnow
+from models.clock import isoformat, stored_isoformat, utcnow
 from models.errors import Conflict, Invalid, NotFound
 from models.events import ssrf
 from models.events.tables import (
@@ -751,7 +751,6 @@ _DELIVERY_LOG = ('SELECT d."id", e."public_id", d."event_name", w."public_id", w
 _DELIVERY_FILTERS = (('since', ' AND d."created_at" >= ?'), ('until', ' AND d."created_at" < ?'),
                      ('endpoint_public_id', ' AND w."public_id" = ?'), ('event_name', ' AND d."event_name" = ?'),
                      ('status', ' AND d."status" = ?'), ('before_id', ' AND d."id" < ?'))
-_DELIVERY_TIME = WebhookDelivery.created_at.python_value  # a driver's value (SQLite's text) as the model reads it
 
 
 def delivery_log_page(tenant_id: int, before_id: int | None, limit: int, *, endpoint_public_id: str | None = None,
@@ -776,10 +775,8 @@ def delivery_log_page(tenant_id: int, before_id: int | None, limit: int, *, endp
             "id": delivery_id, "event_id": event_id, "event": name, "endpoint_id": endpoint_id, "url": url,
             "sequence": sequence, "status": delivery_status, "attempts": attempts, "max_attempts": max_attempts,
             "last_status_code": last_status_code, "last_error": last_error,
-            "next_attempt_at": isoformat(_DELIVERY_TIME(next_attempt_at)) if delivery_status in OPEN_STATUSES
-            else None,
-            "delivered_at": isoformat(_DELIVERY_TIME(delivered_at)),
-            "created_at": isoformat(_DELIVERY_TIME(created_at)),
+            "next_attempt_at": stored_isoformat(next_attempt_at) if delivery_status in OPEN_STATUSES else None,
+            "delivered_at": stored_isoformat(delivered_at), "created_at": stored_isoformat(created_at),
         })
     return found, len(rows) > limit
 

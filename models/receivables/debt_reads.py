@@ -10,11 +10,11 @@ exactly `{**debt_detail(debt), "links_de_pago": links_of(debt)}` (tests/test_rec
 from __future__ import annotations
 
 from config import get_settings
-from models.clock import isoformat, utcnow
+from models.clock import isoformat, stored_isoformat, utcnow
 from models.errors import NotFound
 from models.receivables.money import amount_json
 from models.receivables.payments import PAY_PATH
-from models.receivables.tables import Debt, Installment, Payment, PaymentLink
+from models.receivables.tables import Installment, PaymentLink
 from models.store.db import execute, fetch_one
 
 # The debt, its number's public id and its debtor, found on the unique (tenant, external_id).
@@ -38,9 +38,7 @@ _LINKS = ('SELECT l."public_id", l."checkout_url", l."amount", l."currency", i."
           'WHERE l."tenant_id" = ? AND l."debt_id" = ? ORDER BY l."id" DESC')
 
 # A driver's value (SQLite's text) as the model reads it.
-_TIMESTAMP = Debt.external_updated_at.python_value
 _DAY = Installment.vence.python_value
-_PAID_AT = Payment.pagado_en.python_value
 _LINK_TIME = PaymentLink.expires_at.python_value
 
 
@@ -63,7 +61,7 @@ def read_debt(tenant_id: int, external_id: str) -> dict:
         "tipo": kind,
         "auto_send": bool(auto_send),
         "external_version": external_version,
-        "external_updated_at": isoformat(_TIMESTAMP(external_updated_at)),
+        "external_updated_at": stored_isoformat(external_updated_at),
         "cuotas": [{"external_id": item_id, "numero": number, "monto": amount_json(amount, currency),
                     "vence": _DAY(due).isoformat(), "estado": item_status}
                    for item_id, number, amount, due, item_status in execute(_INSTALLMENTS, (debt_id,)).fetchall()],
@@ -82,7 +80,7 @@ def _payments(debt_id: int) -> list[dict]:
             allocations: list[dict] = []
             found.append({"external_id": payment_external_id, "boty_payment_id": public_id, "origin": origin,
                           "monto": amount_json(amount, currency), "moneda": currency, "metodo": method,
-                          "pagado_en": isoformat(_PAID_AT(paid_at)), "asignaciones": allocations})
+                          "pagado_en": stored_isoformat(paid_at), "asignaciones": allocations})
         if allocated is not None:
             allocations.append({"cuota_external_id": installment_id, "numero": number,
                                 "monto": amount_json(allocated, currency)})
@@ -102,6 +100,6 @@ def _links(tenant_id: int, debt_id: int) -> list[dict]:
                       "monto": amount_json(amount, currency), "moneda": currency,
                       "cuota_external_id": installment_id, "origin": origin,
                       "status": "expired" if status == "active" and expires_at <= now else status,
-                      "expires_at": isoformat(expires_at), "paid_at": isoformat(_LINK_TIME(paid_at)),
-                      "created_at": isoformat(_LINK_TIME(created_at))})
+                      "expires_at": isoformat(expires_at), "paid_at": stored_isoformat(paid_at),
+                      "created_at": stored_isoformat(created_at)})
     return found

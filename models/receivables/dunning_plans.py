@@ -25,7 +25,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints, ValidationError
 
-from models.clock import isoformat, utcnow
+from models.clock import isoformat, stored_isoformat, utcnow
 from models.errors import Conflict, NotFound
 from models.ids import new_id
 from models.numbers.tables import MessagingAccount, Template
@@ -335,7 +335,6 @@ _PLAN_COLUMNS = ('SELECT "public_id", "name", "currency", "amount_from", "amount
 _PLANS = _PLAN_COLUMNS + ' ORDER BY "id"'
 _PLAN = _PLAN_COLUMNS + ' AND "public_id" = ?'
 _STEPS = DunningPlan.steps.python_value
-_TIME = DunningPlan.created_at.python_value  # a driver's value (SQLite's text) as the model reads it
 
 
 def read_plans(tenant_id: int) -> list[dict]:
@@ -361,5 +360,5 @@ def _plan_json(row: tuple) -> dict:
                        "etapa": stage_name(s["days"])} for s in _STEPS(steps)],
             "horario_desde": quiet_start, "horario_hasta": quiet_end, "maximo_semanal": weekly_cap,
             "pausa_por_promesa": bool(pause_on_promise), "pausa_por_disputa": bool(pause_on_dispute),
-            "escalar": bool(escalate), "created_at": isoformat(_TIME(created_at)),
-            "updated_at": isoformat(_TIME(updated_at))}
+            "escalar": bool(escalate), "created_at": stored_isoformat(created_at),
+            "updated_at": stored_isoformat(updated_at)}

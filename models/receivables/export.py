@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from peewee import JOIN, fn
 
-from models.clock import isoformat, to_utc_naive
+from models.clock import isoformat, stored_isoformat, to_utc_naive
 from models.receivables.money import amount_json, from_minor, to_minor
 from models.receivables.tables import Debt, Payment, PaymentExport, PaymentExportSequence, PaymentReversal
 from models.store.db import bound_datetime, execute
@@ -120,7 +120,6 @@ _API_PAGE = ('SELECT x."seq", x."created_at", p."public_id", p."transaction_id",
              'WHERE x."tenant_id" = ? AND x."seq" > ?')
 _SINCE = ' AND x."created_at" >= ?'
 _IN_ORDER = ' ORDER BY x."seq" LIMIT ?'
-_TIME = PaymentExport.created_at.python_value  # a driver's value (SQLite's text) as the model reads it
 
 
 def export_page(tenant_id: int, *, since: dt.datetime | None, after: int, limit: int) -> list[dict]:
@@ -143,8 +142,8 @@ def export_page(tenant_id: int, *, since: dt.datetime | None, after: int, limit:
             "cursor": seq, "tipo": kind, "boty_payment_id": public_id, "reverso_id": reversal_public_id,
             "motivo": reversal_kind, "deuda_external_id": debt_external_id, "transaction_id": transaction_id,
             "monto": amount_json(amount, currency), "moneda": currency, "metodo": method,
-            "ocurrido_en": isoformat(_TIME(when)), "saldo_pendiente": amount_json(balance, currency),
-            "monto_sin_asignar": amount_json(unassigned, currency), "registrado_en": isoformat(_TIME(created_at)),
+            "ocurrido_en": stored_isoformat(when), "saldo_pendiente": amount_json(balance, currency),
+            "monto_sin_asignar": amount_json(unassigned, currency), "registrado_en": stored_isoformat(created_at),
         })
     return found
 

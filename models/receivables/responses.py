@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from peewee import JOIN, fn
 
-from models.clock import isoformat, to_utc_naive
+from models.clock import isoformat, stored_isoformat, to_utc_naive
 from models.receivables.export import numbered_rows
 from models.receivables.money import amount_json
 from models.receivables.tables import Debt, DebtDispute, DebtorResponseExport, DebtPromise, DebtReply
@@ -89,7 +89,6 @@ _API_PAGE = ('SELECT x."seq", d."external_id", d."saldo_pendiente", d."moneda", 
              'WHERE x."tenant_id" = ? AND x."seq" > ?')
 _SINCE = ' AND x."created_at" >= ?'
 _IN_ORDER = ' ORDER BY x."seq" LIMIT ?'
-_TIME = DebtorResponseExport.created_at.python_value  # a driver's value (SQLite's text) as the model reads it
 _DAY = DebtPromise.promised_date.python_value
 
 
@@ -105,7 +104,7 @@ def response_page(tenant_id: int, *, since: dt.datetime | None, after: int, limi
             in rows:
         item = {"cursor": seq, "deuda_external_id": debt_external_id, "promised_date": None, "reason": None,
                 "saldo_pendiente": amount_json(balance, currency), "moneda": currency,
-                "registrado_en": isoformat(_TIME(created_at))}
+                "registrado_en": stored_isoformat(created_at)}
         if promise_id is not None:
             item["tipo"], item["promised_date"] = "promesa", _DAY(promised_date).isoformat()
         elif dispute_id is not None:
