@@ -1,10 +1,11 @@
 """GET /cartera/deudas/{external_id}: a debt with its debtor, installments, payments and payment
-links, from four statements written once, their rows read as tuples.
+links, from two statements written once, their rows read as tuples.
 
 Built from peewee queries (`debts.debt_detail` and `payments.links_of`), the read ran seven
 statements, and building their SQL and the model objects cost several times what the database
-did. These statements give what those queries gave, in the same order: `read_debt` answers
-exactly `{**debt_detail(debt), "links_de_pago": links_of(debt)}` (tests/test_receivables_debt_read.py).
+did; on PostgreSQL each statement is also a round trip. These statements give what those queries
+gave, in the same order: `read_debt` answers exactly
+`{**debt_detail(debt), "links_de_pago": links_of(debt)}` (tests/test_receivables_reads.py).
 """
 
 from __future__ import annotations
@@ -24,18 +25,33 @@ _DEBT = ('SELECT d."id", d."tenant_id", d."external_id", a."public_id", p."nombr
          'FROM "debt" AS d JOIN "messaging_account" AS a ON a."id" = d."account_id" '
          'JOIN "debtor" AS p ON p."id" = d."debtor_id" '
          'WHERE d."tenant_id" = ? AND d."external_id" = ?')
-_INSTALLMENTS = ('SELECT "external_id", "numero", "monto", "vence", "status" FROM "debt_installment" '
-                 'WHERE "debt_id" = ? ORDER BY "numero", "vence", "id"')
-# One row per allocation, and one for a payment with none (its allocation columns NULL).
-_PAYMENTS = ('SELECT p."id", p."external_id", p."public_id", p."origin", p."monto", p."moneda", p."metodo", '
-             'p."pagado_en", i."external_id", i."numero", al."amount" '
-             'FROM "debt_payment" AS p LEFT JOIN "payment_allocation" AS al ON al."payment_id" = p."id" '
-             'LEFT JOIN "debt_installment" AS i ON i."id" = al."installment_id" '
-             'WHERE p."debt_id" = ? ORDER BY p."pagado_en", p."id", al."id"')
-_LINKS = ('SELECT l."public_id", l."checkout_url", l."amount", l."currency", i."external_id", l."origin", l."status", '
-          'l."expires_at", l."paid_at", l."created_at" '
-          'FROM "payment_link" AS l LEFT JOIN "debt_installment" AS i ON i."id" = l."installment_id" '
-          'WHERE l."tenant_id" = ? AND l."debt_id" = ? ORDER BY l."id" DESC')
+
+# Its installments (kind 0), payments (1: a row per allocation, one with NULLs for a payment
+# with none) and payment links (2) in one statement. Every branch fills the same typed slots:
+# kind, five ordering columns (each kind's ORDER BY of old: installments by number, due day and
+# id; payments by time and id, allocations by id; links newest first), six texts, three whole
+# numbers and three times. A slot a branch leaves empty is a NULL cast to the slot's type, so
+# that PostgreSQL finds one type per column whichever branches come first.
+_NO_TEXT, _NO_NUMBER = "CAST(NULL AS TEXT)", "CAST(NULL AS BIGINT)"
+_NO_DAY, _NO_TIME = "CAST(NULL AS DATE)", "CAST(NULL AS TIMESTAMP)"
+_PARTS = (
+    f'SELECT 0, i."numero", i."vence", {_NO_TIME}, i."id", {_NO_NUMBER}, '
+    f'i."external_id", i."status", {_NO_TEXT}, {_NO_TEXT}, {_NO_TEXT}, {_NO_TEXT}, '
+    f'i."monto", {_NO_NUMBER}, {_NO_NUMBER}, {_NO_TIME}, {_NO_TIME}, {_NO_TIME} '
+    f'FROM "debt_installment" AS i WHERE i."debt_id" = ? '
+    f'UNION ALL '
+    f'SELECT 1, {_NO_NUMBER}, {_NO_DAY}, p."pagado_en", p."id", al."id", '
+    f'p."external_id", p."public_id", p."origin", p."moneda", p."metodo", i."external_id", '
+    f'p."monto", i."numero", al."amount", {_NO_TIME}, {_NO_TIME}, {_NO_TIME} '
+    f'FROM "debt_payment" AS p LEFT JOIN "payment_allocation" AS al ON al."payment_id" = p."id" '
+    f'LEFT JOIN "debt_installment" AS i ON i."id" = al."installment_id" WHERE p."debt_id" = ? '
+    f'UNION ALL '
+    f'SELECT 2, -l."id", {_NO_DAY}, {_NO_TIME}, {_NO_NUMBER}, {_NO_NUMBER}, '
+    f'l."public_id", l."checkout_url", l."origin", l."currency", l."status", i."external_id", '
+    f'l."amount", {_NO_NUMBER}, {_NO_NUMBER}, l."expires_at", l."paid_at", l."created_at" '
+    f'FROM "payment_link" AS l LEFT JOIN "debt_installment" AS i ON i."id" = l."installment_id" '
+    f'WHERE l."tenant_id" = ? AND l."debt_id" = ? '
+    f'ORDER BY 1, 2, 3, 4, 5, 6')
 
 # A driver's value (SQLite's text) as the model reads it.
 _DAY = Installment.vence.python_value
@@ -49,6 +65,35 @@ def read_debt(tenant_id: int, external_id: str) -> dict:
         raise NotFound(f"no debt {external_id}", code="debt_not_found", details={"external_id": external_id})
     (debt_id, debt_tenant_id, external_id, account_public_id, name, document, phone, currency, reference, original,
      balance, status, kind, auto_send, external_version, external_updated_at) = row
+    installments: list[dict] = []
+    payments: list[dict] = []
+    links: list[dict] = []
+    last_payment = None
+    now = pay_url = None
+    for (part, number, due, paid_at, part_id, allocation_id, text1, text2, text3, text4, text5, text6, amount1,
+         number2, amount3, time1, time2, time3) in execute(_PARTS, (debt_id, debt_id, debt_tenant_id, debt_id)):
+        if part == 0:
+            installments.append({"external_id": text1, "numero": number, "monto": amount_json(amount1, currency),
+                                 "vence": _DAY(due).isoformat(), "estado": text2})
+        elif part == 1:
+            if part_id != last_payment:
+                last_payment = part_id
+                allocations: list[dict] = []
+                payments.append({"external_id": text1, "boty_payment_id": text2, "origin": text3,
+                                 "monto": amount_json(amount1, text4), "moneda": text4, "metodo": text5,
+                                 "pagado_en": stored_isoformat(paid_at), "asignaciones": allocations})
+            if allocation_id is not None:
+                allocations.append({"cuota_external_id": text6, "numero": number2,
+                                    "monto": amount_json(amount3, text4)})
+        else:
+            if now is None:
+                now, pay_url = utcnow(), f"{get_settings().public_url}{PAY_PATH}/"
+            expires_at = _LINK_TIME(time1)
+            links.append({"id": text1, "url": f"{pay_url}{text1}", "checkout_url": text2,
+                          "monto": amount_json(amount1, text4), "moneda": text4, "cuota_external_id": text6,
+                          "origin": text3, "status": "expired" if text5 == "active" and expires_at <= now else text5,
+                          "expires_at": isoformat(expires_at), "paid_at": stored_isoformat(time2),
+                          "created_at": stored_isoformat(time3)})
     return {
         "external_id": external_id,
         "account_id": account_public_id,
@@ -62,44 +107,7 @@ def read_debt(tenant_id: int, external_id: str) -> dict:
         "auto_send": bool(auto_send),
         "external_version": external_version,
         "external_updated_at": stored_isoformat(external_updated_at),
-        "cuotas": [{"external_id": item_id, "numero": number, "monto": amount_json(amount, currency),
-                    "vence": _DAY(due).isoformat(), "estado": item_status}
-                   for item_id, number, amount, due, item_status in execute(_INSTALLMENTS, (debt_id,)).fetchall()],
-        "pagos": _payments(debt_id),
-        "links_de_pago": _links(debt_tenant_id, debt_id),
+        "cuotas": installments,
+        "pagos": payments,
+        "links_de_pago": links,
     }
-
-
-def _payments(debt_id: int) -> list[dict]:
-    found: list[dict] = []
-    last_id = None
-    for (payment_id, payment_external_id, public_id, origin, amount, currency, method, paid_at, installment_id,
-         number, allocated) in execute(_PAYMENTS, (debt_id,)).fetchall():
-        if payment_id != last_id:
-            last_id = payment_id
-            allocations: list[dict] = []
-            found.append({"external_id": payment_external_id, "boty_payment_id": public_id, "origin": origin,
-                          "monto": amount_json(amount, currency), "moneda": currency, "metodo": method,
-                          "pagado_en": stored_isoformat(paid_at), "asignaciones": allocations})
-        if allocated is not None:
-            allocations.append({"cuota_external_id": installment_id, "numero": number,
-                                "monto": amount_json(allocated, currency)})
-    return found
-
-
-def _links(tenant_id: int, debt_id: int) -> list[dict]:
-    rows = execute(_LINKS, (tenant_id, debt_id)).fetchall()
-    if not rows:
-        return []
-    now, pay_url = utcnow(), f"{get_settings().public_url}{PAY_PATH}/"
-    found = []
-    for public_id, checkout_url, amount, currency, installment_id, origin, status, expires_at, paid_at, created_at \
-            in rows:
-        expires_at = _LINK_TIME(expires_at)
-        found.append({"id": public_id, "url": pay_url + public_id, "checkout_url": checkout_url,
-                      "monto": amount_json(amount, currency), "moneda": currency,
-                      "cuota_external_id": installment_id, "origin": origin,
-                      "status": "expired" if status == "active" and expires_at <= now else status,
-                      "expires_at": isoformat(expires_at), "paid_at": stored_isoformat(paid_at),
-                      "created_at": stored_isoformat(created_at)})
-    return found
