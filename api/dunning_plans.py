@@ -68,8 +68,7 @@ class PlansResource:
     @operation("List the company's dunning plans", scope="cartera:read", responses={200: Success[PlanList]},
                errors=(401, 403, 429), tags=TAGS)
     def on_get(self, req, resp) -> Reply:
-        return ok({"planes": [dunning_plans.plan_detail(plan)
-                              for plan in dunning_plans.list_plans(req.context.tenant_id)]})
+        return ok({"planes": dunning_plans.read_plans(req.context.tenant_id)})
 
     @operation("Create a dunning plan", scope="cartera:write", body=PlanInput, receivables=True,
                responses={201: Success[PlanItem]}, errors=WRITE_ERRORS, tags=TAGS, description=PLAN_RULES)
@@ -82,7 +81,7 @@ class PlanResource:
     @operation("Read a dunning plan", scope="cartera:read", responses={200: Success[PlanItem]},
                errors=(401, 403, 404, 429), tags=TAGS)
     def on_get(self, req, resp, plan_id: str) -> Reply:
-        return ok(dunning_plans.plan_detail(dunning_plans.get_plan(req.context.tenant_id, plan_id)))
+        return ok(dunning_plans.read_plan(req.context.tenant_id, plan_id))
 
     @operation("Replace a dunning plan", scope="cartera:write", body=PlanInput, receivables=True,
                responses={200: Success[PlanItem]}, errors=WRITE_ERRORS, tags=TAGS,

@@ -204,9 +204,11 @@ class OpenApiResource:
 
     @operation("This OpenAPI document", scope=None, responses={200: OpenApiDocument}, tags=("meta",))
     def on_get(self, req, resp) -> Reply:
+        # The document depends only on the code and the process's settings: encoded once per
+        # process and answered as those bytes, not rebuilt and serialized again on every request.
         if OpenApiResource._cached is None:
             OpenApiResource._cached = orjson.dumps(build_document())
-        return Reply(200, orjson.loads(OpenApiResource._cached))
+        return Reply(200, None, encoded=OpenApiResource._cached)
 
 
 ROUTES = [("/openapi.json", OpenApiResource())]

@@ -50,6 +50,8 @@ class Reply:
     # A body that is no JSON document (a CSV export): written as it is produced, with this type.
     stream: Iterable[bytes] | None = None
     media_type: str | None = None
+    # A JSON body encoded once and answered as it is (a document that is the same on every request).
+    encoded: bytes | None = None
 
 
 def ok(data: Any, status: int = 200, **extra) -> Reply:
@@ -148,7 +150,7 @@ def _render(resp: falcon.Response, reply: Reply) -> None:
         resp.stream = reply.stream
     else:
         resp.content_type = falcon.MEDIA_JSON
-        resp.data = orjson.dumps(reply.body)
+        resp.data = reply.encoded if reply.encoded is not None else orjson.dumps(reply.body)
     for name, value in reply.headers.items():
         resp.set_header(name, value)
 

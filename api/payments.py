@@ -131,10 +131,10 @@ def export_query(req) -> tuple[dt.datetime | None, int, int]:
 def export_page(req) -> Reply:
     """GET /cartera/pagos: payments and reversals made in the service, oldest first, by cursor."""
     since, cursor, limit = export_query(req)
-    rows = list(export.export_rows(req.context.tenant_id, since=since, after=cursor, limit=limit + 1))
+    rows = export.export_page(req.context.tenant_id, since=since, after=cursor, limit=limit + 1)
     page = rows[:limit]
     next_cursor = page[-1]["cursor"] if page else cursor
-    return Reply(200, {"success": True, "data": [export.export_json(row) for row in page],
+    return Reply(200, {"success": True, "data": page,
                        "meta": {"next_cursor": next_cursor, "has_more": len(rows) > len(page)}})
 
 

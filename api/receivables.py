@@ -18,7 +18,7 @@ from api.payments import EXPORT_QUERY, ExportMeta, ExportPage, PaymentLinkItem, 
 from api.schemas import Output, Success
 from models.clock import to_utc_naive
 from models.errors import DomainError
-from models.receivables import debts, payments, responses, snapshots
+from models.receivables import debt_reads, debts, responses, snapshots
 from models.receivables.inputs import (
     DebtBatchInput,
     DebtInput,
@@ -28,8 +28,7 @@ from models.receivables.inputs import (
     parse_debt,
     payment_spec,
 )
-from models.receivables.report import report
-from models.tenancy.tables import Tenant
+from models.receivables.report import report_of
 
 TAGS = ("cartera",)
 WRITE_ERRORS = (401, 403, 404, 409, 422, 429)
@@ -199,8 +198,7 @@ class DebtResource:
     @operation("Read a debt with its debtor, installments and payments", scope="cartera:read",
                responses={200: Success[DebtRead]}, errors=(401, 403, 404, 429), tags=TAGS)
     def on_get(self, req, resp, external_id: str) -> Reply:
-        debt = debts.get_debt(req.context.tenant_id, external_id)
-        return ok({"deuda": {**debts.debt_detail(debt), "links_de_pago": payments.links_of(debt)}})
+        return ok({"deuda": debt_reads.read_debt(req.context.tenant_id, external_id)})
 
 
 class PaymentsResource:
@@ -253,7 +251,7 @@ class ResponsesResource:
                            "`svcctl cartera responses export` gives the same rows as CSV or JSON Lines.")
     def on_get(self, req, resp) -> Reply:
         since, cursor, limit = export_query(req)
-        rows = list(responses.response_rows(req.context.tenant_id, since=since, after=cursor, limit=limit + 1))
+        rows = responses.response_page(req.context.tenant_id, since=since, after=cursor, limit=limit + 1)
         page = rows[:limit]
         next_cursor = page[-1]["cursor"] if page else cursor
         return Reply(200, {"success": True, "data": page, "meta": {"next_cursor": next_cursor,
@@ -367,8 +365,7 @@ class ReportResource:
                            "the same figures.")
     def on_get(self, req, resp) -> Reply:
         since, until = report_period(req)
-        tenant = Tenant.get_by_id(req.context.tenant_id)
-        return ok(report(tenant, since, until).as_dict())
+        return ok(report_of(req.context.tenant_id, since, until).as_dict())
 
 
 ROUTES = [

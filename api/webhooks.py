@@ -145,9 +145,8 @@ class DeliveriesResource:
                            "`links.next`) until it is null. Each matching delivery is on exactly one page.")
     def on_get(self, req, resp) -> Reply:
         filters, cursor, per_page = _delivery_filters(req)
-        query = webhooks.deliveries(req.context.tenant_id, **filters)
-        rows, has_more = webhooks.older_deliveries(query, cursor, per_page)
-        next_cursor = rows[-1].id if has_more else None
+        rows, has_more = webhooks.delivery_log_page(req.context.tenant_id, cursor, per_page, **filters)
+        next_cursor = rows[-1]["id"] if has_more else None
         # From the configured public URL, never the request's Host header (api/pagination.py).
         path = get_settings().public_url + req.path
         others = {name: value for name, value in req.params.items() if name != "cursor"}
@@ -156,7 +155,7 @@ class DeliveriesResource:
             query_string = urlencode({**others, **cursor_param})
             return f"{path}?{query_string}" if query_string else path
 
-        return Reply(200, {"data": [webhooks.delivery_as_dict(row) for row in rows],
+        return Reply(200, {"data": rows,
                            "links": {"first": link(), "next": link(cursor=next_cursor) if next_cursor else None},
                            "meta": {"path": path, "per_page": per_page, "next_cursor": next_cursor,
                                     "has_more": has_more}})

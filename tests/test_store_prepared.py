@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from models.clock import isoformat
-from models.store.prepared import Prepared, isoformat_stored
+from models.clock import isoformat, stored_isoformat
+from models.store.prepared import Prepared
 from models.tenancy.tables import Tenant
 
 
@@ -43,13 +43,13 @@ def test_driver_rows_are_the_columns_as_stored_and_their_times_read_as_the_model
     rows = since.driver_rows(tenants[0].id, 10)
     assert [row[:2] for row in rows] == [(tenant.id, tenant.name) for tenant in tenants]
     models = [Tenant.get_by_id(tenant.id) for tenant in tenants]
-    assert [isoformat_stored(row[2]) for row in rows] == [isoformat(model.created_at) for model in models] == [
+    assert [stored_isoformat(row[2]) for row in rows] == [isoformat(model.created_at) for model in models] == [
         "2026-11-28T09:30:00Z", "2026-11-28T09:30:05.000120Z"]
     assert since.driver_row(tenants[1].id, 1)[0] == tenants[1].id
     assert since.driver_row(tenants[1].id + 1, 1) is None and since.driver_rows(tenants[0].id, 1) == rows[:1]
-    assert isoformat_stored(None) is None
+    assert stored_isoformat(None) is None
     aware = dt.datetime(2026, 11, 28, 6, 30, tzinfo=dt.timezone(dt.timedelta(hours=-3)))
-    assert isoformat_stored(aware) == isoformat(aware) == "2026-11-28T09:30:00Z"
+    assert stored_isoformat(aware) == isoformat(aware) == "2026-11-28T09:30:00Z"
 
 
 @pytest.mark.parametrize("stored", ["2026-11-28 09:30:05", "2026-11-28 09:30:05.000120", "2026-11-28 09:30:05.000000",
@@ -58,4 +58,4 @@ def test_driver_rows_are_the_columns_as_stored_and_their_times_read_as_the_model
 def test_a_stored_time_in_any_of_its_spellings_is_written_as_the_models_datetime(stored):
     read = Tenant.created_at.python_value(stored)  # as the model reads SQLite's text
     model = dt.datetime.fromisoformat(stored) if isinstance(read, str) else read  # peewee leaves others as text
-    assert isoformat_stored(stored) == isoformat(model)
+    assert stored_isoformat(stored) == isoformat(model)

@@ -7,7 +7,7 @@ import datetime as dt
 from peewee import fn
 
 from messaging.payloads import USER_ID
-from models.clock import utcnow
+from models.clock import stored_isoformat, utcnow
 from models.errors import Invalid, NotFound
 from models.numbers.tables import (
     COEXISTENCE_MPS,
@@ -18,7 +18,7 @@ from models.numbers.tables import (
     Template,
 )
 from models.store.db import bound_datetime, execute, lock_in_order
-from models.store.prepared import Prepared, isoformat_stored
+from models.store.prepared import Prepared
 
 DEFAULT_MPS = 80
 MAX_MPS = 1000
@@ -174,8 +174,8 @@ def listed_account(row: tuple) -> dict:
         "quality_rating": quality_rating,
         "daily_limit": daily_limit,
         "messages_sent_today": sent_today,
-        "created_at": isoformat_stored(created_at),
-        "connected_at": isoformat_stored(connected_at),
+        "created_at": stored_isoformat(created_at),
+        "connected_at": stored_isoformat(connected_at),
     }
 
 
@@ -223,7 +223,7 @@ def listed_template(row: tuple) -> dict:
         "variable_count": variable_count,
         "variables": _JSON(variables) or [],
         "components": _JSON(components) or [],
-        "updated_at": isoformat_stored(updated_at),
+        "updated_at": stored_isoformat(updated_at),
     }
 
 

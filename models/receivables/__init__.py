@@ -14,6 +14,7 @@
 - `collection.py`: due reminders sent as campaigns, each debt following its dunning plan.
 - `dunning_plans.py`: each company's dunning plans per segment, their validation and choice.
 - `dunning_events.py`: promises broken and plans exhausted (`debt.promise_broken`, `debt.escalated`).
+- `debt_reads.py`: a debt as the API reads it, from statements written once.
 - `payments.py`: the payment gateway: credentials, links, notifications, reversals, reconciliation.
 - `promises.py`: what a debtor says on their page or in WhatsApp: promises to pay by a date, and
   disputes (with their events).

@@ -62,9 +62,12 @@ def tenant_today(tenant_id: int, now: dt.datetime | None = None) -> dt.date:
     """The tenant's calendar day (its time zone; UTC unless configured)."""
     # Hand-written: every batch of an import asks (peewee would build the query anew each time).
     row = execute('SELECT "timezone" FROM "tenant" WHERE "id" = ?', [tenant_id]).fetchone()
-    timezone = row[0] if row else None
-    moment = (now or utcnow()).replace(tzinfo=dt.UTC)
-    return moment.astimezone(zone_of(timezone)).date()
+    return local_day(row[0] if row else None, now or utcnow())
+
+
+def local_day(timezone: str | None, now: dt.datetime) -> dt.date:
+    """The calendar day in `timezone` (UTC when unset or unknown) at `now` (naive UTC)."""
+    return now.replace(tzinfo=dt.UTC).astimezone(zone_of(timezone)).date()
 
 
 def installment_status(declared: str, amount: int, amount_paid: int, due_date: dt.date, today: dt.date) -> str:

@@ -25,7 +25,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints, ValidationError
 
-from models.clock import isoformat, utcnow
+from models.clock import isoformat, stored_isoformat, utcnow
 from models.errors import Conflict, NotFound
 from models.ids import new_id
 from models.numbers.tables import MessagingAccount, Template
@@ -33,7 +33,7 @@ from models.receivables.inputs import ExactInput, NonNegativeAmount, error_map, 
 from models.receivables.money import MoneyError, amount_json, normalize_currency, to_minor
 from models.receivables.tables import STAGES, DunningPlan
 from models.sending.campaigns import template_buttons
-from models.store.db import atomic, lock_rows
+from models.store.db import atomic, execute, fetch_one, lock_rows
 from models.tenancy.tables import Tenant
 
 DECLARED_TEMPLATE = "payment_reminder"
@@ -324,3 +324,41 @@ def plan_detail(plan: DunningPlan) -> dict:
             "maximo_semanal": plan.weekly_cap, "pausa_por_promesa": plan.pause_on_promise,
             "pausa_por_disputa": plan.pause_on_dispute, "escalar": plan.escalate,
             "created_at": isoformat(plan.created_at), "updated_at": isoformat(plan.updated_at)}
+
+
+# The API's reads of plans, written by hand: peewee built the query's SQL and a model object per
+# row on every read, more than the database's work. The same rows and order, each as
+# `plan_detail` gives it (tests/test_dunning_plans_reads.py).
+_PLAN_COLUMNS = ('SELECT "public_id", "name", "currency", "amount_from", "amount_to", "steps", "quiet_hours_start", '
+                 '"quiet_hours_end", "weekly_cap", "pause_on_promise", "pause_on_dispute", "escalate", "created_at", '
+                 '"updated_at" FROM "dunning_plan" WHERE "tenant_id" = ?')
+_PLANS = _PLAN_COLUMNS + ' ORDER BY "id"'
+_PLAN = _PLAN_COLUMNS + ' AND "public_id" = ?'
+_STEPS = DunningPlan.steps.python_value
+
+
+def read_plans(tenant_id: int) -> list[dict]:
+    """The company's plans as GET /cartera/planes lists them, oldest first."""
+    return [_plan_json(row) for row in execute(_PLANS, (tenant_id,)).fetchall()]
+
+
+def read_plan(tenant_id: int, public_id: str) -> dict:
+    """The company's plan `public_id` as GET /cartera/planes/{id} shows it; 404 `plan_not_found`."""
+    row = fetch_one(_PLAN, (tenant_id, public_id))
+    if row is None:
+        raise NotFound(f"no plan {public_id}", code="plan_not_found")
+    return _plan_json(row)
+
+
+def _plan_json(row: tuple) -> dict:
+    (public_id, name, currency, amount_from, amount_to, steps, quiet_start, quiet_end, weekly_cap, pause_on_promise,
+     pause_on_dispute, escalate, created_at, updated_at) = row
+    return {"id": public_id, "nombre": name, "moneda": currency,
+            "monto_desde": None if amount_from is None else amount_json(amount_from, currency),
+            "monto_hasta": None if amount_to is None else amount_json(amount_to, currency),
+            "pasos": [{"dias": s["days"], "plantilla": s["template"], "idioma": s["language"],
+                       "etapa": stage_name(s["days"])} for s in _STEPS(steps)],
+            "horario_desde": quiet_start, "horario_hasta": quiet_end, "maximo_semanal": weekly_cap,
+            "pausa_por_promesa": bool(pause_on_promise), "pausa_por_disputa": bool(pause_on_dispute),
+            "escalar": bool(escalate), "created_at": stored_isoformat(created_at),
+            "updated_at": stored_isoformat(updated_at)}

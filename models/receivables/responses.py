@@ -16,11 +16,11 @@ from collections.abc import Iterator
 
 from peewee import JOIN, fn
 
-from models.clock import isoformat, to_utc_naive
+from models.clock import isoformat, stored_isoformat, to_utc_naive
 from models.receivables.export import numbered_rows
 from models.receivables.money import amount_json
 from models.receivables.tables import Debt, DebtDispute, DebtorResponseExport, DebtPromise, DebtReply
-from models.store.db import execute
+from models.store.db import bound_datetime, execute
 
 KINDS = ("promesa", "disputa", "pago_informado")
 
@@ -76,6 +76,43 @@ def _row(row: DebtorResponseExport) -> dict:
     else:
         found["tipo"] = "pago_informado"
     found["origin"] = row.origin
+    return found
+
+
+# GET /cartera/respuestas's page, written by hand (as export.py's `export_page`, for the same
+# reason): the rows `response_rows` gives, each as `_row` gives it (tests/test_receivables_reads.py).
+_API_PAGE = ('SELECT x."seq", d."external_id", d."saldo_pendiente", d."moneda", x."created_at", x."promise_id", '
+             'p."promised_date", x."dispute_id", s."reason", x."origin" '
+             'FROM "debtor_response_export" AS x JOIN "debt" AS d ON d."id" = x."debt_id" '
+             'LEFT JOIN "debt_promise" AS p ON p."id" = x."promise_id" '
+             'LEFT JOIN "debt_dispute" AS s ON s."id" = x."dispute_id" '
+             'WHERE x."tenant_id" = ? AND x."seq" > ?')
+_SINCE = ' AND x."created_at" >= ?'
+_IN_ORDER = ' ORDER BY x."seq" LIMIT ?'
+_DAY = DebtPromise.promised_date.python_value
+
+
+def response_page(tenant_id: int, *, since: dt.datetime | None, after: int, limit: int) -> list[dict]:
+    """Up to `limit` of what debtors said after the cursor `after`, as the API shows them."""
+    if since is None:
+        rows = execute(_API_PAGE + _IN_ORDER, (tenant_id, after, limit)).fetchall()
+    else:
+        rows = execute(_API_PAGE + _SINCE + _IN_ORDER,
+                       (tenant_id, after, bound_datetime(to_utc_naive(since)), limit)).fetchall()
+    found = []
+    for seq, debt_external_id, balance, currency, created_at, promise_id, promised_date, dispute_id, reason, origin \
+            in rows:
+        item = {"cursor": seq, "deuda_external_id": debt_external_id, "promised_date": None, "reason": None,
+                "saldo_pendiente": amount_json(balance, currency), "moneda": currency,
+                "registrado_en": stored_isoformat(created_at)}
+        if promise_id is not None:
+            item["tipo"], item["promised_date"] = "promesa", _DAY(promised_date).isoformat()
+        elif dispute_id is not None:
+            item["tipo"], item["reason"] = "disputa", reason
+        else:
+            item["tipo"] = "pago_informado"
+        item["origin"] = origin
+        found.append(item)
     return found
 
 

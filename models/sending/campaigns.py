@@ -34,7 +34,7 @@ from peewee import (
 from pydantic import AliasChoices, Field, StringConstraints, field_validator, model_validator
 
 from messaging.payloads import USER_ID
-from models.clock import isoformat, to_utc_naive, utcnow
+from models.clock import isoformat, stored_isoformat, to_utc_naive, utcnow
 from models.errors import Conflict, Invalid, NotFound
 from models.events.outbox import announce
 from models.events.tables import Event
@@ -45,7 +45,7 @@ from models.numbers.accounts import get_account
 from models.numbers.tables import MessagingAccount, Template
 from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCredits, CampaignRecipient
 from models.store.db import after_commit, atomic, bound_datetime, db, execute, fetch_one, is_postgres
-from models.store.prepared import Prepared, isoformat_stored
+from models.store.prepared import Prepared
 from models.tenancy import credits
 
 MAX_RECIPIENTS = 5000
@@ -810,12 +810,12 @@ def listed_recipient(row: tuple) -> dict:
         "attempts": attempts,
         "last_error": last_error,
         "message_id": message_id,
-        "sent_at": isoformat_stored(sent_at),
-        "created_at": isoformat_stored(created_at),
+        "sent_at": stored_isoformat(sent_at),
+        "created_at": stored_isoformat(created_at),
         "wam_id": wam_id,
         "error_code": error_code,
-        "delivered_at": isoformat_stored(delivered_at),
-        "read_at": isoformat_stored(read_at),
+        "delivered_at": stored_isoformat(delivered_at),
+        "read_at": stored_isoformat(read_at),
         "payload": _JSON(payload),
         "buttons": _JSON(buttons),
     }
@@ -969,10 +969,10 @@ def listed_campaign(row: tuple) -> dict:
         **dict(zip(COUNTERS, row[_FIRST_COUNTER:_AFTER_COUNTERS], strict=True)),
         "hold_reason": hold_reason if status == "pending" else None,
         "source": source,
-        "created_at": isoformat_stored(created_at),
-        "send_at": isoformat_stored(send_at),
-        "started_at": isoformat_stored(started_at),
-        "finished_at": isoformat_stored(finished_at),
+        "created_at": stored_isoformat(created_at),
+        "send_at": stored_isoformat(send_at),
+        "started_at": stored_isoformat(started_at),
+        "finished_at": stored_isoformat(finished_at),
     }
 
 

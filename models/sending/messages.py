@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from messaging.errors import PlatformError
-from models.clock import isoformat, utcnow
+from models.clock import isoformat, stored_isoformat, utcnow
 from models.errors import Invalid, NotFound
 from models.ids import new_id
 from models.inputs import Input
@@ -39,7 +39,7 @@ from models.numbers.tables import ContactWindow, MessagingAccount
 from models.sending.campaigns import digits, sendable_account
 from models.sending.tables import MESSAGE_TYPES, PUBLIC_STATUS, Message
 from models.store.db import atomic
-from models.store.prepared import Prepared, isoformat_stored
+from models.store.prepared import Prepared
 from models.tenancy import credits
 
 log = logging.getLogger(__name__)
@@ -245,8 +245,8 @@ def read_message(tenant_id: int, public_id: str) -> dict:
         "status": PUBLIC_STATUS[status],
         "external_reference": external_reference,
         "credits_reserved": 1,
-        "created_at": isoformat_stored(created_at),
-        "sent_at": isoformat_stored(sent_at),
+        "created_at": stored_isoformat(created_at),
+        "sent_at": stored_isoformat(sent_at),
         "error": {"code": error_code, "message": last_error} if status == "failed" else None,
     }
 

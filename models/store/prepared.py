@@ -12,11 +12,9 @@ the statement and the JSON together.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from models.clock import isoformat
 from models.store.db import db
 
 _CONSTANT = -1
@@ -59,7 +57,7 @@ class Prepared:
 
     def driver_rows(self, *args: Any) -> list[tuple]:
         """The rows as the driver gives them, no field's conversion applied: SQLite's timestamps
-        are text (`isoformat_stored` writes them as the contract does), JSON is text, SQLite's
+        are text (`models.clock.stored_isoformat` writes them as the contract does), JSON is text, SQLite's
         booleans are 0 and 1."""
         return self._cursor(args).fetchall()
 
@@ -74,20 +72,3 @@ class Prepared:
         rows = self.rows(*args)
         return rows[0] if rows else None
 
-
-def isoformat_stored(value: dt.datetime | str | None) -> str | None:
-    """`models.clock.isoformat` of a timestamp column (naive UTC) as the driver reads it: SQLite's
-    text as its adapter wrote it (`2026-11-28 10:33:36.123456`, which `fromisoformat` reads as
-    peewee's formats do), PostgreSQL's naive datetime."""
-    if value is None:
-        return None
-    if type(value) is str:
-        # The adapter's text is `datetime.isoformat(" ")`: with a fraction only when there is one,
-        # of six digits. That text is the answer but for the separator and the zone.
-        if value[10:11] == " " and (len(value) == 19 or (len(value) == 26 and value[19] == "."
-                                                         and value[20:] != "000000")):
-            return f"{value[:10]}T{value[11:]}Z"
-        value = dt.datetime.fromisoformat(value)
-    if value.tzinfo is None:  # what `isoformat` writes for a naive UTC time, without its conversions
-        return value.isoformat() + "Z"
-    return isoformat(value)

@@ -14,10 +14,10 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.clock import utcnow
+from models.clock import stored_isoformat, utcnow
 from models.errors import InsufficientCredits, Invalid, NotFound, WalletPaused
 from models.store.db import after_commit, atomic, db, execute, fetch_one
-from models.store.prepared import Prepared, isoformat_stored
+from models.store.prepared import Prepared
 from models.tenancy.tables import LedgerEntry, Wallet, wallet_dict
 from models.tenancy.wallet_copies import Changed, wallet_copies
 
@@ -235,7 +235,7 @@ def ledger_entries(tenant_id: int, page: int, per_page: int) -> tuple[list[dict]
         return [], total
     return [{"id": entry_id, "type": kind, "amount": amount, "balance_after": balance_after,
              "reserved_after": reserved_after, "reference": reference, "description": description,
-             "campaign_id": campaign_id, "messaging_account_id": account_id, "created_at": isoformat_stored(created_at)}
+             "campaign_id": campaign_id, "messaging_account_id": account_id, "created_at": stored_isoformat(created_at)}
             for (entry_id, kind, amount, balance_after, reserved_after, reference, description, campaign_id,
                  account_id, created_at) in _LEDGER_ROWS.driver_rows(tenant_id, *positions)], total
 
