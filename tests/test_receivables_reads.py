@@ -7,10 +7,12 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from peewee import JOIN
 
 from models.clock import utcnow
 from models.ids import new_id
 from models.receivables import debt_reads, debts, export, payments, promises, responses
+from models.receivables.money import amount_json, to_minor
 from models.receivables.tables import Debt, Installment, PaymentLink, PaymentReversal
 from models.store.db import atomic, connection
 from tests.receivables_fixtures import debt_body, get_debt, make_account, payment_body, post
@@ -21,10 +23,26 @@ def account(alice):
     return make_account(alice)
 
 
+def links_of(debt: Debt) -> list[dict]:
+    """A debt's payment links as the read built them through peewee (the reference)."""
+    rows = (PaymentLink.select(PaymentLink, Installment.external_id.alias("installment_external_id"))
+            .join(Installment, join_type=JOIN.LEFT_OUTER, on=(PaymentLink.installment == Installment.id))
+            .where((PaymentLink.tenant == debt.tenant_id) & (PaymentLink.debt == debt.id))
+            .order_by(PaymentLink.id.desc()).objects())
+    return [payments.link_dict(link, link.installment_external_id) for link in rows]
+
+
+def export_json(row: dict) -> dict:
+    """An export row as the API showed it through peewee (the reference): amounts as JSON numbers."""
+    currency = row["moneda"]
+    return {**row, **{name: amount_json(to_minor(row[name], currency), currency)
+                      for name in ("monto", "saldo_pendiente", "monto_sin_asignar")}}
+
+
 def old_debt_read(tenant_id: int, external_id: str) -> dict:
     """The debt as GET /cartera/deudas/{id} answered it before `debt_reads`."""
     debt = debts.get_debt(tenant_id, external_id)
-    return {**debts.debt_detail(debt), "links_de_pago": payments.links_of(debt)}
+    return {**debts.debt_detail(debt), "links_de_pago": links_of(debt)}
 
 
 def add_link(debt_external_id: str, tenant_id: int, *, installment: str | None = None, status: str = "active",
@@ -107,7 +125,7 @@ def feed_pages_read_as_before(client, persona, path: str, old_rows) -> int:
 
 
 def old_payment_rows(tenant_id, *, since, after, limit):
-    return [export.export_json(row) for row in export.export_rows(tenant_id, since=since, after=after, limit=limit)]
+    return [export_json(row) for row in export.export_rows(tenant_id, since=since, after=after, limit=limit)]
 
 
 def test_the_payments_feed_reads_as_before(client, alice, charlie, account):

@@ -38,8 +38,16 @@ def deliveries_of(persona, endpoints: list[WebhookEndpoint], count: int, start: 
             delivered_at=start + dt.timedelta(seconds=n + 1) if status == "delivered" else None)
 
 
+def older_deliveries(query, before_id: int | None, limit: int) -> tuple[list[WebhookDelivery], bool]:
+    """A page of `webhooks.deliveries(...)` after the cursor, through peewee (the reference)."""
+    if before_id is not None:
+        query = query.where(WebhookDelivery.id < before_id)
+    rows = list(query.order_by(WebhookDelivery.id.desc()).limit(limit + 1))
+    return rows[:limit], len(rows) > limit
+
+
 def old_page(tenant_id: int, cursor: int | None, per_page: int, **filters) -> tuple[list[dict], bool]:
-    rows, has_more = webhooks.older_deliveries(webhooks.deliveries(tenant_id, **filters), cursor, per_page)
+    rows, has_more = older_deliveries(webhooks.deliveries(tenant_id, **filters), cursor, per_page)
     return [webhooks.delivery_as_dict(row) for row in rows], has_more
 
 

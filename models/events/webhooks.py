@@ -689,7 +689,7 @@ def deliveries(tenant_id: int, endpoint_public_id: str | None = None, event_name
     """A tenant's deliveries, newest first, with their endpoint and event joined; each filter
     given narrows it (created at or after `since`, before `until`: naive UTC).
 
-    Newest first means by id, which is unique: a list paged by id (`older_deliveries`) has no
+    Newest first means by id, which is unique: a list paged by id (`delivery_log_page`) has no
     ties to break, however many deliveries share a creation time, so every matching delivery
     is on exactly one page."""
     query = (WebhookDelivery.select(WebhookDelivery, WebhookEndpoint, Event)
@@ -708,16 +708,6 @@ def deliveries(tenant_id: int, endpoint_public_id: str | None = None, event_name
             raise Invalid(f"unknown delivery status {status!r}; one of {', '.join(DELIVERY_STATUSES)}")
         query = query.where(WebhookDelivery.status == status)
     return query
-
-
-def older_deliveries(query, before_id: int | None, limit: int) -> tuple[list[WebhookDelivery], bool]:
-    """The page of `deliveries(...)` after the cursor `before_id` (the last id of the page
-    before; None for the first): up to `limit` deliveries, newest first, and whether more
-    follow. An index seek on (tenant, id), whatever the page's depth."""
-    if before_id is not None:
-        query = query.where(WebhookDelivery.id < before_id)
-    rows = list(query.order_by(WebhookDelivery.id.desc()).limit(limit + 1))
-    return rows[:limit], len(rows) > limit
 
 
 def delivery_as_dict(delivery: WebhookDelivery) -> dict:
@@ -756,8 +746,10 @@ _DELIVERY_FILTERS = (('since', ' AND d."created_at" >= ?'), ('until', ' AND d."c
 def delivery_log_page(tenant_id: int, before_id: int | None, limit: int, *, endpoint_public_id: str | None = None,
                       event_name: str | None = None, status: str | None = None, since: dt.datetime | None = None,
                       until: dt.datetime | None = None) -> tuple[list[dict], bool]:
-    """What `older_deliveries(deliveries(...), before_id, limit)` finds, each delivery as
-    `delivery_as_dict` gives it (tests/test_webhooks_deliveries_read.py), from one statement."""
+    """The deliveries `deliveries(...)` holds after the cursor `before_id` (the last id of the
+    page before; None for the first): up to `limit`, newest first, each as `delivery_as_dict`
+    gives it, and whether more follow; from one statement, an index seek on (tenant, id) whatever
+    the page's depth (tests/test_webhooks_deliveries_read.py keeps the peewee version)."""
     if status is not None and status not in DELIVERY_STATUSES:
         raise Invalid(f"unknown delivery status {status!r}; one of {', '.join(DELIVERY_STATUSES)}")
     given = {"since": bound_datetime(since), "until": bound_datetime(until), "endpoint_public_id": endpoint_public_id,

@@ -1,11 +1,12 @@
 """GET /cartera/deudas/{external_id}: a debt with its debtor, installments, payments and payment
 links, from two statements written once, their rows read as tuples.
 
-Built from peewee queries (`debts.debt_detail` and `payments.links_of`), the read ran seven
+Built from peewee queries (`debts.debt_detail` and a query of the debt's links), the read ran seven
 statements, and building their SQL and the model objects cost several times what the database
 did; on PostgreSQL each statement is also a round trip. These statements give what those queries
 gave, in the same order: `read_debt` answers exactly
-`{**debt_detail(debt), "links_de_pago": links_of(debt)}` (tests/test_receivables_reads.py).
+`{**debt_detail(debt), "links_de_pago": [...]}` as built through peewee (tests/test_receivables_reads.py
+keeps that version as the reference).
 """
 
 from __future__ import annotations

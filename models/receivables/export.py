@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from peewee import JOIN, fn
 
 from models.clock import isoformat, stored_isoformat, to_utc_naive
-from models.receivables.money import amount_json, from_minor, to_minor
+from models.receivables.money import amount_json, from_minor
 from models.receivables.tables import Debt, Payment, PaymentExport, PaymentExportSequence, PaymentReversal
 from models.store.db import bound_datetime, execute
 
@@ -100,17 +100,10 @@ def _export_row(row) -> dict:
     }
 
 
-def export_json(row: dict) -> dict:
-    """An export row for the API: amounts as JSON numbers like every other amount there."""
-    currency = row["moneda"]
-    return {**row, **{name: amount_json(to_minor(row[name], currency), currency)
-                      for name in ("monto", "saldo_pendiente", "monto_sin_asignar")}}
-
-
-# GET /cartera/pagos's page, written by hand: built through peewee (`export_rows`, then
-# `export_json`), a page cost several times what the database did in building SQL, model objects
-# and Decimals. The same rows, the same order, each as `export_json` gives it
-# (tests/test_receivables_reads.py).
+# GET /cartera/pagos's page, written by hand: built through peewee (`export_rows`, amounts then
+# made JSON numbers), a page cost several times what the database did in building SQL, model
+# objects and Decimals. The same rows, the same order, the same fields
+# (tests/test_receivables_reads.py keeps the peewee version as the reference).
 _API_PAGE = ('SELECT x."seq", x."created_at", p."public_id", p."transaction_id", p."moneda", p."metodo", p."monto", '
              'p."pagado_en", p."balance_after", p."unassigned", d."external_id", r."id", r."public_id", r."kind", '
              'r."amount", r."reversed_at", r."balance_after", r."unassigned" '

@@ -26,7 +26,7 @@ import datetime as dt
 import logging
 from decimal import Decimal
 
-from peewee import JOIN, fn
+from peewee import fn
 
 from config import get_settings
 from gateway import CHARGED_BACK, FAILED, PENDING, GatewayError, Notification, Transaction
@@ -137,14 +137,6 @@ def link_dict(link: PaymentLink, installment_external_id: str | None = None) -> 
             "moneda": link.currency, "cuota_external_id": installment_external_id, "origin": link.origin,
             "status": status, "expires_at": isoformat(link.expires_at), "paid_at": isoformat(link.paid_at),
             "created_at": isoformat(link.created_at)}
-
-
-def links_of(debt: Debt) -> list[dict]:
-    rows = (PaymentLink.select(PaymentLink, Installment.external_id.alias("installment_external_id"))
-            .join(Installment, join_type=JOIN.LEFT_OUTER, on=(PaymentLink.installment == Installment.id))
-            .where((PaymentLink.tenant == debt.tenant_id) & (PaymentLink.debt == debt.id))
-            .order_by(PaymentLink.id.desc()).objects())
-    return [link_dict(link, link.installment_external_id) for link in rows]
 
 
 def _check_payable(debt: Debt) -> None:
