@@ -12,12 +12,15 @@ log line, HTTP metrics, and the endpoints outside /api/v1 that a load balancer a
 
 from __future__ import annotations
 
+import glob
 import logging
+import os
 import time
 
 import falcon
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.errors import ApiError
 from api.operation import Reply, ok, operation
@@ -149,6 +152,23 @@ class _ThisProcess:
         return REGISTRY.collect()
 
 
+class _EveryProcess(MultiProcessCollector):
+    """Every process's values, from the files they share. A process that is starting creates its
+    file empty and sizes it a moment later: such a file holds no value yet and is left out, where
+    prometheus_client would fail reading it and the scrape would answer 500."""
+
+    def collect(self):
+        return self.merge([path for path in glob.glob(os.path.join(self._path, "*.db")) if _has_data(path)],
+                          accumulate=True)
+
+
+def _has_data(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:  # gone since the listing: its process has ended and its values with it
+        return False
+
+
 class Metrics:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         refused = metrics_access.refusal(get_settings().metrics_token, req.get_header("Authorization"),
@@ -159,9 +179,7 @@ class Metrics:
 
         registry = CollectorRegistry(auto_describe=False)
         if multiprocess_dir():
-            from prometheus_client import multiprocess
-
-            multiprocess.MultiProcessCollector(registry)
+            _EveryProcess(registry)
         else:
             registry.register(_ThisProcess())
         registry.register(StateCollector())

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyotp
 import pytest
 from cryptography.fernet import Fernet
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
 from config import ConfigError, load_settings, logs
 from config.access_log import loggable_path
@@ -92,6 +93,17 @@ def test_without_a_token_metrics_are_served_to_loopback_clients_only(client, sto
     configure(storage, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),))
     assert client.simulate_get("/metrics", headers={"X-Forwarded-For": "198.51.100.4"}).status_code == 403
     assert client.simulate_get("/metrics").status_code == 200
+
+
+def test_a_scrape_while_a_worker_creates_its_metrics_file_counts_the_others(client, storage, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    (tmp_path / "counter_4242.db").write_bytes(b"")  # a starting worker's file, not yet sized
+    values = MmapedDict(str(tmp_path / "counter_4243.db"))  # another worker's, as prometheus_client writes it
+    values.write_value(mmap_key("svc_probe_total", "svc_probe_total", [], [], "A probe."), 3.0, 0.0)
+    values.close()
+    answer = client.simulate_get("/metrics")
+    assert answer.status_code == 200, answer.text
+    assert "svc_probe_total 3.0" in answer.text and "svc_state_up 1.0" in answer.text
 
 
 def test_requests_and_rate_limit_refusals_are_counted_by_route_template(client, alice, storage):
