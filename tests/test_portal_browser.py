@@ -162,7 +162,8 @@ def test_an_owner_runs_the_api_from_the_portal(service, alice, browser, make_rec
     assert page.locator("tr.delivery").count() == web.PER_PAGE and "Older →" in page.content()
     shoot(page, "deliveries", full_page=False)
     event_id = page.locator("tr.delivery").first.get_attribute("data-event")
-    page.click(f"tr.delivery[data-event='{event_id}'] a")
+    with page.expect_navigation():  # the delivery's page, loaded before it is read
+        page.click(f"tr.delivery[data-event='{event_id}'] a")
     assert "receiver down" in page.content()
     shoot(page, "delivery")
 
