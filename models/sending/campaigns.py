@@ -864,7 +864,6 @@ _CAMPAIGN_READ = (
     'WHERE c."public_id" = ? AND c."tenant_id" = ?')
 _CAMPAIGN_COUNTS = ('SELECT "status", COUNT(*) FROM "campaign_recipient" WHERE "campaign_id" = ? '
                     'GROUP BY "status"')
-_TIMESTAMP = Campaign.created_at.python_value  # a driver's value (SQLite's text) as the model reads it
 
 
 def read_campaign(tenant_id: int, public_id: str) -> dict:
@@ -873,11 +872,18 @@ def read_campaign(tenant_id: int, public_id: str) -> dict:
     row = fetch_one(_CAMPAIGN_READ, (public_id, tenant_id))
     if row is None:
         raise NotFound(f"no campaign {public_id}", code="campaign_not_found")
-    (campaign_id, public_id, external_reference, account_public_id, template_name, template_language, status,
-     total, reserved, consumed, released, refunded, hold_reason, source, created_at, send_at, started_at,
-     finished_at) = row
+    campaign_id = row[0]
     counts = dict.fromkeys(COUNTERS, 0)
     counts.update(execute(_CAMPAIGN_COUNTS, (campaign_id,)).fetchall())
+    return _campaign_of_columns(row[1:12], counts, row[12:])
+
+
+def _campaign_of_columns(head: tuple, counts: dict, tail: tuple) -> dict:
+    """The contract's Campaign from a statement's columns as the driver gives them: `head` from
+    its public id to its refunded credits, `tail` from its hold reason to its finish time."""
+    (public_id, external_reference, account_public_id, template_name, template_language, status, total, reserved,
+     consumed, released, refunded) = head
+    hold_reason, source, created_at, send_at, started_at, finished_at = tail
     return {
         "id": public_id,
         "external_reference": external_reference,
@@ -893,10 +899,10 @@ def read_campaign(tenant_id: int, public_id: str) -> dict:
         **{name: counts[name] for name in COUNTERS},
         "hold_reason": hold_reason if status == "pending" else None,
         "source": source,
-        "created_at": isoformat(_TIMESTAMP(created_at)),
-        "send_at": isoformat(_TIMESTAMP(send_at)),
-        "started_at": isoformat(_TIMESTAMP(started_at)),
-        "finished_at": isoformat(_TIMESTAMP(finished_at)),
+        "created_at": stored_isoformat(created_at),
+        "send_at": stored_isoformat(send_at),
+        "started_at": stored_isoformat(started_at),
+        "finished_at": stored_isoformat(finished_at),
     }
 
 
@@ -951,29 +957,9 @@ _AFTER_COUNTERS = _FIRST_COUNTER + len(COUNTERS)
 
 def listed_campaign(row: tuple) -> dict:
     """`campaign_dict` of a row of `campaign_list`'s statement."""
-    (public_id, external_reference, account_public_id, template_name, template_language, status, total, reserved,
-     consumed, released, refunded) = row[:_FIRST_COUNTER]
-    hold_reason, source, created_at, send_at, started_at, finished_at = row[_AFTER_COUNTERS:]
-    return {
-        "id": public_id,
-        "external_reference": external_reference,
-        "account_id": account_public_id,
-        "template_name": template_name,
-        "template_language": template_language,
-        "status": status,
-        "total_recipients": total,
-        "reserved_credits": reserved,
-        "consumed_credits": consumed,
-        "released_credits": released,
-        "refunded_credits": refunded,
-        **dict(zip(COUNTERS, row[_FIRST_COUNTER:_AFTER_COUNTERS], strict=True)),
-        "hold_reason": hold_reason if status == "pending" else None,
-        "source": source,
-        "created_at": stored_isoformat(created_at),
-        "send_at": stored_isoformat(send_at),
-        "started_at": stored_isoformat(started_at),
-        "finished_at": stored_isoformat(finished_at),
-    }
+    return _campaign_of_columns(row[:_FIRST_COUNTER],
+                                dict(zip(COUNTERS, row[_FIRST_COUNTER:_AFTER_COUNTERS], strict=True)),
+                                row[_AFTER_COUNTERS:])
 
 
 def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str, int],
