@@ -115,13 +115,19 @@ _SINCE = ' AND x."created_at" >= ?'
 _IN_ORDER = ' ORDER BY x."seq" LIMIT ?'
 
 
+def feed_page_rows(statement: str, tenant_id: int, *, since: dt.datetime | None, after: int, limit: int) -> list:
+    """The rows of an ERP feed's page: `statement` selects from the feed's table as `x`, filtered
+    on the tenant and `x.seq > after`; rows written at or after `since` if given, in the feed's
+    order, at most `limit`."""
+    if since is None:
+        return execute(statement + _IN_ORDER, (tenant_id, after, limit)).fetchall()
+    return execute(statement + _SINCE + _IN_ORDER,
+                   (tenant_id, after, bound_datetime(to_utc_naive(since)), limit)).fetchall()
+
+
 def export_page(tenant_id: int, *, since: dt.datetime | None, after: int, limit: int) -> list[dict]:
     """Up to `limit` rows of the export after the cursor `after`, as the API shows them."""
-    if since is None:
-        rows = execute(_API_PAGE + _IN_ORDER, (tenant_id, after, limit)).fetchall()
-    else:
-        rows = execute(_API_PAGE + _SINCE + _IN_ORDER,
-                       (tenant_id, after, bound_datetime(to_utc_naive(since)), limit)).fetchall()
+    rows = feed_page_rows(_API_PAGE, tenant_id, since=since, after=after, limit=limit)
     found = []
     for (seq, created_at, public_id, transaction_id, currency, method, amount, paid_at, balance, unassigned,
          debt_external_id, reversal_id, reversal_public_id, reversal_kind, reversed_amount, reversed_at,

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from peewee import JOIN, fn
 
 from models.clock import isoformat, stored_isoformat, to_utc_naive
-from models.receivables.export import numbered_rows
+from models.receivables.export import feed_page_rows, numbered_rows
 from models.receivables.money import amount_json
 from models.receivables.tables import Debt, DebtDispute, DebtorResponseExport, DebtPromise, DebtReply
-from models.store.db import bound_datetime, execute
+from models.store.db import execute
 
 KINDS = ("promesa", "disputa", "pago_informado")
 
@@ -87,18 +87,12 @@ _API_PAGE = ('SELECT x."seq", d."external_id", d."saldo_pendiente", d."moneda", 
              'LEFT JOIN "debt_promise" AS p ON p."id" = x."promise_id" '
              'LEFT JOIN "debt_dispute" AS s ON s."id" = x."dispute_id" '
              'WHERE x."tenant_id" = ? AND x."seq" > ?')
-_SINCE = ' AND x."created_at" >= ?'
-_IN_ORDER = ' ORDER BY x."seq" LIMIT ?'
 _DAY = DebtPromise.promised_date.python_value
 
 
 def response_page(tenant_id: int, *, since: dt.datetime | None, after: int, limit: int) -> list[dict]:
     """Up to `limit` of what debtors said after the cursor `after`, as the API shows them."""
-    if since is None:
-        rows = execute(_API_PAGE + _IN_ORDER, (tenant_id, after, limit)).fetchall()
-    else:
-        rows = execute(_API_PAGE + _SINCE + _IN_ORDER,
-                       (tenant_id, after, bound_datetime(to_utc_naive(since)), limit)).fetchall()
+    rows = feed_page_rows(_API_PAGE, tenant_id, since=since, after=after, limit=limit)
     found = []
     for seq, debt_external_id, balance, currency, created_at, promise_id, promised_date, dispute_id, reason, origin \
             in rows:
