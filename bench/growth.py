@@ -41,7 +41,7 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
     from config import load_settings, use_settings
     from models.ids import new_id
     from models.numbers.tables import MessagingAccount
-    from models.sending.tables import Campaign, CampaignCredits
+    from models.sending.tables import Campaign, CampaignCounters
     from models.setup import init_db
     from models.store.db import atomic, connection, execute, upgrade
     from models.tenancy import credits
@@ -75,8 +75,8 @@ def build(env: dict[str, str], ledger_rows: int, recipients: int):
                 campaign = Campaign.create(public_id=new_id("cmp_"), tenant=tenant.id, account=account.id,
                                            template_name="hello_world", template_language="en_US",
                                            total_recipients=recipients, status="completed")
-                # Every campaign has its credit counters (the campaign's page shows them).
-                CampaignCredits.create(campaign=campaign.id, reserved=recipients, consumed=recipients)
+                # Every campaign has its counters (the campaign's page shows them).
+                CampaignCounters.create(campaign=campaign.id, reserved=recipients, consumed=recipients, sent=recipients)
                 with atomic():
                     for chunk in range(0, recipients, 500):
                         size = min(500, recipients - chunk)

@@ -50,7 +50,7 @@ def sent_campaigns(companies, numbers, per_number: int, round_no: int) -> list[t
     """A campaign per number, every recipient `sent` with a wamid; returns (number, recipient) pairs."""
     from messaging.simulator.users import new_wamid
     from models.clock import utcnow
-    from models.sending.campaigns import create_campaign
+    from models.sending.campaigns import count_moved, create_campaign, move_credits_many
     from models.sending.tables import CampaignRecipient
     from models.store.db import atomic
 
@@ -69,6 +69,9 @@ def sent_campaigns(companies, numbers, per_number: int, round_no: int) -> list[t
                 CampaignRecipient.update(status="sent", wam_id=wamid, sent_at=now, message_id=f"msg_{row.id}",
                                          attempts=1).where(CampaignRecipient.id == row.id).execute()
                 sends.append((account, row.wa_id, wamid))
+            moves: dict[int, dict[str, int]] = {}
+            count_moved(moves, campaign.id, "pending", "sent", len(rows))
+            move_credits_many({campaign.id: {**moves[campaign.id], "consume": len(rows)}})
     return sends
 
 

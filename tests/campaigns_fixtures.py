@@ -13,6 +13,7 @@ import itertools
 import pytest
 import requests
 from falcon import testing
+from peewee import fn
 
 from config import get_settings, use_settings
 from messaging.client import GraphClient, template_from_graph
@@ -22,8 +23,8 @@ from models.clock import utcnow
 from models.ids import new_id
 from models.numbers.accounts import open_window
 from models.numbers.tables import MessagingAccount, Template
-from models.sending.campaigns import create_campaign
-from models.sending.tables import Campaign
+from models.sending.campaigns import add_to_counters, count_moved, create_campaign
+from models.sending.tables import COUNTERS, Campaign, CampaignCounters, CampaignRecipient
 from models.setup import init_db
 from models.store.db import connection, db
 from models.store.secrets import encrypt
@@ -178,3 +179,44 @@ def ledger_types(tenant_id: int) -> list[tuple[str, int]]:
 
 def wallet(tenant_id: int) -> Wallet:
     return Wallet.get(Wallet.tenant == tenant_id)
+
+
+def set_recipients(where, **columns) -> int:
+    """Put the recipients `where` picks in a state directly (`status=...` and any other columns),
+    as the sending core would have left them: their campaigns' counters follow, through the same
+    additions the core makes. Returns how many rows changed."""
+    moves: dict[int, dict[str, int]] = {}
+    with db.atomic():
+        rows = list(CampaignRecipient.select(CampaignRecipient.id, CampaignRecipient.campaign,
+                                             CampaignRecipient.status).where(where).tuples())
+        if "status" in columns:
+            for _row_id, campaign_id, status in rows:
+                count_moved(moves, campaign_id, status, columns["status"])
+        CampaignRecipient.update(**columns).where(
+            CampaignRecipient.id.in_([row_id for row_id, _, _ in rows])).execute()
+        add_to_counters(moves)
+    return len(rows)
+
+
+def counted(campaign_id: int) -> dict[str, int]:
+    """The campaign's recipients counted per status, row by row: what its counters must say."""
+    counts = dict.fromkeys(COUNTERS, 0)
+    counts.update(CampaignRecipient.select(CampaignRecipient.status, fn.COUNT(CampaignRecipient.id))
+                  .where(CampaignRecipient.campaign == campaign_id).group_by(CampaignRecipient.status).tuples())
+    return counts
+
+
+def counters_of(campaign_id: int) -> dict[str, int]:
+    row = CampaignCounters.get_by_id(campaign_id)
+    return {status: getattr(row, status) for status in COUNTERS}
+
+
+def counters_disagreeing() -> list[int]:
+    """The campaigns whose counters per status differ from their recipients counted row by row,
+    read in one statement (one snapshot, whatever is committing meanwhile)."""
+    sums = ", ".join(f"SUM(CASE WHEN status = '{status}' THEN 1 ELSE 0 END) AS \"{status}\"" for status in COUNTERS)
+    differs = " OR ".join(f'm."{status}" <> COALESCE(r."{status}", 0)' for status in COUNTERS)
+    return [campaign_id for (campaign_id,) in db.execute_sql(
+        f'SELECT m."campaign_id" FROM "campaign_counters" AS m LEFT JOIN (SELECT "campaign_id", {sums} '
+        f'FROM "campaign_recipient" GROUP BY "campaign_id") AS r ON r."campaign_id" = m."campaign_id" '
+        f"WHERE {differs} ORDER BY m.\"campaign_id\"").fetchall()]

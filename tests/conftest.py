@@ -36,6 +36,7 @@ from falcon import testing  # noqa: E402
 from config import Settings, load_settings, use_settings  # noqa: E402
 from models import setup  # noqa: E402
 from models.store import db as database  # noqa: E402
+from tests.campaigns_fixtures import counters_disagreeing  # noqa: E402
 
 PG_DSN = os.environ.get("SVC_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("SVC_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -263,9 +264,13 @@ def storage(request, tmp_path):
     setup.init_db(settings)
     with database.connection():
         yield settings
+    with database.connection():
+        # Whatever the test did, every campaign's counters agree with its recipients.
+        disagreeing = counters_disagreeing()
     database.db.close_all()
     if cleanup:
         cleanup()
+    assert not disagreeing, f"campaigns whose counters differ from their recipients: {disagreeing}"
 
 
 @pytest.fixture

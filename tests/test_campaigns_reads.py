@@ -7,10 +7,10 @@ import pytest
 from jobs.queue import huey
 from models.sending import campaigns as campaigns_module
 from models.sending.campaigns import create_campaign
-from models.sending.tables import Campaign, CampaignRecipient
+from models.sending.tables import COUNTERS, Campaign, CampaignRecipient
 from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
-from tests.campaigns_fixtures import campaign_body, create_for, make_number, wallet
+from tests.campaigns_fixtures import campaign_body, counted, create_for, make_number, set_recipients, wallet
 from tests.test_credits import replay_ledger
 
 sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
@@ -68,7 +68,7 @@ def test_counters_follow_the_recipients_statuses(alice, number, queue_only):
         CampaignRecipient.id))
     for row, status in zip(rows, ["queued", "sent", "delivered", "delivered", "read", "failed", "pending"],
                            strict=True):
-        CampaignRecipient.update(status=status).where(CampaignRecipient.id == row.id).execute()
+        set_recipients(CampaignRecipient.id == row.id, status=status)
     data = campaigns_module.campaign_dict(campaign)
     assert {k: data[k] for k in ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled")} == {
         "pending": 1, "queued": 1, "sent": 1, "delivered": 2, "read": 1, "failed": 1, "cancelled": 0}
@@ -94,7 +94,7 @@ def test_recipient_pages_walk_the_list_once_in_its_order_with_and_without_a_stat
     campaign = create_for(alice, number, numbers)
     create_for(alice, number, ["5215559999991"])  # another campaign's recipients stay out of these pages
     failed = numbers[1::3]
-    CampaignRecipient.update(status="failed").where(CampaignRecipient.wa_id.in_(failed)).execute()
+    set_recipients(CampaignRecipient.wa_id.in_(failed), status="failed")
 
     def walk(**params) -> tuple[list[str], list[dict]]:
         seen, metas = [], []
@@ -160,7 +160,7 @@ def test_a_campaign_being_dispatched_cannot_be_cancelled(client, alice, number, 
     campaign = create_for(alice, number, ["5215550200051", "5215550200052"])
     # The dispatcher's first claim moves the campaign to processing in its transaction.
     Campaign.update(status="processing").where(Campaign.id == campaign.id).execute()
-    CampaignRecipient.update(status="queued").where(CampaignRecipient.wa_id == "5215550200051").execute()
+    set_recipients(CampaignRecipient.wa_id == "5215550200051", status="queued")
     response = client.simulate_post(f"{URL}/{campaign.public_id}/cancel", headers=alice.headers)
     assert response.status_code == 409
     assert wallet(alice.id).reserved == 2
@@ -182,14 +182,15 @@ def test_a_campaign_read_is_the_campaign_as_every_other_path_shows_it(client, al
     held = create_for(alice, number, ["5215550200031", "5215550200032", "5215550200033"],
                       external_reference="ref-1")
     plain = create_for(alice, number, ["5215550200034"])
-    CampaignRecipient.update(status="sent").where(CampaignRecipient.wa_id == "5215550200031").execute()
-    CampaignRecipient.update(status="failed").where(CampaignRecipient.wa_id == "5215550200032").execute()
+    set_recipients(CampaignRecipient.wa_id == "5215550200031", status="sent")
+    set_recipients(CampaignRecipient.wa_id == "5215550200032", status="failed")
     Campaign.update(status="pending", hold_reason="number_paused", send_at=held.created_at).where(
         Campaign.id == held.id).execute()
     Campaign.update(status="completed", started_at=plain.created_at, finished_at=plain.created_at).where(
         Campaign.id == plain.id).execute()
     for campaign in (held, plain):
         expected = campaigns_module.campaign_dict(Campaign.get_by_id(campaign.id))
+        assert {name: expected[name] for name in COUNTERS} == counted(campaign.id)
         answered = client.simulate_get(f"{URL}/{campaign.public_id}", headers=alice.headers)
         assert answered.status_code == 200 and answered.json == {"data": expected}
     detail = client.simulate_get(f"{URL}/{held.public_id}", headers=alice.headers).json["data"]
@@ -210,7 +211,7 @@ def test_the_list_answers_what_campaign_dict_gives_for_each_campaign_in_each_sta
     create_for(charlie, make_number(charlie.id, sim), ["5215550200078"])
     on_the_second = held.created_at.replace(microsecond=0)  # a time written without its fraction
     for wa_id, status in (("5215550200071", "sent"), ("5215550200072", "skipped"), ("5215550200075", "cancelled")):
-        CampaignRecipient.update(status=status).where(CampaignRecipient.wa_id == wa_id).execute()
+        set_recipients(CampaignRecipient.wa_id == wa_id, status=status)
     Campaign.update(status="pending", hold_reason="number_paused", send_at=on_the_second).where(
         Campaign.id == held.id).execute()
     Campaign.update(status="completed", started_at=on_the_second, finished_at=done.created_at).where(
@@ -227,6 +228,8 @@ def test_the_list_answers_what_campaign_dict_gives_for_each_campaign_in_each_sta
         body = client.simulate_get(URL, params=params, headers=alice.headers).json
         assert body["data"] == items and body["meta"]["total"] == len(items), params
     assert [item["id"] for item in expected()] == [scheduled.public_id, done.public_id, held.public_id]
+    for item, campaign in zip(expected(), (scheduled, done, held), strict=True):
+        assert {name: item[name] for name in COUNTERS} == counted(campaign.id)
     second = client.simulate_get(URL, params={"per_page": 2, "page": 2}, headers=alice.headers).json
     assert second["data"] == expected()[2:] and second["meta"]["total"] == 3 and second["links"]["next"] is None
     past = client.simulate_get(URL, params={"per_page": 2, "page": 3}, headers=alice.headers).json
@@ -254,7 +257,7 @@ def test_recipient_pages_answer_what_the_recipients_as_dict_gives_in_each_state(
     rows = list(CampaignRecipient.select().where(CampaignRecipient.campaign == campaign.id)
                 .order_by(CampaignRecipient.id))
     for row, change in zip(rows, changes, strict=False):
-        CampaignRecipient.update(**change).where(CampaignRecipient.id == row.id).execute()
+        set_recipients(CampaignRecipient.id == row.id, **change)
     path = f"{URL}/{campaign.public_id}/recipients"
     for status in (None, "sent", "failed", "skipped", "pending", "delivered"):
         for page, per_page in ((1, 100), (1, 2), (2, 2), (4, 2), (9, 2)):

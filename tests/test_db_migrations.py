@@ -22,7 +22,8 @@ from models.receivables.tables import (
     PaymentLink,
     PaymentReversal,
 )
-from models.sending.tables import Message
+from models.sending.campaigns import read_campaign
+from models.sending.tables import COUNTERS, Message
 from models.store.db import MIGRATIONS_DIR, connection, db, execute, upgrade
 from models.tenancy.tables import PortalUser, Tenant
 from tests.conftest import PG_DSN, _pg_admin, _require, base_env
@@ -171,3 +172,39 @@ def test_claims_the_release_before_left_in_flight_count_as_started(migrated_to):
     with connection():
         started = dict(Message.select(Message.public_id, Message.send_started_at).tuples())
         assert started == {"msg_claimed": WHEN, "msg_waiting": None}
+
+
+def test_campaigns_of_the_release_before_read_their_counts_from_their_counters(migrated_to):
+    """0033_campaign_counters: each campaign's recipients are counted once per status into the row
+    of its credit counters (renamed), so its reads answer the counts they counted before."""
+    migrated_to("0032_recipient_send_times")
+    statuses = ["pending", "queued", "sent", "sent", "delivered", "read", "read", "read", "failed", "skipped"]
+    with connection():
+        tenant = tenant_of_the_release_before("ten_counts")
+        account = MessagingAccount.create(public_id="wacc_counts", tenant=tenant.id, phone_id="pn-counts")
+        for public_id, recipients in (("cmp_counted", statuses), ("cmp_empty", [])):
+            execute('INSERT INTO "campaign" ("public_id", "tenant_id", "account_id", "source", "template_name", '
+                    '"template_language", "status", "total_recipients", "created_at") '
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [public_id, tenant.id, account.id, "api", "hello_world", "en_US", "processing",
+                     len(recipients), WHEN])
+            (campaign_id,) = execute('SELECT "id" FROM "campaign" WHERE "public_id" = ?', [public_id]).fetchone()
+            execute('INSERT INTO "campaign_credits" ("campaign_id", "reserved", "consumed", "released", "refunded") '
+                    "VALUES (?, ?, ?, ?, ?)", [campaign_id, 9, 6, 1, 0])
+            for position, status in enumerate(recipients, start=1):
+                execute('INSERT INTO "campaign_recipient" ("public_id", "campaign_id", "wa_id", "status", '
+                        '"attempts", "throttled", "retries", "created_at", "position") '
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [f"rcp_{public_id}_{position}", campaign_id, f"5691{position:04d}", status, 0, 0, 0, WHEN,
+                         position])
+
+    assert "0033_campaign_counters" in upgrade()
+
+    with connection():
+        counted = read_campaign(tenant.id, "cmp_counted")
+        assert {name: counted[name] for name in COUNTERS} == {
+            "pending": 1, "queued": 1, "sent": 2, "delivered": 1, "read": 3, "failed": 1, "cancelled": 0,
+            "skipped": 1}
+        assert (counted["reserved_credits"], counted["consumed_credits"], counted["released_credits"]) == (9, 6, 1)
+        empty = read_campaign(tenant.id, "cmp_empty")
+        assert {name: empty[name] for name in COUNTERS} == dict.fromkeys(COUNTERS, 0)

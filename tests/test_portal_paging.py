@@ -17,7 +17,7 @@ from models.store.db import atomic
 from models.tenancy import credits
 from portal.web import PER_PAGE
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)
-from tests.campaigns_fixtures import create_for
+from tests.campaigns_fixtures import create_for, set_recipients
 from tests.portal_fixtures import *  # noqa: F403
 from tests.portal_fixtures import rows_read, signed_in, statements_run
 
@@ -35,7 +35,7 @@ _LINK = re.compile(r'<a href="([^"]+)" rel="(prev|next)">')
 def long_campaign(alice, number, queue_only):
     """A queued campaign of RECIPIENTS, every other one failed (the status filter's list)."""
     campaign = create_for(alice, number, RECIPIENTS)
-    CampaignRecipient.update(status="failed").where(CampaignRecipient.wa_id.in_(FAILED)).execute()
+    set_recipients(CampaignRecipient.wa_id.in_(FAILED), status="failed")
     return campaign
 
 
@@ -130,11 +130,34 @@ def test_a_later_page_reads_no_more_rows_than_the_first(client, owner, long_camp
 
     ledger = [read_by_page("ledger_entry", "/portal/credits", page) for page in (1, 2, 3)]
     assert ledger[0] <= PER_PAGE and ledger[1] <= PER_PAGE and ledger[2] <= len(long_ledger) - 2 * PER_PAGE + 1
-    # The campaign's page also reads its counters and chart (every recipient, whatever the page):
-    # what the page number adds must be nothing.
+    # The campaign's page also reads its chart (every recipient sent, whatever the page): what
+    # the page number adds must be nothing.
     path = f"/portal/campaigns/{long_campaign.public_id}"
     recipients = [read_by_page("campaign_recipient", path, page) for page in (1, 3, 5)]
     assert recipients[2] <= recipients[1] <= recipients[0]
+
+
+@pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
+def test_a_campaigns_counts_are_read_from_its_counters_not_its_recipients(client, alice, owner, long_campaign):
+    """The portal's live counters, the API's campaign and the API's list read a campaign's counts
+    per status from its row of counters: not one recipient row, however large the campaign."""
+    browser = signed_in(client, owner)
+    campaign_id = long_campaign.public_id
+
+    def recipients_read(fetch) -> tuple[int, dict]:
+        with atomic():
+            before = rows_read("campaign_recipient")
+            response = fetch()
+            assert response.status_code == 200
+            return rows_read("campaign_recipient") - before, response.json
+
+    read, progress = recipients_read(lambda: browser.get(f"/portal/campaigns/{campaign_id}/progress"))
+    assert read == 0 and (progress["failed"], progress["pending"]) == (len(FAILED), len(RECIPIENTS) - len(FAILED))
+    read, detail = recipients_read(lambda: client.simulate_get(f"/api/v1/campaigns/{campaign_id}",
+                                                               headers=alice.headers))
+    assert read == 0 and detail["data"]["failed"] == len(FAILED)
+    read, listed = recipients_read(lambda: client.simulate_get("/api/v1/campaigns", headers=alice.headers))
+    assert read == 0 and listed["data"][0]["failed"] == len(FAILED)
 
 
 @pytest.mark.parametrize("storage", ["sqlite"], indirect=True)

@@ -15,7 +15,7 @@ from models.sending.tables import Campaign, CampaignRecipient, Message
 from models.store.db import connection
 from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
-from tests.campaigns_fixtures import campaign_body, let_write, make_number, status_update, wa, wallet
+from tests.campaigns_fixtures import campaign_body, let_write, make_number, set_recipients, status_update, wa, wallet
 from tests.test_credits import replay_ledger
 
 sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
@@ -129,7 +129,7 @@ def claimed_by_a_gone_engine(persona, number, immediate_queue) -> tuple[Campaign
     campaign = create_campaign(persona.id, campaign_body(number, [wa()]))
     immediate_queue.immediate = True
     row = CampaignRecipient.get(CampaignRecipient.campaign == campaign.id)
-    CampaignRecipient.update(status="queued", claim_token="gone.1").where(CampaignRecipient.id == row.id).execute()
+    set_recipients(CampaignRecipient.id == row.id, status="queued", claim_token="gone.1")
     return campaign, row
 
 
@@ -204,8 +204,8 @@ def test_evidence_after_recovery_accepts_the_send_late_and_charges_it(alice, num
     earlier = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(minutes=5)
     # Claimed and started by an engine that then died: whether they reached the platform, only
     # a status can tell.
-    CampaignRecipient.update(status="queued", claim_token="deadengine.1", claimed_at=earlier,
-                             send_started_at=earlier).execute()
+    set_recipients(CampaignRecipient.campaign == campaign.id, status="queued", claim_token="deadengine.1",
+                   claimed_at=earlier, send_started_at=earlier)
     from models.sending.recovery import recover_stuck
 
     assert recover_stuck() == 2

@@ -29,7 +29,9 @@ from models.numbers.graph import account_token
 from models.numbers.tables import MessagingAccount
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
 from models.sending.campaigns import (
+    add_to_counters,
     case_by_id,
+    count_moved,
     emit_rows,
     fail_campaign,
     finish_after_commit,
@@ -230,6 +232,10 @@ class CampaignStore:
                     if wanted[account_id] > 0 and fuller:
                         still[account_id] = fuller
                 open_numbers = still
+            claimed: dict[int, dict[str, int]] = {}
+            for row in rows:
+                count_moved(claimed, row[2], "pending", "queued")
+            add_to_counters(claimed)
             jobs: list[Job] = []
             for row_id, public_id, campaign_id, wa_id, contact, variables, throttled, retries, buttons in rows:
                 campaign = campaigns[campaign_id]
@@ -379,7 +385,8 @@ class CampaignStore:
             lock_rows(CampaignRecipient, [job.id for job in accepted + failed + retry])
             sent = self._record_accepted(accepted, now)
             gone = self._record_failed(failed, now)
-            result.retried = self._record_retry(retry, verdicts, now)
+            retried = self._record_retry(retry, verdicts, now)
+            result.retried = len(retried)
             result.accepted, result.failed = len(sent), len(gone)
             record_business_sends_many({(job.account_id, job.wa_id) for job in sent}, now)
             emit_rows("message.sent", [(job.tenant_id, message_event(job.campaign_public_id, job.account_public_id,
@@ -387,12 +394,16 @@ class CampaignStore:
             emit_rows("message.failed", [(job.tenant_id, message_event(
                 job.campaign_public_id, job.account_public_id, job, "failed", now,
                 {"code": error_code(job.error), "message": error_text(job.error)})) for job in gone], now)
-            moves: dict[int, dict[str, int]] = defaultdict(lambda: {"consume": 0, "release": 0})
-            for job in sent:
-                moves[job.campaign_id]["consume"] += 1
-            for job in gone:
-                moves[job.campaign_id]["release"] += 1
-            move_credits_many(dict(moves), description=error_text(gone[0].error) if gone else None)
+            moves: dict[int, dict[str, int]] = {}
+            for jobs_moved, status in ((sent, "sent"), (gone, "failed")):
+                for job in jobs_moved:
+                    count_moved(moves, job.campaign_id, "queued", status)
+            for campaign_id in retried:
+                count_moved(moves, campaign_id, "queued", "pending")
+            for kinds in moves.values():
+                # A send accepted consumes its credit; one failed for good releases it.
+                kinds.update(consume=kinds.get("sent", 0), release=kinds.get("failed", 0))
+            move_credits_many(moves, description=error_text(gone[0].error) if gone else None)
             pause_blocked_numbers(result.blocked)
         return result
 
@@ -439,12 +450,13 @@ class CampaignStore:
         return moved
 
     @staticmethod
-    def _record_retry(jobs: list[Job], verdicts: dict[int, Verdict], now: dt.datetime) -> int:
-        """Give throttled and transiently failed recipients back to the queue (not failures)."""
+    def _record_retry(jobs: list[Job], verdicts: dict[int, Verdict], now: dt.datetime) -> list[int]:
+        """Give throttled and transiently failed recipients back to the queue (not failures);
+        returns the campaign of each recipient given back."""
         if not jobs:
-            return 0
+            return []
         table = CampaignRecipient._meta.table_name
-        changed = 0
+        changed: list[int] = []
         for token, group in _by_token(jobs).items():
             # Throttled, or refused because the number's business account is blocked (it is paused):
             # the platform was handed these, so the attempt counts.
@@ -472,11 +484,11 @@ class CampaignStore:
                     if not_before is not None:
                         wait_sql, wait_params = case_by_id("not_before", [(j.id, not_before(j)) for j in chunk])
                         text_sql, params = f"{text_sql}, {wait_sql}", params + wait_params
-                    changed += run_sql(
+                    changed += [campaign_id for (campaign_id,) in run_sql(
                         f'UPDATE "{table}" SET status = ?, claim_token = NULL, claimed_at = NULL, '
                         f"send_started_at = NULL, {text_sql}{extra} "
-                        f"WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ?",
-                        ["pending", *params, *ids, "queued", token]).rowcount
+                        f"WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? "
+                        "RETURNING campaign_id", ["pending", *params, *ids, "queued", token]).fetchall()]
         return changed
 
     def settle(self, jobs: list[Job], result: BatchResult) -> None:
@@ -509,6 +521,7 @@ class CampaignStore:
         unstarted claims fail as its in-flight ones do, their credit released."""
         R = CampaignRecipient
         returned = 0
+        moves: dict[int, dict[str, int]] = {}
         stopped: list[tuple[int, str | None]] = []
         with atomic():
             lock_rows(R, [row_id for row_id, _ in claims])
@@ -516,9 +529,14 @@ class CampaignStore:
                 unstarted = (R.id.in_(ids) & (R.status == "queued") & R.send_started_at.is_null()
                              & (R.claim_token.is_null() if token is None else R.claim_token == token))
                 active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
-                returned += (R.update(status="pending", claim_token=None, claimed_at=None, attempts=R.attempts - 1)
-                             .where(unstarted & R.campaign.in_(active)).execute())
+                for (campaign_id,) in (R.update(status="pending", claim_token=None, claimed_at=None,
+                                                attempts=R.attempts - 1)
+                                       .where(unstarted & R.campaign.in_(active)).returning(R.campaign).tuples()
+                                       .execute()):
+                    count_moved(moves, campaign_id, "queued", "pending")
+                    returned += 1
                 stopped += [(row_id, token) for (row_id,) in R.select(R.id).where(unstarted).tuples()]
+            add_to_counters(moves)
             if stopped:
                 self.fail_unconfirmed(stopped, utcnow())
             if returned:
@@ -555,8 +573,10 @@ class CampaignStore:
                     campaigns[campaign_id].public_id, numbers[campaigns[campaign_id].account_id], row, "failed", now,
                     error))
                 for campaign_id, rows in per_campaign.items() for row in rows], now)
-            move_credits_many({campaign_id: {"release": len(rows)} for campaign_id, rows in per_campaign.items()},
-                              description=UNCONFIRMED_TEXT)
+            moves = {campaign_id: {"release": len(rows)} for campaign_id, rows in per_campaign.items()}
+            for campaign_id, rows in per_campaign.items():
+                count_moved(moves, campaign_id, "queued", "failed", len(rows))
+            move_credits_many(moves, description=UNCONFIRMED_TEXT)
             finish_after_commit(per_campaign)
         return len(failed)
 

@@ -9,7 +9,7 @@ its recipients inserted in bulk, `campaign.created` written) and then sent by th
   it) or released (it never reached the platform); a failure reported after acceptance refunds.
   `reserved = consumed + released` once nothing is in flight, and each counter moves in the same
   transaction as its ledger entry (`move_credits_many`). The counters live in a row of their own
-  (`CampaignCredits`), added to rather than read and written back, so recording sends and status
+  (`CampaignCounters`), added to rather than read and written back, so recording sends and status
   updates never locks the campaign row (the lock order is in docs/reliability.md).
 - Counters are not stored: they are counted from the recipients' statuses on the
   (campaign, status) index, so they cannot drift from them.
@@ -43,7 +43,7 @@ from models.inputs import Input, text
 from models.numbers import platform_users
 from models.numbers.accounts import get_account
 from models.numbers.tables import MessagingAccount, Template
-from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCredits, CampaignRecipient
+from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCounters, CampaignRecipient
 from models.store.db import after_commit, atomic, bound_datetime, db, execute, fetch_one, is_postgres
 from models.store.prepared import Prepared
 from models.tenancy import credits
@@ -299,21 +299,33 @@ def campaign_event(campaign: Campaign, account_public_id: str) -> dict[str, Any]
 # Credits.
 
 
-CREDIT_COLUMNS = {"reserve": CampaignCredits.reserved, "consume": CampaignCredits.consumed,
-                  "release": CampaignCredits.released, "refund": CampaignCredits.refunded}
+CREDIT_COLUMNS = {"reserve": CampaignCounters.reserved, "consume": CampaignCounters.consumed,
+                  "release": CampaignCounters.released, "refund": CampaignCounters.refunded}
 CREDIT_KINDS = tuple(CREDIT_COLUMNS)
+# A campaign's counter columns by the kind of move that adds to them: the credit kinds above, and
+# each recipient status, added to by the recipients moved into it and taken from by those moved out.
+COUNTER_COLUMNS = {**CREDIT_COLUMNS, **{status: getattr(CampaignCounters, status) for status in COUNTERS}}
 
 
-def credits_of(campaign_ids: Iterable[int]) -> dict[int, CampaignCredits]:
+def count_moved(moves: dict[int, dict[str, int]], campaign_id: int, before: str, after: str, n: int = 1) -> None:
+    """Note in `moves` (for `add_to_counters` or `move_credits_many`) that `n` of the campaign's
+    recipients moved from status `before` to `after`."""
+    if n and before != after:
+        kinds = moves.setdefault(campaign_id, {})
+        kinds[before] = kinds.get(before, 0) - n
+        kinds[after] = kinds.get(after, 0) + n
+
+
+def credits_of(campaign_ids: Iterable[int]) -> dict[int, CampaignCounters]:
     ids = list(campaign_ids)
     if not ids:
         return {}
-    return {row.campaign_id: row for row in CampaignCredits.select().where(CampaignCredits.campaign.in_(ids))}
+    return {row.campaign_id: row for row in CampaignCounters.select().where(CampaignCounters.campaign.in_(ids))}
 
 
-def campaign_credits(campaign: Campaign | int) -> CampaignCredits:
+def campaign_credits(campaign: Campaign | int) -> CampaignCounters:
     campaign_id = campaign if isinstance(campaign, int) else campaign.id
-    return CampaignCredits.get_by_id(campaign_id)
+    return CampaignCounters.get_by_id(campaign_id)
 
 
 def move_credits(campaign: Campaign, *, consume: int = 0, release: int = 0, refund: int = 0,
@@ -324,8 +336,9 @@ def move_credits(campaign: Campaign, *, consume: int = 0, release: int = 0, refu
 
 def move_credits_many(moves: dict[int, dict[str, int]], description: str | None = None) -> None:
     """Credit movements of many campaigns (`{campaign id: {"reserve"|"consume"|"release"|"refund":
-    n}}`), in the lock order of docs/reliability.md: the counter rows (ascending campaign id),
-    then the wallets (ascending tenant). Call after the transaction's recipient rows are written
+    n}}`, with the recipients they moved per status, `count_moved`), in the lock order of
+    docs/reliability.md: the counter rows (ascending campaign id), then the wallets (ascending
+    tenant). Call after the transaction's recipient rows are written
     and its business sends recorded. Each tenant gets one ledger entry per kind (naming the
     campaign when there is one); a reservation the wallet cannot cover raises (and the caller's
     transaction rolls back).
@@ -343,7 +356,8 @@ def ledger_moves(moves: dict[int, dict[str, int]], description: str | None = Non
                  campaigns: dict[int, Any] | None = None) -> list[credits.Move]:
     """The wallet movements of campaigns' credit moves: one per tenant and kind. `campaigns`, when
     the caller has them: each campaign's `id`, `public_id`, `tenant_id` and `account_id` by id."""
-    moves = _nonzero(moves)
+    moves = _nonzero({campaign_id: {kind: n for kind, n in kinds.items() if kind in CREDIT_COLUMNS}
+                      for campaign_id, kinds in moves.items()})
     if not moves:
         return []
     ids = sorted(moves)
@@ -372,21 +386,22 @@ def ledger_moves(moves: dict[int, dict[str, int]], description: str | None = Non
 
 
 def add_to_counters(moves: dict[int, dict[str, int]]) -> None:
-    """Add to the campaigns' credit counters: their rows locked in ascending campaign id, then
-    one UPDATE for all of them (hand-written: it runs in every batch a campaign sends)."""
+    """Add to the campaigns' counters (`{campaign id: {kind of COUNTER_COLUMNS: n}}`): their rows
+    locked in ascending campaign id, then one UPDATE for all of them (hand-written: it runs in
+    every batch a campaign sends)."""
     moves = _nonzero(moves)
     if not moves:
         return
     ids = sorted(moves)
-    table = CampaignCredits._meta.table_name
+    table = CampaignCounters._meta.table_name
     if is_postgres():
         run_sql(f'SELECT campaign_id FROM "{table}" WHERE campaign_id IN ({placeholders(len(ids))}) '
                 "ORDER BY campaign_id FOR UPDATE", ids).fetchall()
     changes, params = [], []
-    for kind, column in CREDIT_COLUMNS.items():
+    for kind, column in COUNTER_COLUMNS.items():
         deltas = [(campaign_id, moves[campaign_id][kind]) for campaign_id in ids if moves[campaign_id].get(kind)]
         if deltas:
-            name = column.column_name
+            name = f'"{column.column_name}"'
             changes.append(f"{name} = {name} + CASE campaign_id{' WHEN ? THEN ?' * len(deltas)} ELSE 0 END")
             params += [value for pair in deltas for value in pair]
     run_sql(f'UPDATE "{table}" SET {", ".join(changes)} WHERE campaign_id IN ({placeholders(len(ids))})',
@@ -644,7 +659,7 @@ def create_campaign(tenant_id: int, spec: dict | CampaignInput, *, source: str =
             template_language=template.language, header_type=header_type, header_url=header_url,
             body_placeholders=data.body_placeholders, status="queued", total_recipients=total, created_at=now,
             send_at=send_at)
-        CampaignCredits.create(campaign=campaign.id, reserved=to_send)
+        CampaignCounters.create(campaign=campaign.id, reserved=to_send, pending=to_send, skipped=total - to_send)
         if to_send:
             credits.reserve(tenant_id, to_send, campaign_id=campaign.id, messaging_account_id=account.id,
                             reference=campaign.public_id)
@@ -821,30 +836,13 @@ def listed_recipient(row: tuple) -> dict:
     }
 
 
-def status_counts(campaign_ids: Iterable[int]) -> dict[int, dict[str, int]]:
-    """Recipients per status for each campaign: one GROUP BY on the (campaign, status) index."""
-    ids = list(campaign_ids)
-    counts: dict[int, dict[str, int]] = {campaign_id: dict.fromkeys(COUNTERS, 0) for campaign_id in ids}
-    if not ids:
-        return counts
-    query = (CampaignRecipient
-             .select(CampaignRecipient.campaign, CampaignRecipient.status, fn.COUNT(CampaignRecipient.id).alias("n"))
-             .where(CampaignRecipient.campaign.in_(ids))
-             .group_by(CampaignRecipient.campaign, CampaignRecipient.status)
-             .tuples())
-    for campaign_id, status, number in query:
-        counts[campaign_id][status] = number
-    return counts
-
-
 def campaign_dicts(campaigns: list[Campaign]) -> list[dict]:
     """The contract's Campaign for each, counters included, in two queries whatever the number."""
-    counts = status_counts(c.id for c in campaigns)
-    money = credits_of(c.id for c in campaigns)
+    counters = credits_of(c.id for c in campaigns)
     account_ids = {c.account_id for c in campaigns}
     accounts = dict(MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id)
                     .where(MessagingAccount.id.in_(list(account_ids))).tuples()) if account_ids else {}
-    return [_as_dict(c, accounts.get(c.account_id), counts[c.id], money[c.id]) for c in campaigns]
+    return [_as_dict(c, accounts.get(c.account_id), counters[c.id]) for c in campaigns]
 
 
 def campaign_dict(campaign: Campaign) -> dict:
@@ -852,38 +850,37 @@ def campaign_dict(campaign: Campaign) -> dict:
 
 
 # GET /campaigns/{id}, the read a client polls while its campaign runs: its SQL written once
-# (peewee builds a query's text anew on every call, which cost more than these two queries) and
-# its rows read as tuples. The campaign, its number's public id and its credit counters in one
-# statement; its recipients per status in a second, on the (campaign, status, id) index.
+# (peewee builds a query's text anew on every call, which cost more than the statement) and its row
+# read as a tuple: the campaign, its number's public id and its counters, in the columns of a row
+# of the list (`listed_campaign`).
 _CAMPAIGN_READ = (
-    'SELECT c."id", c."public_id", c."external_reference", a."public_id", c."template_name", '
+    'SELECT c."public_id", c."external_reference", a."public_id", c."template_name", '
     'c."template_language", c."status", c."total_recipients", m."reserved", m."consumed", m."released", '
-    'm."refunded", c."hold_reason", c."source", c."created_at", c."send_at", c."started_at", c."finished_at" '
+    'm."refunded", ' + "".join(f'm."{name}", ' for name in COUNTERS) +
+    'c."hold_reason", c."source", c."created_at", c."send_at", c."started_at", c."finished_at" '
     'FROM "campaign" AS c JOIN "messaging_account" AS a ON a."id" = c."account_id" '
-    'JOIN "campaign_credits" AS m ON m."campaign_id" = c."id" '
+    'JOIN "campaign_counters" AS m ON m."campaign_id" = c."id" '
     'WHERE c."public_id" = ? AND c."tenant_id" = ?')
-_CAMPAIGN_COUNTS = ('SELECT "status", COUNT(*) FROM "campaign_recipient" WHERE "campaign_id" = ? '
-                    'GROUP BY "status"')
+_FIRST_COUNTER = 11  # where the counters per status start in such a row
+_AFTER_COUNTERS = _FIRST_COUNTER + len(COUNTERS)
 
 
 def read_campaign(tenant_id: int, public_id: str) -> dict:
     """The contract's Campaign of the tenant's campaign `public_id` (what `campaign_dict` gives
-    for it, in two statements); 404 `campaign_not_found` when the tenant has none by that id."""
+    for it, in one statement); 404 `campaign_not_found` when the tenant has none by that id."""
     row = fetch_one(_CAMPAIGN_READ, (public_id, tenant_id))
     if row is None:
         raise NotFound(f"no campaign {public_id}", code="campaign_not_found")
-    campaign_id = row[0]
-    counts = dict.fromkeys(COUNTERS, 0)
-    counts.update(execute(_CAMPAIGN_COUNTS, (campaign_id,)).fetchall())
-    return _campaign_of_columns(row[1:12], counts, row[12:])
+    return listed_campaign(row)
 
 
-def _campaign_of_columns(head: tuple, counts: dict, tail: tuple) -> dict:
-    """The contract's Campaign from a statement's columns as the driver gives them: `head` from
-    its public id to its refunded credits, `tail` from its hold reason to its finish time."""
+def listed_campaign(row: tuple) -> dict:
+    """The contract's Campaign from a statement's columns as the driver gives them (a row of
+    `campaign_list`'s statement, or of `read_campaign`'s): from its public id to its refunded
+    credits, then its counters per status, then from its hold reason to its finish time."""
     (public_id, external_reference, account_public_id, template_name, template_language, status, total, reserved,
-     consumed, released, refunded) = head
-    hold_reason, source, created_at, send_at, started_at, finished_at = tail
+     consumed, released, refunded) = row[:_FIRST_COUNTER]
+    hold_reason, source, created_at, send_at, started_at, finished_at = row[_AFTER_COUNTERS:]
     return {
         "id": public_id,
         "external_reference": external_reference,
@@ -896,7 +893,7 @@ def _campaign_of_columns(head: tuple, counts: dict, tail: tuple) -> dict:
         "consumed_credits": consumed,
         "released_credits": released,
         "refunded_credits": refunded,
-        **{name: counts[name] for name in COUNTERS},
+        **dict(zip(COUNTERS, row[_FIRST_COUNTER:_AFTER_COUNTERS], strict=True)),
         "hold_reason": hold_reason if status == "pending" else None,
         "source": source,
         "created_at": stored_isoformat(created_at),
@@ -908,9 +905,7 @@ def _campaign_of_columns(head: tuple, counts: dict, tail: tuple) -> dict:
 
 # GET /campaigns, a page of the list: its count and its rows are statements built once
 # (models/store/prepared.py), each row the campaign joined with its number's public id and its
-# credit counters, and its recipients counted per status by one subquery a status on the
-# (campaign, status, id) index; made into the contract's dict straight from the driver's row.
-_COUNTED = CampaignRecipient.alias("counted")
+# counters; made into the contract's dict straight from the driver's row.
 
 
 def _listed(tenant_id: int, status: str | None) -> Any:
@@ -919,16 +914,15 @@ def _listed(tenant_id: int, status: str | None) -> Any:
 
 
 def _listed_rows(tenant_id: int, status: str | None, limit: int, offset: int) -> Any:
-    counters = [_COUNTED.select(fn.COUNT(_COUNTED.id)).where((_COUNTED.campaign == Campaign.id)
-                                                             & (_COUNTED.status == name)) for name in COUNTERS]
+    counters = [getattr(CampaignCounters, name) for name in COUNTERS]
     return (Campaign.select(Campaign.public_id, Campaign.external_reference, MessagingAccount.public_id,
                             Campaign.template_name, Campaign.template_language, Campaign.status,
-                            Campaign.total_recipients, CampaignCredits.reserved, CampaignCredits.consumed,
-                            CampaignCredits.released, CampaignCredits.refunded, *counters, Campaign.hold_reason,
+                            Campaign.total_recipients, CampaignCounters.reserved, CampaignCounters.consumed,
+                            CampaignCounters.released, CampaignCounters.refunded, *counters, Campaign.hold_reason,
                             Campaign.source, Campaign.created_at, Campaign.send_at, Campaign.started_at,
                             Campaign.finished_at)
             .join(MessagingAccount, on=MessagingAccount.id == Campaign.account)
-            .switch(Campaign).join(CampaignCredits, on=CampaignCredits.campaign == Campaign.id)
+            .switch(Campaign).join(CampaignCounters, on=CampaignCounters.campaign == Campaign.id)
             .where(_listed(tenant_id, status)).order_by(Campaign.id.desc()).limit(limit).offset(offset).tuples())
 
 
@@ -951,19 +945,7 @@ def campaign_list(tenant_id: int, status: str | None) -> tuple[Prepared, Prepare
     return _LIST_COUNT_IN, _LIST_ROWS_IN, (tenant_id, status)
 
 
-_FIRST_COUNTER = 11  # where the counters' columns start in a row of `_listed_rows`
-_AFTER_COUNTERS = _FIRST_COUNTER + len(COUNTERS)
-
-
-def listed_campaign(row: tuple) -> dict:
-    """`campaign_dict` of a row of `campaign_list`'s statement."""
-    return _campaign_of_columns(row[:_FIRST_COUNTER],
-                                dict(zip(COUNTERS, row[_FIRST_COUNTER:_AFTER_COUNTERS], strict=True)),
-                                row[_AFTER_COUNTERS:])
-
-
-def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str, int],
-             money: CampaignCredits) -> dict:
+def _as_dict(campaign: Campaign, account_public_id: str | None, counters: CampaignCounters) -> dict:
     return {
         "id": campaign.public_id,
         "external_reference": campaign.external_reference,
@@ -972,11 +954,11 @@ def _as_dict(campaign: Campaign, account_public_id: str | None, counts: dict[str
         "template_language": campaign.template_language,
         "status": campaign.status,
         "total_recipients": campaign.total_recipients,
-        "reserved_credits": money.reserved,
-        "consumed_credits": money.consumed,
-        "released_credits": money.released,
-        "refunded_credits": money.refunded,
-        **{name: counts.get(name, 0) for name in COUNTERS},
+        "reserved_credits": counters.reserved,
+        "consumed_credits": counters.consumed,
+        "released_credits": counters.released,
+        "refunded_credits": counters.refunded,
+        **{name: getattr(counters, name) for name in COUNTERS},
         "hold_reason": campaign.hold_reason if campaign.status == "pending" else None,
         "source": campaign.source,
         "created_at": isoformat(campaign.created_at),
@@ -1013,8 +995,9 @@ def cancel_campaign(tenant_id: int, public_id: str) -> Campaign:
         if leftover != cancelled:
             # Something was claimed although the campaign was queued: a broken invariant, not a race.
             raise Conflict("the campaign has messages in flight", code="campaign_not_cancellable")
-        if leftover:
-            move_credits(campaign, release=leftover, description="campaign cancelled")
+        moves = {campaign.id: {"release": leftover}}
+        count_moved(moves, campaign.id, "pending", "cancelled", cancelled)
+        move_credits_many(moves, description="campaign cancelled")
     return Campaign.get_by_id(campaign.id)
 
 
@@ -1022,14 +1005,14 @@ def cancel_campaign(tenant_id: int, public_id: str) -> Campaign:
 
 
 def unfinished(campaign_ids: Iterable[int]) -> set[int]:
-    """Those of the campaigns that still have recipients waiting or in flight."""
+    """Those of the campaigns that still have recipients waiting or in flight, by their counters."""
     ids = list(campaign_ids)
     if not ids:
         return set()
     # Hand-written: every sent batch asks this of its campaigns.
     return {campaign_id for (campaign_id,) in run_sql(
-        f'SELECT DISTINCT campaign_id FROM "{CampaignRecipient._meta.table_name}" '
-        f"WHERE campaign_id IN ({placeholders(len(ids))}) AND status IN (?, ?)", [*ids, "pending", "queued"])}
+        f'SELECT campaign_id FROM "{CampaignCounters._meta.table_name}" '
+        f'WHERE campaign_id IN ({placeholders(len(ids))}) AND "pending" + "queued" > 0', ids)}
 
 
 def finish_if_done(campaign_ids: Iterable[int]) -> list[Campaign]:
@@ -1090,7 +1073,9 @@ def fail_campaign(campaign_id: int, code: str, message: str) -> bool:
                       .where((CampaignRecipient.campaign == campaign_id) & (CampaignRecipient.status == "pending"))
                       .returning(CampaignRecipient).execute())
         if failed:
-            move_credits(campaign, release=len(failed), description=message[:1000])
+            moves = {campaign_id: {"release": len(failed)}}
+            count_moved(moves, campaign_id, "pending", "failed", len(failed))
+            move_credits_many(moves, description=message[:1000])
             error = {"code": code, "message": message}
             emit_many(campaign.tenant_id, "message.failed",
                       [message_event(campaign.public_id, account_public_id, r, "failed", now, error) for r in failed])

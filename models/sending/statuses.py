@@ -27,9 +27,9 @@ build a node per value):
    conditional UPDATE per transition would do, one after another.
 3. The rows that moved are written by one UPDATE per table (a CASE by id per column), which also
    checks each row is still in the status it was read in.
-4. The business sends, the campaigns' credit counters (additions) and the wallets, in the lock
-   order; then every `message.*` event in one INSERT: the recipients' `sent`, `delivered`, `read`
-   and `failed`, then the messages' in the same order.
+4. The business sends, the campaigns' counters (credits and recipients per status, additions)
+   and the wallets, in the lock order; then every `message.*` event in one INSERT: the
+   recipients' `sent`, `delivered`, `read` and `failed`, then the messages' in the same order.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from models.numbers.accounts import record_business_sends_many
 from models.sending import UNCONFIRMED
 from models.sending.campaigns import (
     add_to_counters,
+    count_moved,
     emit_named_rows,
     finish_after_commit,
     ledger_moves,
@@ -135,7 +136,7 @@ def apply_status_updates(updates: list[StatusUpdate]) -> None:
     """Move recipients and messages forward by the platform's status updates (one transaction).
 
     The lock order of docs/reliability.md: the recipient rows, then the message rows (each in
-    ascending id), then the business sends, the campaigns' credit counters and the wallets. The
+    ascending id), then the business sends, the campaigns' counters and the wallets. The
     campaign rows are never locked here; campaigns this finishes are completed after commit.
     """
     if not updates:
@@ -406,6 +407,8 @@ def _apply_recipients(targets: dict[int, _Target], affordable: set[tuple[str, in
         # acceptance: refunded.
         outcome.counters[campaign_id] = {"reserve": len(late), "consume": len(accepted),
                                          "refund": len(by_status.get("failed", []))}
+        for row_id in {row_id for ids in by_status.values() for row_id in ids}:
+            count_moved(outcome.counters, campaign_id, moves.read_as[row_id], moves.columns[row_id]["status"])
         if accepted:
             # Accepting the last queued recipient may finish its campaign.
             outcome.accepting.add(campaign_id)

@@ -1,4 +1,4 @@
-"""The sending core's tables: campaigns, their credit counters and recipients, and single
+"""The sending core's tables: campaigns, their counters and recipients, and single
 messages, with the statuses that describe them."""
 
 from __future__ import annotations
@@ -50,15 +50,28 @@ class Campaign(BaseModel):
         )
 
 
-class CampaignCredits(BaseModel):
-    """A campaign's credit counters. Every change is an addition (`n = n + k`) in the transaction
-    of its ledger entry; the campaign row itself is locked only when the campaign changes state."""
+class CampaignCounters(BaseModel):
+    """A campaign's counters: its credits, and its recipients per status. Every change is an
+    addition (`n = n + k`) in the transaction that moves the credits or the recipients, so a
+    campaign's counts are read from one row instead of counted over its recipients; the campaign
+    row itself is locked only when the campaign changes state."""
 
     campaign = ForeignKeyField(Campaign, primary_key=True, on_delete="CASCADE")
     reserved = IntegerField(default=0)
     consumed = IntegerField(default=0)
     released = IntegerField(default=0)
     refunded = IntegerField(default=0)
+    pending = IntegerField(default=0)
+    queued = IntegerField(default=0)
+    sent = IntegerField(default=0)
+    delivered = IntegerField(default=0)
+    read = IntegerField(default=0)
+    failed = IntegerField(default=0)
+    cancelled = IntegerField(default=0)
+    skipped = IntegerField(default=0)
+
+    class Meta:
+        table_name = "campaign_counters"
 
     @property
     def leftover(self) -> int:
