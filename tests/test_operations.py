@@ -333,3 +333,36 @@ def test_a_logged_path_holds_no_credential():
     assert loggable_path("/d/dl_s3cr3t?ok=returned") == "/d/…"
     assert loggable_path("http://svc.example/pay/dl_s3cr3t") == "http://svc.example/pay/…"
     assert loggable_path("/pay/plk_1") == "/pay/plk_1"
+
+
+def test_the_text_access_line_is_the_documented_format(monkeypatch):
+    """The API's text access line, written directly, is TEXT_ACCESS_FORMAT filled by gunicorn's own
+    atoms (with the path made loggable), so log parsers keep working."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from gunicorn import glogging
+    from gunicorn.config import Config
+
+    from config.access_log import TEXT_ACCESS_FORMAT, ServiceLogger
+
+    monkeypatch.setenv("SVC_LOG_FORMAT", "text")
+    config = Config()
+    config.set("accesslog", "-")
+    logger = ServiceLogger(config)
+    lines = io.StringIO()
+    logger.access_log.handlers[0].stream = lines
+    logger.now = lambda: "[28/Nov/2026:14:30:00 +0000]"
+    secret = "/portal/invitations/inv_secret"
+    environ = {"REMOTE_ADDR": "10.1.2.3", "REQUEST_METHOD": "GET", "RAW_URI": f"{secret}?x=1",
+               "SERVER_PROTOCOL": "HTTP/1.1", "HTTP_USER_AGENT": "erp/2.0", "PATH_INFO": secret,
+               "HTTP_REFERER": "https://example.test/portal/invitations/inv_other"}
+    req = SimpleNamespace(method="GET", path=secret, headers=[("USER-AGENT", "erp/2.0")])
+    took = dt.timedelta(seconds=1, microseconds=2345)
+    for sent in (512, None):
+        resp = SimpleNamespace(status="200 OK", sent=sent, headers=[("X-Request-Id", "req_abc")])
+        logger.access(resp, req, environ, took)
+        expected = TEXT_ACCESS_FORMAT % glogging.SafeAtoms(logger.atoms(resp, req, environ, took))
+        assert lines.getvalue().splitlines()[-1] == expected
+    assert "inv_secret" not in lines.getvalue() and "inv_other" not in lines.getvalue()
+    assert lines.getvalue().splitlines()[0].endswith('"erp/2.0" 1.002345s rid=req_abc')
