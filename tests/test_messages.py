@@ -397,3 +397,24 @@ def test_a_stuck_message_waits_only_for_a_batch_that_names_it(client, alice, num
     assert (stored.status, stored.wam_id) == ("sent", "wamid.MSGHELD")
     assert [e.payload["message_id"] for e in Event.select().where(Event.name == "message.failed")] == [lost.public_id]
     assert wallet(alice.id).reserved == 0 and replay_ledger(alice.id)[1] == 0
+
+
+def test_a_queued_message_fails_when_its_number_stops_before_the_send(client, alice, number, customer, sim,
+                                                                    queue_only):
+    """A message waits in the queue; its number is paused, or loses its connection, before the sending
+    core plans it: it fails with the reason, its credit released, and nothing reaches the platform."""
+    from jobs.sending import dispatch
+    from models.numbers.tables import MessagingAccount
+
+    unready = make_number(alice.id, sim)
+    other = wa()
+    let_write(unready, other)
+    paused_id = send(client, alice, text_body(number, customer)).json["data"]["id"]
+    unready_id = send(client, alice, text_body(unready, other)).json["data"]["id"]
+    MessagingAccount.update(status="paused").where(MessagingAccount.id == number.id).execute()
+    MessagingAccount.update(access_token=None).where(MessagingAccount.id == unready.id).execute()
+    dispatch.call_local()
+    failed = {row.public_id: (row.status, row.error_code) for row in Message.select()}
+    assert failed == {paused_id: ("failed", "account_inactive"), unready_id: ("failed", "account_not_ready")}
+    assert not [item for item in sim.sent() if item["to"] in (customer, other)]
+    assert wallet(alice.id).reserved == 0

@@ -15,20 +15,18 @@ import datetime as dt
 from collections import defaultdict
 from typing import Any
 
-from peewee import fn
-
 from models.clock import utcnow
 from models.numbers import platform_users
 from models.numbers.accounts import record_business_sends_many
 from models.numbers.graph import account_token
 from models.numbers.tables import MessagingAccount
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
-from models.sending.campaigns import emit_rows
+from models.sending.campaigns import emit_rows, placeholders
 from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
 from models.sending.tables import Message
 from models.sending.work import BatchResult, Job, NumberPlan
-from models.store.db import atomic, lock_rows, skip_locked
+from models.store.db import atomic, bound_datetime, execute, lock_rows, skip_locked
 from models.tenancy import credits
 
 
@@ -43,21 +41,27 @@ class MessageStore:
     def plan(self, now: dt.datetime | None = None) -> list[NumberPlan]:
         """Numbers with messages due; those of a number that is gone or paused fail."""
         now = now or utcnow()
-        self.in_flight = Message.select().where((Message.status == "queued")
-                                                & Message.claim_token.is_null(False)).count()
-        due = dict(Message.select(Message.account, fn.COUNT(Message.id)).where(_due(now))
-                   .group_by(Message.account).tuples())
+        # Hand-written statements, as the campaigns' plan: every engine plans again whenever work
+        # arrives, which under load is every single message.
+        in_flight, due = 0, {}
+        for account_id, claimed, count in execute(_MESSAGES_WAITING, ["queued", bound_datetime(now)]).fetchall():
+            if claimed:
+                in_flight += count
+            else:
+                due[account_id] = due.get(account_id, 0) + count
+        self.in_flight = in_flight
         if not due:
             return []
         plans = []
-        for account in MessagingAccount.select().where(MessagingAccount.id.in_(list(due))):
-            if not account.ready:
-                self._fail_waiting(account.id, "account_not_ready", "the number is no longer connected", now)
-            elif account.status != "active":
-                self._fail_waiting(account.id, "account_inactive", "the number was paused before the send", now)
+        numbers = execute('SELECT id, tenant_id, public_id, mps, status, connected_at, phone_id, access_token '
+                          f'FROM "messaging_account" WHERE id IN ({placeholders(len(due))})', list(due)).fetchall()
+        for account_id, tenant_id, public_id, mps, status, connected_at, phone_id, access_token in numbers:
+            if connected_at is None or not phone_id or not access_token:  # `MessagingAccount.ready`
+                self._fail_waiting(account_id, "account_not_ready", "the number is no longer connected", now)
+            elif status != "active":
+                self._fail_waiting(account_id, "account_inactive", "the number was paused before the send", now)
             else:
-                plans.append(NumberPlan(account.id, account.tenant_id, account.public_id, account.mps or 1,
-                                        due[account.id]))
+                plans.append(NumberPlan(account_id, tenant_id, public_id, mps or 1, due[account_id]))
         return plans
 
     def _fail_waiting(self, account_id: int, code: str, text: str, now: dt.datetime) -> None:
@@ -248,6 +252,13 @@ def _ids_by_token(claims: list[tuple[int, str | None]]) -> dict[str | None, list
     for row_id, token in claims:
         groups[token].append(row_id)
     return groups
+
+
+# Queued messages per number: claimed (in flight), and unclaimed and due by the second argument.
+_MESSAGES_WAITING = (
+    'SELECT "account_id", "claim_token" IS NOT NULL, COUNT(*) FROM "message" WHERE "status" = ? '
+    'AND ("claim_token" IS NOT NULL OR "not_before" IS NULL OR "not_before" <= ?) '
+    'GROUP BY "account_id", "claim_token" IS NOT NULL')
 
 
 def _due(now: dt.datetime):

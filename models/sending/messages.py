@@ -34,12 +34,13 @@ from models.ids import new_id
 from models.inputs import Input
 from models.inputs import text as limited  # a field below is called `text`
 from models.numbers import accounts, platform_users
-from models.numbers.graph import account_token, graph_client
+from models.numbers.graph import graph_client
 from models.numbers.tables import ContactWindow, MessagingAccount
 from models.sending.campaigns import digits, sendable_account
 from models.sending.tables import MESSAGE_TYPES, PUBLIC_STATUS, Message
 from models.store.db import atomic
 from models.store.prepared import Prepared
+from models.store.secrets import decrypt
 from models.tenancy import credits
 
 log = logging.getLogger(__name__)
@@ -255,17 +256,25 @@ def mark_conversation_read(message_id: int) -> bool:
     """Before a single message goes out, mark the customer's last message read and show the typing
     indicator (the platform drops it when the reply arrives, or after 25 s). Best effort: the
     reply is sent either way. True when marked."""
-    message = Message.get_or_none(Message.id == message_id)
-    if message is None or message.status != "queued":
+    row = _TO_MARK_READ.driver_row(message_id, "queued")
+    if row is None:
         return False
-    window = ContactWindow.get_or_none((ContactWindow.account == message.account_id)
-                                       & (ContactWindow.wa_id == message.to))
-    if window is None or not window.last_inbound_wamid:
+    public_id, last_inbound_wamid, phone_id, access_token = row
+    if not last_inbound_wamid or not access_token:
         return False
-    account = MessagingAccount.get_by_id(message.account_id)
     try:
-        graph_client().mark_read(account.phone_id, account_token(account), window.last_inbound_wamid, typing=True)
+        graph_client().mark_read(phone_id, decrypt(access_token), last_inbound_wamid, typing=True)
     except PlatformError as error:
-        log.info("message %s: could not mark the conversation read: %s", message.public_id, error)
+        log.info("message %s: could not mark the conversation read: %s", public_id, error)
         return False
     return True
+
+
+# The queued message, its customer's last message to the number and the number's platform ids,
+# in one statement built once: it runs before every single message.
+_TO_MARK_READ = Prepared(lambda message_id, status: Message.select(
+    Message.public_id, ContactWindow.last_inbound_wamid, MessagingAccount.phone_id, MessagingAccount.access_token)
+    .join(MessagingAccount, on=MessagingAccount.id == Message.account)
+    .join(ContactWindow, on=(ContactWindow.account == Message.account) & (ContactWindow.wa_id == Message.to))
+    .where((Message.id == message_id) & (Message.status == status)).limit(1).tuples(),
+    -7_000_000_101, "\0status")
