@@ -206,7 +206,8 @@ def counted(campaign_id: int) -> dict[str, int]:
     return counts
 
 
-def counters_of(campaign_id: int) -> dict[str, int]:
+def status_counters(campaign_id: int) -> dict[str, int]:
+    """The campaign's counters per status, as its reads show them."""
     row = CampaignCounters.get_by_id(campaign_id)
     return {status: getattr(row, status) for status in COUNTERS}
 

@@ -13,7 +13,7 @@ from models.sending.campaigns import cancel_campaign, fail_campaign
 from models.sending.statuses import apply_status_updates
 from models.sending.tables import COUNTERS, Campaign
 from tests.campaigns_fixtures import *  # noqa: F403
-from tests.campaigns_fixtures import counted, counters_of, create_for, status_update, wa
+from tests.campaigns_fixtures import counted, create_for, status_counters, status_update, wa
 from tests.test_sending import dispatch, recipients
 
 NONE = dict.fromkeys(COUNTERS, 0)
@@ -21,7 +21,7 @@ NONE = dict.fromkeys(COUNTERS, 0)
 
 def counts(campaign: Campaign) -> dict[str, int]:
     """The campaign's counters, once they agree with its recipients counted row by row."""
-    mine = counters_of(campaign.id)
+    mine = status_counters(campaign.id)
     assert mine == counted(campaign.id)
     return {status: n for status, n in mine.items() if n}
 

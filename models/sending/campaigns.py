@@ -11,8 +11,10 @@ its recipients inserted in bulk, `campaign.created` written) and then sent by th
   transaction as its ledger entry (`move_credits_many`). The counters live in a row of their own
   (`CampaignCounters`), added to rather than read and written back, so recording sends and status
   updates never locks the campaign row (the lock order is in docs/reliability.md).
-- Counters are not stored: they are counted from the recipients' statuses on the
-  (campaign, status) index, so they cannot drift from them.
+- The recipients per status are counted in the same row: every statement that moves recipients
+  from one status to another notes the move (`count_moved`) and adds it to the counters
+  (`add_to_counters`, or `move_credits_many` with the credits) in its own transaction, so the
+  counters always add up to `total_recipients` and a read never counts the recipients.
 - Recipient statuses only move forward: pending -> queued -> sent -> delivered -> read, with
   failed and cancelled as ends. Every change is a conditional UPDATE on the status it expects.
 """
@@ -316,7 +318,7 @@ def count_moved(moves: dict[int, dict[str, int]], campaign_id: int, before: str,
         kinds[after] = kinds.get(after, 0) + n
 
 
-def credits_of(campaign_ids: Iterable[int]) -> dict[int, CampaignCounters]:
+def counters_of(campaign_ids: Iterable[int]) -> dict[int, CampaignCounters]:
     ids = list(campaign_ids)
     if not ids:
         return {}
@@ -338,8 +340,8 @@ def move_credits_many(moves: dict[int, dict[str, int]], description: str | None 
     """Credit movements of many campaigns (`{campaign id: {"reserve"|"consume"|"release"|"refund":
     n}}`, with the recipients they moved per status, `count_moved`), in the lock order of
     docs/reliability.md: the counter rows (ascending campaign id), then the wallets (ascending
-    tenant). Call after the transaction's recipient rows are written
-    and its business sends recorded. Each tenant gets one ledger entry per kind (naming the
+    tenant). Call after the transaction's recipient rows are written and its business sends
+    recorded. Each tenant gets one ledger entry per kind (naming the
     campaign when there is one); a reservation the wallet cannot cover raises (and the caller's
     transaction rolls back).
     """
@@ -838,7 +840,7 @@ def listed_recipient(row: tuple) -> dict:
 
 def campaign_dicts(campaigns: list[Campaign]) -> list[dict]:
     """The contract's Campaign for each, counters included, in two queries whatever the number."""
-    counters = credits_of(c.id for c in campaigns)
+    counters = counters_of(c.id for c in campaigns)
     account_ids = {c.account_id for c in campaigns}
     accounts = dict(MessagingAccount.select(MessagingAccount.id, MessagingAccount.public_id)
                     .where(MessagingAccount.id.in_(list(account_ids))).tuples()) if account_ids else {}
