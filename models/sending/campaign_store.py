@@ -110,7 +110,7 @@ class CampaignStore:
         by_account: dict[int, list] = defaultdict(list)
         for row in rows:
             by_account[row.account_id].append(row)
-        numbers = {a.id: a for a in MessagingAccount.select().where(MessagingAccount.id.in_(list(by_account)))}
+        numbers = accounts.number_states(list(by_account))
         limited = [a.id for a in numbers.values() if a.daily_limit is not None]
         sent_today = accounts.messages_sent_today_by_account(limited, now) if limited else {}
         due = self._due(rows, now)

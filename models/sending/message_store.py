@@ -16,12 +16,12 @@ from collections import defaultdict
 from typing import Any
 
 from models.clock import utcnow
-from models.numbers import platform_users
+from models.numbers import accounts, platform_users
 from models.numbers.accounts import record_business_sends_many
 from models.numbers.graph import account_token
 from models.numbers.tables import MessagingAccount
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
-from models.sending.campaigns import emit_rows, placeholders
+from models.sending.campaigns import emit_rows
 from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
 from models.sending.tables import Message
@@ -53,15 +53,14 @@ class MessageStore:
         if not due:
             return []
         plans = []
-        numbers = execute('SELECT id, tenant_id, public_id, mps, status, connected_at, phone_id, access_token '
-                          f'FROM "messaging_account" WHERE id IN ({placeholders(len(due))})', list(due)).fetchall()
-        for account_id, tenant_id, public_id, mps, status, connected_at, phone_id, access_token in numbers:
-            if connected_at is None or not phone_id or not access_token:  # `MessagingAccount.ready`
-                self._fail_waiting(account_id, "account_not_ready", "the number is no longer connected", now)
-            elif status != "active":
-                self._fail_waiting(account_id, "account_inactive", "the number was paused before the send", now)
+        for number in accounts.number_states(list(due)).values():
+            if not number.ready:
+                self._fail_waiting(number.id, "account_not_ready", "the number is no longer connected", now)
+            elif number.status != "active":
+                self._fail_waiting(number.id, "account_inactive", "the number was paused before the send", now)
             else:
-                plans.append(NumberPlan(account_id, tenant_id, public_id, mps or 1, due[account_id]))
+                plans.append(NumberPlan(number.id, number.tenant_id, number.public_id, number.mps or 1,
+                                        due[number.id]))
         return plans
 
     def _fail_waiting(self, account_id: int, code: str, text: str, now: dt.datetime) -> None:
