@@ -177,7 +177,7 @@ def test_cancelling_needs_the_cancel_scope(client, alice, number, queue_only):
 
 
 def test_a_campaign_read_is_the_campaign_as_every_other_path_shows_it(client, alice, number, queue_only):
-    """GET /campaigns/{id} runs its own two statements; what it answers is what `campaign_dict`
+    """GET /campaigns/{id} runs its own statement; what it answers is what `campaign_dict`
     (the list, the cancel, the portal) gives for the same campaign, in each state."""
     held = create_for(alice, number, ["5215550200031", "5215550200032", "5215550200033"],
                       external_reference="ref-1")
