@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from models.clock import utcnow
 from models.receivables.tables import STAGES, Debt, Reminder
-from models.sending.campaigns import count_moved, finish_after_commit, move_credits_many
+from models.sending.campaigns import finish_after_commit, release_withdrawn
 from models.sending.tables import Campaign, CampaignRecipient
 
 
@@ -64,9 +64,8 @@ def withdraw_reminders(debt_ids: list[int]) -> int:
         if not cancelled:
             continue
         withdrawn += len(cancelled)
-        moves = {campaign.id: {"release": len(cancelled)}}
-        count_moved(moves, campaign.id, "pending", "cancelled", len(cancelled))
-        move_credits_many(moves, description="payment reminder withdrawn: debt settled")
+        release_withdrawn({campaign.id: len(cancelled)}, "pending", "cancelled",
+                          "payment reminder withdrawn: debt settled")
         (Reminder.update(status="cancelled")
          .where((Reminder.campaign_id == campaign_public_id) & (Reminder.status == "queued")
                 & Reminder.debt.in_(Debt.select(Debt.id).where(

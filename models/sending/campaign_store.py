@@ -40,6 +40,7 @@ from models.sending.campaigns import (
     move_credits_many,
     placeholders,
     public_ids,
+    release_withdrawn,
     run_sql,
 )
 from models.sending.fairness import split_evenly
@@ -573,10 +574,8 @@ class CampaignStore:
                     campaigns[campaign_id].public_id, numbers[campaigns[campaign_id].account_id], row, "failed", now,
                     error))
                 for campaign_id, rows in per_campaign.items() for row in rows], now)
-            moves = {campaign_id: {"release": len(rows)} for campaign_id, rows in per_campaign.items()}
-            for campaign_id, rows in per_campaign.items():
-                count_moved(moves, campaign_id, "queued", "failed", len(rows))
-            move_credits_many(moves, description=UNCONFIRMED_TEXT)
+            release_withdrawn({campaign_id: len(rows) for campaign_id, rows in per_campaign.items()}, "queued",
+                              "failed", UNCONFIRMED_TEXT)
             finish_after_commit(per_campaign)
         return len(failed)
 

@@ -349,6 +349,16 @@ def move_credits_many(moves: dict[int, dict[str, int]], description: str | None 
     credits.apply_moves(ledger_moves(moves, description))
 
 
+def release_withdrawn(withdrawn: dict[int, int], before: str, after: str, description: str | None) -> None:
+    """`withdrawn[campaign id]` recipients of each campaign moved from `before` to `after` without
+    reaching the platform (cancelled, failed before or without a send): their credit released and
+    the move counted, with `move_credits_many`."""
+    moves = {campaign_id: {"release": n} for campaign_id, n in withdrawn.items()}
+    for campaign_id, n in withdrawn.items():
+        count_moved(moves, campaign_id, before, after, n)
+    move_credits_many(moves, description)
+
+
 def _nonzero(moves: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
     moves = {campaign_id: {k: n for k, n in kinds.items() if n} for campaign_id, kinds in moves.items()}
     return {campaign_id: kinds for campaign_id, kinds in moves.items() if kinds}
@@ -997,9 +1007,7 @@ def cancel_campaign(tenant_id: int, public_id: str) -> Campaign:
         if leftover != cancelled:
             # Something was claimed although the campaign was queued: a broken invariant, not a race.
             raise Conflict("the campaign has messages in flight", code="campaign_not_cancellable")
-        moves = {campaign.id: {"release": leftover}}
-        count_moved(moves, campaign.id, "pending", "cancelled", cancelled)
-        move_credits_many(moves, description="campaign cancelled")
+        release_withdrawn({campaign.id: cancelled}, "pending", "cancelled", "campaign cancelled")
     return Campaign.get_by_id(campaign.id)
 
 
@@ -1075,9 +1083,7 @@ def fail_campaign(campaign_id: int, code: str, message: str) -> bool:
                       .where((CampaignRecipient.campaign == campaign_id) & (CampaignRecipient.status == "pending"))
                       .returning(CampaignRecipient).execute())
         if failed:
-            moves = {campaign_id: {"release": len(failed)}}
-            count_moved(moves, campaign_id, "pending", "failed", len(failed))
-            move_credits_many(moves, description=message[:1000])
+            release_withdrawn({campaign_id: len(failed)}, "pending", "failed", message[:1000])
             error = {"code": code, "message": message}
             emit_many(campaign.tenant_id, "message.failed",
                       [message_event(campaign.public_id, account_public_id, r, "failed", now, error) for r in failed])
