@@ -42,7 +42,7 @@ from models.numbers.template_review import apply_template_category, apply_templa
 from models.receivables import replies
 from models.receivables.debts import open_debts_of_phone
 from models.sending.tables import Campaign, CampaignRecipient
-from models.store.db import execute, lock_rows
+from models.store.db import execute, lock_rows, placeholders
 
 log = logging.getLogger(__name__)
 REDELIVERIES = Counter("svc_platform_redeliveries_total",
@@ -110,7 +110,7 @@ def _accounts_for_numbers(phone_number_ids: set[str]) -> dict[str, int]:
     batch asks)."""
     numbers = sorted(phone_number_ids)
     found = dict(execute(f'SELECT phone_id, id FROM "messaging_account" WHERE phone_id IN '
-                         f'({", ".join(["?"] * len(numbers))})', numbers).fetchall()) if numbers else {}
+                         f'({placeholders(len(numbers))})', numbers).fetchall()) if numbers else {}
     for phone_number_id in numbers:
         if phone_number_id not in found:
             log.info("platform webhook for unknown phone number %s ignored", phone_number_id)

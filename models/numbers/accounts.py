@@ -18,7 +18,7 @@ from models.numbers.tables import (
     MessagingAccount,
     Template,
 )
-from models.store.db import bound_datetime, execute, lock_in_order
+from models.store.db import bound_datetime, execute, lock_in_order, placeholders
 from models.store.prepared import Prepared
 
 DEFAULT_MPS = 80
@@ -390,8 +390,7 @@ def number_states(account_ids: list[int]) -> dict[int, NumberState]:
     whenever work arrives, and peewee's model rows cost more than the statement there."""
     if not account_ids:
         return {}
-    marks = ", ".join(["?"] * len(account_ids))
     rows = execute('SELECT id, tenant_id, public_id, mps, status, daily_limit, connected_at IS NOT NULL '
                    "AND COALESCE(phone_id, '') <> '' AND COALESCE(access_token, '') <> '' "
-                   f'FROM "messaging_account" WHERE id IN ({marks})', account_ids).fetchall()
+                   f'FROM "messaging_account" WHERE id IN ({placeholders(len(account_ids))})', account_ids).fetchall()
     return {row[0]: NumberState(*row[:6], bool(row[6])) for row in rows}

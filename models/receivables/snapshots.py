@@ -28,16 +28,12 @@ from models.receivables.debts import debt_status, installment_status, restate, t
 from models.receivables.inputs import INSTALLMENT_STATES, DebtorSpec, DebtSpec
 from models.receivables.reminders import stop_collection
 from models.receivables.tables import OPEN_DEBT, OPEN_INSTALLMENT, Debt, Debtor, Installment, debt_summary
-from models.store.db import atomic, execute, is_postgres
+from models.store.db import atomic, execute, is_postgres, placeholders
 
 log = logging.getLogger("receivables")
 
 # Bound values per INSERT statement: under SQLite's limit (32766) and PostgreSQL's (65535).
 MAX_INSERT_PARAMS = 30000
-
-
-def _marks(values: list) -> str:
-    return ", ".join("?" * len(values))
 
 
 class _NewInstallment:
@@ -246,14 +242,14 @@ class _Batch:
         # The keys gathered with map and attrgetter: a batch's worth of them, at C speed.
         names = list(set(map(_ACCOUNT_NAME, specs)))
         self.accounts = dict(execute(f'SELECT "public_id", "id" FROM "{_ACCOUNT_TABLE}" WHERE "tenant_id" = ? '
-                                     f'AND "public_id" IN ({_marks(names)})', [tenant, *names]).fetchall())
+                                     f'AND "public_id" IN ({placeholders(len(names))})', [tenant, *names]).fetchall())
         # Lock and find in one statement (the lock is what serializes writers; see debts.py). On
         # PostgreSQL the rows are locked in ascending id, the receivables' lock order
         # (docs/reliability.md): two batches naming the same stored debts in other orders then
         # wait for each other instead of deadlocking. SQLite runs one writer at a time.
         in_order = ' ORDER BY "id" FOR UPDATE' if is_postgres() else ""
         locked = execute(f'UPDATE "debt" SET "row_version" = "row_version" + 1 WHERE "id" IN (SELECT "id" FROM "debt" '
-                         f'WHERE "tenant_id" = ? AND "external_id" IN ({_marks(external_ids)}){in_order}) '
+                         f'WHERE "tenant_id" = ? AND "external_id" IN ({placeholders(len(external_ids))}){in_order}) '
                          'RETURNING "id"', [tenant, *external_ids])
         existing_ids = [row[0] for row in locked.fetchall()]
         if existing_ids:
@@ -270,8 +266,8 @@ class _Batch:
         found: dict[int, tuple] = {}
         for column, values in (("documento", documents), ("telefono", phones)):
             if values:
-                rows = execute(f'SELECT "id", "nombre", "documento", "telefono" FROM "debtor" '
-                               f'WHERE "tenant_id" = ? AND "{column}" IN ({_marks(values)})', [tenant, *values])
+                rows = execute(f'SELECT "id", "nombre", "documento", "telefono" FROM "debtor" WHERE "tenant_id" = ? '
+                               f'AND "{column}" IN ({placeholders(len(values))})', [tenant, *values])
                 found.update((row[0], row) for row in rows.fetchall())
         for debtor_id, name, document, phone in found.values():
             self._index_debtor(Debtor(id=debtor_id, tenant=tenant, nombre=name, documento=document, telefono=phone))
@@ -584,7 +580,7 @@ def insert_new_debts(tenant_id: int, columns: DebtColumns, *, today: dt.date | N
 def _insert_new_debts(tenant_id: int, columns: DebtColumns, today: dt.date) -> None:
     names = list(set(columns.account_ids))
     accounts = dict(execute(f'SELECT "public_id", "id" FROM "{_ACCOUNT_TABLE}" WHERE "tenant_id" = ? '
-                            f'AND "public_id" IN ({_marks(names)})', [tenant_id, *names]).fetchall())
+                            f'AND "public_id" IN ({placeholders(len(names))})', [tenant_id, *names]).fetchall())
     if len(accounts) != len(names):
         raise _NotAllNew
     # Nothing to lock: a debt or debtor stored already (even by a concurrent writer) is a row

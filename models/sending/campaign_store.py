@@ -38,7 +38,6 @@ from models.sending.campaigns import (
     finish_if_done,
     message_event,
     move_credits_many,
-    placeholders,
     public_ids,
     release_withdrawn,
     run_sql,
@@ -47,7 +46,7 @@ from models.sending.fairness import split_evenly
 from models.sending.messenger import Verdict, error_code, error_text, pause_blocked_numbers, template_payload, verdict
 from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.sending.work import BatchResult, Job, NumberPlan
-from models.store.db import atomic, db, lock_in_order, lock_rows, skip_locked
+from models.store.db import atomic, db, lock_in_order, lock_rows, placeholders, skip_locked
 from models.tenancy.tables import Wallet
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit

@@ -46,7 +46,7 @@ from models.numbers import platform_users
 from models.numbers.accounts import get_account
 from models.numbers.tables import MessagingAccount, Template
 from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCounters, CampaignRecipient
-from models.store.db import after_commit, atomic, bound_datetime, db, execute, fetch_one, is_postgres
+from models.store.db import after_commit, atomic, bound_datetime, db, execute, fetch_one, is_postgres, placeholders
 from models.store.prepared import Prepared
 from models.tenancy import credits
 
@@ -220,11 +220,6 @@ def public_ids(prefix: str, count: int) -> list[str]:
 def run_sql(sql: str, params: list | tuple = ()):
     marker = db.obj.param
     return db.execute_sql(sql if marker == "?" else sql.replace("?", marker), params)
-
-
-def placeholders(count: int, width: int = 1) -> str:
-    row = "(" + ", ".join("?" * width) + ")" if width > 1 else "?"
-    return ", ".join([row] * count)
 
 
 def case_by_id(column: str, pairs: list[tuple[int, Any]]) -> tuple[str, list]:

@@ -56,7 +56,7 @@ from models.sending.campaigns import (
 )
 from models.sending.messages import event_fields
 from models.sending.tables import CampaignRecipient, Message
-from models.store.db import atomic, bound_datetime, db, execute, is_postgres, lock_rows
+from models.store.db import atomic, bound_datetime, db, execute, is_postgres, lock_rows, placeholders
 from models.tenancy import credits
 
 log = logging.getLogger(__name__)
@@ -185,10 +185,6 @@ def _chunks(values: list, size: int = CHUNK):
         yield values[start:start + size]
 
 
-def _marks(count: int) -> str:
-    return ", ".join(["?"] * count)
-
-
 def _targets(table: _Table, updates: list[StatusUpdate], taken: set[str]) -> tuple[dict[int, _Target], set[str]]:
     """The rows of `table` the updates name (by wamid, or by callback data of the table's prefix),
     locked, each with its updates; and the wamids of every row read. Updates whose wamid a row of
@@ -227,19 +223,19 @@ def _read(table: _Table, wamids: list[str], callbacks: list[str]) -> dict[int, A
         return {}
     lock = " ORDER BY r.id FOR UPDATE OF r" if is_postgres() else ""
     if len(wamids) + len(callbacks) <= ONE_READ:
-        found = [f"r.wam_id IN ({_marks(len(wamids))})"] if wamids else []
-        found += [f"r.public_id IN ({_marks(len(callbacks))})"] if callbacks else []
+        found = [f"r.wam_id IN ({placeholders(len(wamids))})"] if wamids else []
+        found += [f"r.public_id IN ({placeholders(len(callbacks))})"] if callbacks else []
         cursor = execute(f"{table.select} WHERE {' OR '.join(found)}{lock}", [*wamids, *callbacks])
         return {values[0]: table.row(*values) for values in cursor.fetchall()}
     ids: set[int] = set()
     for column, values in (("wam_id", wamids), ("public_id", callbacks)):
         for chunk in _chunks(values):
             ids |= {row_id for (row_id,) in execute(
-                f'SELECT id FROM "{table.name}" WHERE {column} IN ({_marks(len(chunk))})', chunk).fetchall()}
+                f'SELECT id FROM "{table.name}" WHERE {column} IN ({placeholders(len(chunk))})', chunk).fetchall()}
     lock_rows(table.model, ids)
     rows: dict[int, Any] = {}
     for chunk in _chunks(sorted(ids)):
-        cursor = execute(f"{table.select} WHERE r.id IN ({_marks(len(chunk))})", chunk)
+        cursor = execute(f"{table.select} WHERE r.id IN ({placeholders(len(chunk))})", chunk)
         rows.update((values[0], table.row(*values)) for values in cursor.fetchall())
     return rows
 
@@ -363,7 +359,7 @@ def _write(table: _Table, moves: _Moves) -> None:
         by_status: dict[str, list[int]] = defaultdict(list)
         for row_id in chunk:
             by_status[moves.read_as[row_id]].append(row_id)
-        where = " OR ".join(f"(status = ? AND id IN ({_marks(len(group))}))" for group in by_status.values())
+        where = " OR ".join(f"(status = ? AND id IN ({placeholders(len(group))}))" for group in by_status.values())
         for status, group in by_status.items():
             params += [status, *group]
         written = execute(f'UPDATE "{table.name}" SET {", ".join(sets)} WHERE {where}', params).rowcount

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from peewee import Case
 
-from models.store.db import atomic, execute, is_postgres
+from models.store.db import atomic, execute, is_postgres, placeholders
 from models.store.tables import Heartbeat, PacingSlot, RateCounter
 
 # Send pacing is a GCRA (generic cell rate algorithm, "virtual scheduling"): every granted send
@@ -133,7 +133,7 @@ class DatabaseCounters:
                 # order is the planner's) never waits on a row out of that order.
                 for key, next_free, version in execute(
                         f'SELECT "key", "next_free", "version" FROM "pacing_slot" WHERE "key" IN '
-                        f'({", ".join(["?"] * len(chunk))}) ORDER BY "key"'
+                        f'({placeholders(len(chunk))}) ORDER BY "key"'
                         + (" FOR UPDATE" if is_postgres() else ""), chunk).fetchall():
                     rows[key] = (next_free, version)
             # Every row's compare-and-swap in one statement; a row another caller changed in between

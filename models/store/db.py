@@ -127,6 +127,13 @@ def execute(sql: str, params: tuple | list = ()):
     return cursor
 
 
+def placeholders(count: int, width: int = 1) -> str:
+    """`count` placeholders for `execute`'s SQL, each a row of `width` when wider than one:
+    `?, ?` or `(?, ?), (?, ?)`."""
+    row = "(" + ", ".join("?" * width) + ")" if width > 1 else "?"
+    return ", ".join([row] * count)
+
+
 def fetch_one(sql: str, params: tuple | list = ()) -> tuple | None:
     """`execute` for a statement read at once: its first row, or None. The statement runs on a
     cursor the thread keeps with its connection rather than one made and dropped per call, which
@@ -482,7 +489,7 @@ def lock_rows(model, ids) -> None:
     for start in range(0, len(ordered), 500):
         chunk = ordered[start:start + 500]
         # Hand-written: every sent batch locks its rows, and peewee would build a node per id.
-        execute(f'SELECT "id" FROM "{table}" WHERE "id" IN ({", ".join(["?"] * len(chunk))}) ORDER BY "id" '
+        execute(f'SELECT "id" FROM "{table}" WHERE "id" IN ({placeholders(len(chunk))}) ORDER BY "id" '
                 "FOR UPDATE", chunk).fetchall()
 
 
