@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 import pytest
@@ -31,8 +32,28 @@ from tests.conftest import PG_DSN, _pg_admin, _require, base_env
 WHEN = dt.datetime(2031, 1, 5, 12, 0)
 
 
+def _drop_database(name: str) -> None:
+    admin = _pg_admin()
+    try:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.close()
+
+
+@pytest.fixture(scope="module")
+def drop_later():
+    """Drops a test's PostgreSQL database beside the tests that follow it: each DROP DATABASE waits
+    for a checkpoint (seconds to tens of seconds on a loaded machine), and drops waiting side by
+    side share one. The module ends once all of them are gone."""
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="migrations-drop") as pool:
+        dropping = []
+        yield lambda name: dropping.append(pool.submit(_drop_database, name))
+        for dropped in dropping:
+            dropped.result()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
-def migrated_to(request, tmp_path):
+def migrated_to(request, tmp_path, drop_later):
     """A database of each engine, and a function that migrates it up to a named migration."""
     env = base_env(tmp_path / "data")
     name = None
@@ -52,9 +73,7 @@ def migrated_to(request, tmp_path):
     yield migrate
     db.close_all()
     if name is not None:
-        admin = _pg_admin()
-        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+        drop_later(name)
 
 
 def tenant_of_the_release_before(public_id: str) -> Tenant:
