@@ -3,9 +3,9 @@
 One engine runs per worker process, inside a queue task (jobs/sending.py), over two stores
 (models/sending/work.py's `Store`): single messages and campaign recipients. It works in ticks:
 
-1. Every second, each store's `plan()` lists the numbers with work due (the campaign store holds
-   campaigns whose number or wallet is paused or whose daily limit is reached, and fails those
-   whose number is gone).
+1. Every second, and at the tick after new work arrives, each store's `plan()` lists the numbers
+   with work due (the campaign store holds campaigns whose number or wallet is paused or whose
+   daily limit is reached, and fails those whose number is gone).
 2. Every tick (0.2 s) it asks the pacer, in one call, for send slots per number (one every
    1.05 / `mps` seconds from the number's schedule, models/store/counters.py; the schedules live in
    the shared counter store, so every engine on every host takes from the same one), sharing the
@@ -252,7 +252,11 @@ class Engine:
                     if now >= next_recover:
                         recover_stuck(self.pacer)
                         next_recover = now + settings.recover_every
-                    if now >= next_plan or self._refresh_now.is_set():
+                    # A wake-up (new work, work given back) plans again just before the next
+                    # tick, not at once: only a tick claims, so one plan serves every wake-up
+                    # since the last tick (a single message arriving every few milliseconds
+                    # would otherwise cost a plan each).
+                    if now >= next_plan or (self._refresh_now.is_set() and now >= next_tick):
                         self._refresh_now.clear()
                         self._replan()
                         next_plan = now + settings.refresh
@@ -280,12 +284,12 @@ class Engine:
                     if self._last_plan <= self._last_batch_done:
                         # A batch finished after the last plan: it may have given work back.
                         self._refresh_now.set()
-                        continue
-                    idle_since = idle_since if idle_since is not None else now
-                    if now - idle_since >= linger:
-                        # Held campaigns and later retries are for the periodic re-kick and
-                        # the run the task schedules at the next retry time.
-                        return False
+                    else:
+                        idle_since = idle_since if idle_since is not None else now
+                        if now - idle_since >= linger:
+                            # Held campaigns and later retries are for the periodic re-kick and
+                            # the run the task schedules at the next retry time.
+                            return False
                 else:
                     idle_since = None
                 self._changed.wait(max(0.005, min(next_tick, next_plan) - time.monotonic()))
