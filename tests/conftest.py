@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -68,9 +69,16 @@ def _require(kind: str) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """The timing tests run in lines side by side (scripts/test, `--dist loadgroup`): those that
+    """The order files are handed to the workers in (scripts/test, `--dist loadfile` in the order
+    collected): the `slow` files first, then the files with the most tests, so that no worker is
+    left running a long file alone at the end of the run.
+
+    The timing tests run in lines side by side (scripts/test, `--dist loadgroup`): those that
     time the cores one after another in one line, and beside it those that only wait on the wall
     clock for a deadline, a line per file, which leave the cores to the first line."""
+    per_file = Counter(item.path for item in items)
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path not in slow, -per_file[item.path], str(item.path)))
     for item in items:
         timing = item.get_closest_marker("timing")
         if timing is not None:

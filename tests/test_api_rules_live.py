@@ -19,6 +19,8 @@ from models.tenancy.keys import create_key, revoke_key
 from models.tenancy.wallet_copies import CHANNEL
 from tests.live import LiveService, env_for, wait_until
 
+pytestmark = pytest.mark.slow
+
 
 def _api(storage, tmp_path, **env) -> LiveService:
     service = LiveService({**env_for(storage), **env}, tmp_path, web_workers=3)

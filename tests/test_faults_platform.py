@@ -28,7 +28,7 @@ from tests.faults_fixtures import (
 )
 from tests.test_faults_storage import recipients
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 OUTAGE = 30.0
 CUSTOMERS = ["5215561000101", "5215561000102", "5215561000103", "5215561000104", "5215561000105"]
 

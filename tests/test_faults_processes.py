@@ -41,7 +41,7 @@ from tests.faults_fixtures import (
 from tests.live import wait_until
 from tests.test_faults_storage import recipients
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 # The per-minute limits of a company's writes would answer 429 long before the kills are done.

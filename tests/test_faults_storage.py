@@ -26,7 +26,7 @@ from tests.faults_fixtures import (
     wait_until_completed,
 )
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def recipients(count: int, prefix: str = "52155") -> list[str]:

@@ -31,7 +31,8 @@ from tests.live import ROOT, LiveService, env_for, wait_until
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Receiver
 
-pytestmark = [pytest.mark.parametrize("storage", ["sqlite"], indirect=True), pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.parametrize("storage", ["sqlite"], indirect=True), pytest.mark.timeout(420),
+              pytest.mark.slow]
 MAX_EXAMPLES = 25
 SEED = 20261122
 CONTACT = "5215590001234"

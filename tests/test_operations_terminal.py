@@ -23,6 +23,8 @@ import requests
 from tests.live import ROOT, LiveService, free_port, wait_until
 from tests.live_fixtures import *  # noqa: F403  (live_service)
 
+pytestmark = pytest.mark.slow
+
 COLUMNS = 80
 # The styles ours are written with: green (a label, a live process), dim (a stopped one).
 GREEN, DIM = "\x1b[32m", "\x1b[2m"

@@ -34,7 +34,7 @@ from tests.test_onboarding_browser import browser  # noqa: F401  (the Chromium f
 from tests.webhooks_fixtures import *  # noqa: F403  (receiver, webhook_ca, webhook_settings)
 from tests.webhooks_fixtures import verify
 
-pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+pytestmark = [pytest.mark.parametrize("storage", ["sqlite"], indirect=True), pytest.mark.slow]
 
 DEBTOR_PHONE = "573001234567"
 

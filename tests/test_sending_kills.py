@@ -32,7 +32,7 @@ from tests.live_fixtures import *  # noqa: F403
 from tests.test_campaigns_live import api, live_number
 from tests.test_credits import replay_ledger
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 RESTART_AFTER = 3.0  # seconds a killed consumer stays down, as a supervisor's restart delay
 
 
