@@ -27,6 +27,7 @@ class DatabaseConnection:
 
     def process_request(self, req, resp):
         if req.path in NO_DATABASE_PATHS:
+            request_connections.set_aside()
             return
         req.context.opened_db = request_connections.take()
 

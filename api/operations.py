@@ -116,14 +116,18 @@ def readiness() -> dict[str, str]:
     from models.store.db import connection, db
 
     checks: dict[str, str] = {}
-    try:
-        with connection():
-            db.execute_sql("SELECT 1")
-            pending = migrations_pending()
-            checks["migrations"] = "ok" if not pending else f"pending: {', '.join(pending)}"
-        checks["database"] = "ok"
-    except Exception as error:
-        checks["database"] = f"unreachable ({type(error).__name__})"
+    # Twice: a pooled connection the server cut before it came back fails once, and the pool
+    # then drops the others like it (models/store/db.py); the second try is the server's answer.
+    for _attempt in range(2):
+        try:
+            with connection():
+                db.execute_sql("SELECT 1")
+                pending = migrations_pending()
+                checks["migrations"] = "ok" if not pending else f"pending: {', '.join(pending)}"
+            checks["database"] = "ok"
+            break
+        except Exception as error:
+            checks["database"] = f"unreachable ({type(error).__name__})"
     try:
         huey.pending_count()
         checks["queue"] = "ok"

@@ -55,6 +55,9 @@ class _PostgresPool(PooledPostgresqlDatabase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._returned: dict[int, float] = {}  # connection key -> monotonic time it was given back idle
+        # Connections in use when one of them was found cut off by the server (a restart cuts
+        # them all): each is probed before it is handed out again.
+        self.suspect: set[int] = set()
 
     def _is_closed(self, conn):
         returned = self._returned.pop(self.conn_key(conn), None)
@@ -64,8 +67,31 @@ class _PostgresPool(PooledPostgresqlDatabase):
         return super()._is_closed(conn)
 
     def _close(self, conn, close_conn=False):
+        key = self.conn_key(conn)
         super()._close(conn, close_conn)
-        self._returned[self.conn_key(conn)] = time.monotonic()
+        if key in self.suspect:
+            self.suspect.discard(key)
+        else:
+            self._returned[key] = time.monotonic()
+
+    def _execute_cursor(self, sql, params, **cursor_options):
+        try:
+            return super()._execute_cursor(sql, params, **cursor_options)
+        except (peewee.OperationalError, peewee.InterfaceError):
+            conn = self._state.conn
+            if conn is not None and conn.closed:
+                self._connection_lost(self.conn_key(conn))
+            raise
+
+    def _connection_lost(self, key: int) -> None:
+        """The server cut this connection: it restarted, or killed its backends, so every other
+        connection of the pool is as dead. The idle ones are closed now and those in use are
+        probed when given back, so one failed statement, not one per pooled connection, tells a
+        process that the server went away."""
+        with self._pool_lock:
+            self.suspect |= set(self._in_use) - {key}
+            self._returned.clear()
+        self.close_idle()
 
 
 def _postgres(url: str, pool_size: int) -> PooledPostgresqlDatabase:
@@ -240,7 +266,8 @@ class RequestConnections:
        open transaction.
     3. At most half the pool is kept by threads, so other threads and tasks of the process still
        find connections when a process runs more request threads than the pool holds.
-    4. A connection the pool no longer counts as in use (`close_all` closed it) is forgotten.
+    4. A connection the pool no longer counts as in use (`close_all` closed it) is forgotten, and
+       one the pool suspects (the server cut another of its connections) goes back to be probed.
 
     A thread that already holds a connection it did not take here (a test's `connection()`
     block) keeps managing it itself: `take` answers False and `give_back` does nothing.
@@ -261,14 +288,24 @@ class RequestConnections:
         if not engine.is_closed():
             if getattr(local, "engine", None) is not engine or local.conn is not engine._state.conn:
                 return False
+            key = engine.conn_key(local.conn)
             if (now - local.used > self.IDLE_AT_MOST or now - local.since > self.KEPT_AT_MOST
-                    or engine.conn_key(local.conn) not in engine._in_use):
+                    or key not in engine._in_use or key in getattr(engine, "suspect", ())):
                 self._release(engine, local)
             else:
                 return True
         engine.connect()
         local.engine, local.conn, local.since, local.used, local.counted = engine, engine._state.conn, now, now, False
         return True
+
+    def set_aside(self) -> None:
+        """For a request that takes no connection here (a health check opens its own, so that a
+        stopped database cannot stop it): the connection this thread kept goes back to the pool
+        first, or the check would run on it unvetted, and a dead one would fail every check the
+        thread answers."""
+        engine, local = db.obj, self._local
+        if getattr(local, "engine", None) is engine and not engine.is_closed() and local.conn is engine._state.conn:
+            self._release(engine, local)
 
     def give_back(self, succeeded: bool) -> None:
         """The request is done: keep the connection for the next one, or hand it back to the pool."""
