@@ -7,14 +7,14 @@ import threading
 import pytest
 from peewee import InterfaceError, OperationalError
 
-from models.store.db import connection, db
+from models.store.db import connection, db, execute
 from tests.conftest import _pg_admin
 
 pytestmark = pytest.mark.parametrize("storage", ["postgres"], indirect=True)
 POOLED = 6
 
 
-def statement_fails() -> bool:
+def statement_fails(run_statement) -> bool:
     """One statement on a connection from the pool, taken by a thread of its own (the test's
     thread holds a connection of its own throughout)."""
     failed = []
@@ -22,7 +22,7 @@ def statement_fails() -> bool:
     def run() -> None:
         try:
             with connection():
-                db.execute_sql("SELECT 1")
+                run_statement("SELECT 1")
         except (OperationalError, InterfaceError):
             failed.append(True)
 
@@ -32,7 +32,10 @@ def statement_fails() -> bool:
     return bool(failed)
 
 
-def test_one_statement_fails_after_the_server_cut_every_connection_not_one_per_pooled_connection(storage):
+# Statements the ORM runs, and statements written by hand for hot paths.
+@pytest.mark.parametrize("run_statement", [lambda sql: db.execute_sql(sql), execute], ids=["orm", "by-hand"])
+def test_one_statement_fails_after_the_server_cut_every_connection_not_one_per_pooled_connection(storage,
+                                                                                                  run_statement):
     taken, cut, given_back = threading.Barrier(POOLED + 1), threading.Event(), threading.Event()
 
     def use(hold: bool) -> None:
@@ -58,10 +61,10 @@ def test_one_statement_fails_after_the_server_cut_every_connection_not_one_per_p
     # All but one are idle in the pool, given back a moment ago: the pool would hand each out
     # unprobed. The first statement finds the cut; the pool then drops the idle ones and probes
     # the one still in use once it comes back.
-    failures = [statement_fails()]
+    failures = [statement_fails(run_statement)]
     cut.set()
     given_back.wait(10)
     for thread in threads:
         thread.join()
-    failures += [statement_fails() for _ in range(POOLED * 2)]
+    failures += [statement_fails(run_statement) for _ in range(POOLED * 2)]
     assert failures == [True] + [False] * POOLED * 2

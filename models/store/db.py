@@ -78,18 +78,19 @@ class _PostgresPool(PooledPostgresqlDatabase):
         try:
             return super()._execute_cursor(sql, params, **cursor_options)
         except (peewee.OperationalError, peewee.InterfaceError):
-            conn = self._state.conn
-            if conn is not None and conn.closed:
-                self._connection_lost(self.conn_key(conn))
+            if self._state.conn is not None:
+                self.after_failure(self._state.conn)
             raise
 
-    def _connection_lost(self, key: int) -> None:
-        """The server cut this connection: it restarted, or killed its backends, so every other
-        connection of the pool is as dead. The idle ones are closed now and those in use are
-        probed when given back, so one failed statement, not one per pooled connection, tells a
-        process that the server went away."""
+    def after_failure(self, conn) -> None:
+        """A statement failed on `conn`. If the server cut it (a restart, its backends killed),
+        every other connection of the pool is as dead: the idle ones are closed now and those in
+        use are probed when given back, so one failed statement, not one per pooled connection,
+        tells a process that the server went away."""
+        if not conn.closed:
+            return
         with self._pool_lock:
-            self.suspect |= set(self._in_use) - {key}
+            self.suspect |= set(self._in_use) - {self.conn_key(conn)}
             self._returned.clear()
         self.close_idle()
 
@@ -188,6 +189,8 @@ def _execute_on(cursor, sql: str, params: tuple | list) -> None:
     try:
         cursor.execute(sql, params)
     except Exception:
+        if is_postgres():
+            db.obj.after_failure(cursor.connection)
         with __exception_wrapper__:  # the driver's error as peewee's, as every query raises it
             raise
 
