@@ -24,11 +24,12 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import orjson
 from peewee import IntegrityError
 
 from models.clock import utcnow
 from models.errors import Conflict
-from models.store.db import atomic, before_commit
+from models.store.db import before_commit, execute
 from models.tenancy.tables import IdempotencyRecord
 
 TTL = dt.timedelta(hours=48)
@@ -81,14 +82,24 @@ class Claim:
     conflict: str | None = None  # "mismatch" or "in_progress"
 
 
+# Every write with a key runs these three statements: written once, not built by the ORM on each.
+_INSERT = ('INSERT INTO "idempotency_record" ("tenant_id", "key", "method", "path", "body_hash", "state", '
+           '"headers", "created_at") VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING "id"')
+_MARK_APPLIED = 'UPDATE "idempotency_record" SET "state" = ? WHERE "id" = ? AND "state" = ?'
+_COMPLETE = 'UPDATE "idempotency_record" SET "state" = ?, "status" = ?, "body" = ?, "headers" = ? WHERE "id" = ?'
+
+
 def claim(tenant_id: int, key: str, method: str, path: str, body_hash: str) -> Claim:
     now = utcnow()
     for _ in range(3):
+        headers = {CLAIMER: claimer()}
         try:
-            with atomic():
-                record = IdempotencyRecord.create(tenant=tenant_id, key=key, method=method, path=path,
-                                                  body_hash=body_hash, created_at=now, headers={CLAIMER: claimer()})
-            return Claim(record=record)
+            # One statement, its own transaction (read to the end: SQLite commits it then).
+            [(record_id,)] = execute(_INSERT, (tenant_id, key, method, path, body_hash, "in_progress",
+                                               orjson.dumps(headers).decode(), now)).fetchall()
+            return Claim(record=IdempotencyRecord(id=record_id, tenant=tenant_id, key=key, method=method, path=path,
+                                                  body_hash=body_hash, state="in_progress", headers=headers,
+                                                  created_at=now))
         except IntegrityError:
             pass
         existing = IdempotencyRecord.get_or_none(
@@ -136,9 +147,7 @@ def applying(record: IdempotencyRecord) -> Iterator[None]:
         nonlocal marked
         if marked:
             return
-        moved = IdempotencyRecord.update(state="applied").where(
-            (IdempotencyRecord.id == record.id) & (IdempotencyRecord.state == "in_progress")).execute()
-        if moved != 1:
+        if execute(_MARK_APPLIED, ("applied", record.id, "in_progress")).rowcount != 1:
             raise ClaimLost("this request's Idempotency-Key was taken over by a retry; it was not applied",
                             details={"reason": "in_progress"})
         marked = True
@@ -148,8 +157,7 @@ def applying(record: IdempotencyRecord) -> Iterator[None]:
 
 
 def complete(record: IdempotencyRecord, status: int, body: bytes, headers: dict[str, str]) -> None:
-    IdempotencyRecord.update(state="done", status=status, body=body.decode(), headers=headers).where(
-        IdempotencyRecord.id == record.id).execute()
+    execute(_COMPLETE, ("done", status, body.decode(), orjson.dumps(headers).decode(), record.id))
 
 
 def abandon(record: IdempotencyRecord) -> None:
