@@ -47,6 +47,7 @@ from models.receivables.tables import (
     Payment,
 )
 from models.store.db import atomic, execute
+from models.store.prepared import Prepared
 from models.tenancy.tables import Tenant
 
 # -- time and status --------------------------------------------------------------------------
@@ -112,8 +113,20 @@ def restate(debt: Debt, installments: list[Installment], today: dt.date) -> list
 
 # -- reads ------------------------------------------------------------------------------------
 
+# The statements of a payment (POST /cartera/pagos runs all of them) and of a debt's reads, built once.
+_DEBT = Prepared(lambda tenant_id, external_id: Debt.select()
+                 .where((Debt.tenant == tenant_id) & (Debt.external_id == external_id)).limit(1),
+                 -7_000_000_001, "\0external_id")
+_INSTALLMENTS = Prepared(lambda debt_id: Installment.select().where(Installment.debt == debt_id)
+                         .order_by(Installment.numero, Installment.vence, Installment.id), -7_000_000_001)
+_PAYMENT_BY_EXTERNAL_ID = Prepared(lambda tenant_id, external_id: Payment.select()
+                                   .where((Payment.tenant == tenant_id) & (Payment.external_id == external_id))
+                                   .limit(1), -7_000_000_001, "\0external_id")
+_LOCK_DEBT = 'UPDATE "debt" SET "row_version" = "row_version" + 1 WHERE "tenant_id" = ? AND "external_id" = ?'
+
+
 def get_debt(tenant_id: int, external_id: str) -> Debt:
-    debt = Debt.get_or_none((Debt.tenant == tenant_id) & (Debt.external_id == external_id))
+    debt = _DEBT.first(tenant_id, external_id)
     if debt is None:
         raise NotFound(f"no debt {external_id}", code="debt_not_found", details={"external_id": external_id})
     return debt
@@ -142,8 +155,7 @@ def search_debts(tenant_id: int, text: str):
 
 
 def installments_of(debt: Debt) -> list[Installment]:
-    return list(Installment.select().where(Installment.debt == debt.id)
-                .order_by(Installment.numero, Installment.vence, Installment.id))
+    return _INSTALLMENTS.rows(debt.id)
 
 
 def installment_dict(item: Installment, currency: str) -> dict:
@@ -211,10 +223,11 @@ class PaymentResult:
     action: str  # applied, already_applied
     payment: Payment
     debt: Debt
+    allocations: list[dict] | None = None  # as `allocations_of` gives them; read when not given
 
     def as_dict(self) -> dict:
         payment = self.payment
-        allocations = allocations_of([payment.id])[payment.id]
+        allocations = self.allocations if self.allocations is not None else allocations_of([payment.id])[payment.id]
         return {
             "action": self.action,
             "pago": {"external_id": payment.external_id, "deuda_external_id": self.debt.external_id,
@@ -229,9 +242,7 @@ class PaymentResult:
 def _lock_debt(tenant_id: int, external_id: str) -> Debt:
     # The UPDATE takes the row lock on PostgreSQL until commit, so payments and resolutions of one
     # debt run one after another and each sees the balance the previous one left.
-    locked = Debt.update(row_version=Debt.row_version + 1).where(
-        (Debt.tenant == tenant_id) & (Debt.external_id == external_id)).execute()
-    if not locked:
+    if not execute(_LOCK_DEBT, (tenant_id, external_id)).rowcount:
         raise NotFound(f"no debt {external_id}", code="debt_not_found", details={"external_id": external_id})
     return get_debt(tenant_id, external_id)
 
@@ -257,9 +268,10 @@ def _check_payable(debt: Debt, currency: str) -> None:
 
 
 def _apply_payment(debt: Debt, *, amount: int, currency: str, method: str, paid_at: dt.datetime,
-                   origin: str, external_id: str | None = None, transaction_id: str | None = None) -> Payment:
+                   origin: str, external_id: str | None = None,
+                   transaction_id: str | None = None) -> tuple[Payment, list[dict]]:
     """Allocate first-in-first-out and lower the balance; the caller holds the debt's lock and has
-    checked `_check_payable`.
+    checked `_check_payable`. Returns the payment and its allocations (as `allocations_of` reads them).
 
     1. walk the open installments by due date, then number, covering each in turn;
     2. what covers no installment is left unassigned (`monto_sin_asignar`); for a debt without installments the
@@ -296,7 +308,8 @@ def _apply_payment(debt: Debt, *, amount: int, currency: str, method: str, paid_
     if allocations:
         Allocation.insert_many([{"payment": payment.id, "installment": item.id, "amount": share}
                                 for item, share in allocations]).as_rowcount().execute()
-    return payment
+    return payment, [{"cuota_external_id": item.external_id, "numero": item.numero, "monto": share}
+                     for item, share in allocations]
 
 
 def record_erp_payment(tenant_id: int, spec: PaymentSpec) -> PaymentResult:
@@ -309,15 +322,15 @@ def record_erp_payment(tenant_id: int, spec: PaymentSpec) -> PaymentResult:
         try:
             with atomic():
                 debt = _lock_debt(tenant_id, spec.debt_external_id)
-                existing = Payment.get_or_none(
-                    (Payment.tenant == tenant_id) & (Payment.external_id == spec.external_id))
+                existing = _PAYMENT_BY_EXTERNAL_ID.first(tenant_id, spec.external_id)
                 if existing is not None:
                     return _replayed(existing, spec, debt)
                 _check_payable(debt, spec.currency)
                 amount = _minor(spec.amount, spec.currency)
-                payment = _apply_payment(debt, amount=amount, currency=spec.currency, method=spec.method,
-                                         paid_at=spec.paid_at, origin="erp", external_id=spec.external_id)
-                return PaymentResult("applied", payment, debt)
+                payment, allocations = _apply_payment(debt, amount=amount, currency=spec.currency,
+                                                      method=spec.method, paid_at=spec.paid_at, origin="erp",
+                                                      external_id=spec.external_id)
+                return PaymentResult("applied", payment, debt, allocations)
         except IntegrityError:
             # The same external_id was recorded concurrently (for another debt, or this one):
             # the second pass finds it and answers as a replay or a conflict.
@@ -382,8 +395,9 @@ def record_service_payment(tenant_id: int, debt_external_id: str, amount, method
                                    code="payment_transaction_conflict", details={"transaction_id": transaction_id})
                 return existing
         _check_payable(debt, debt.moneda)
-        payment = _apply_payment(debt, amount=_minor(value, debt.moneda), currency=debt.moneda, method=method,
-                                 paid_at=when, origin="service", transaction_id=transaction_id)
+        payment, _allocations = _apply_payment(debt, amount=_minor(value, debt.moneda), currency=debt.moneda,
+                                               method=method, paid_at=when, origin="service",
+                                               transaction_id=transaction_id)
         emit(tenant_id, "debt.payment_received", payment_event_data(payment, debt))
         export_payment(payment)  # numbered for the ERP's export in the same transaction
     return payment
