@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 from itertools import count
 from urllib.parse import urlencode
@@ -16,7 +17,8 @@ import pytest
 from falcon import testing
 
 from models.store import db as database
-from models.tenancy import portal
+from models.store.counters import window_start
+from models.tenancy import portal, sign_in_throttle
 from models.tenancy.tables import PortalUser
 
 __all__ = ["owner", "portal_client"]
@@ -112,3 +114,9 @@ def statements_run() -> Iterator[list[str]]:
         yield ran
     finally:
         conn.set_trace_callback(None)
+
+
+def seconds_left_in_window() -> float:
+    """What is left of the sign-in throttle's current fixed window: its counts start over after."""
+    now = time.time()
+    return window_start(sign_in_throttle.LOGIN_WINDOW, now) + sign_in_throttle.LOGIN_WINDOW - now

@@ -29,7 +29,7 @@ from models.tenancy.sign_in_throttle import (
 from tests.live import LiveService, env_for, wait_until
 from tests.operations_fixtures import parse, total
 from tests.portal_fixtures import *  # noqa: F403  (owner)
-from tests.portal_fixtures import PASSWORD, make_user
+from tests.portal_fixtures import PASSWORD, make_user, seconds_left_in_window
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 WRONG = "not the password at all"
@@ -61,11 +61,6 @@ class Browser:
         return self.session.post(f"{self.api_url}/portal/login", timeout=30, allow_redirects=False,
                                  data={"email": email, "password": password, "next": "/portal",
                                        "csrf_token": token})
-
-
-def seconds_left_in_window() -> float:
-    now = time.time()
-    return window_start(LOGIN_WINDOW, now) + LOGIN_WINDOW - now
 
 
 @pytest.fixture
