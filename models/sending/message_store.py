@@ -27,6 +27,7 @@ from models.sending.messenger import Verdict, error_text, message_payload, pause
 from models.sending.tables import Message
 from models.sending.work import BatchResult, Job, NumberPlan
 from models.store.db import atomic, bound_datetime, execute, lock_rows, skip_locked
+from models.store.prepared import Prepared
 from models.tenancy import credits
 
 
@@ -143,12 +144,9 @@ class MessageStore:
             failed: list[tuple[Job, str]] = []
             for job in jobs:
                 kind = verdicts[job.id]
-                mine = (Message.id == job.id) & (Message.status == "queued") & (Message.claim_token == job.claim_token)
                 if kind is Verdict.ACCEPTED:
                     result.accepted_numbers.add(job.account_id)
-                    sent += [(job, row) for row in Message.update(
-                        status="sent", wam_id=job.wam_id, sent_at=now, claim_token=None).where(mine)
-                        .returning(Message).execute()]
+                    sent += [(job, row) for row in _MARK_SENT.rows(job.id, job.claim_token, job.wam_id, now)]
                 elif kind is Verdict.UNANSWERED:
                     # It may have been accepted: the status webhook (callback data) or recovery
                     # settles it; sending again could deliver it twice.
@@ -156,7 +154,7 @@ class MessageStore:
                     result.unanswered_numbers.add(job.account_id)
                 elif kind in (Verdict.THROTTLED, Verdict.PAIR_THROTTLED, Verdict.RETRY, Verdict.SLOT_MISSED,
                               Verdict.ACCOUNT_BLOCKED):
-                    result.retried += _give_back(job, kind, mine, now)
+                    result.retried += _give_back(job, kind, now)
                     if kind is Verdict.ACCOUNT_BLOCKED:
                         result.blocked[job.account_id] = error_text(job.error)
                     if kind in (Verdict.THROTTLED, Verdict.RETRY):
@@ -253,6 +251,12 @@ def _ids_by_token(claims: list[tuple[int, str | None]]) -> dict[str | None, list
     return groups
 
 
+# A message the platform took, recorded: one statement per message, whose text is built once.
+_MARK_SENT = Prepared(lambda row_id, claim_token, wam_id, now: Message.update(
+    status="sent", wam_id=wam_id, sent_at=now, claim_token=None)
+    .where((Message.id == row_id) & (Message.status == "queued") & (Message.claim_token == claim_token))
+    .returning(Message), -7_000_000_001, "\0claim_token", "\0wam_id", dt.datetime(1901, 1, 1, 0, 0, 1))
+
 # Queued messages per number: claimed (in flight), and unclaimed and due by the second argument.
 _MESSAGES_WAITING = (
     'SELECT "account_id", "claim_token" IS NOT NULL, COUNT(*) FROM "message" WHERE "status" = ? '
@@ -273,7 +277,7 @@ def _open_windows(messages: list[Message], now: dt.datetime) -> set[tuple[int, s
             for key in platform_users.open_windows(account_id, sorted(keys), now)}
 
 
-def _give_back(job: Job, kind: Verdict, mine, now: dt.datetime) -> int:
+def _give_back(job: Job, kind: Verdict, now: dt.datetime) -> int:
     """Back to the queue. Only a failed platform call keeps its attempt: waiting for the number's
     pace or a throttle is not a try, and a busy number would otherwise use up a message's retries
     before the platform ever answered it."""
@@ -286,5 +290,6 @@ def _give_back(job: Job, kind: Verdict, mine, now: dt.datetime) -> int:
         if kind is Verdict.PAIR_THROTTLED:
             changes[Message.throttled] = Message.throttled + 1
             changes[Message.not_before] = now + dt.timedelta(seconds=4 ** (job.throttled + 1))
-    return Message.update(changes).where(mine).execute()
+    return Message.update(changes).where(
+        (Message.id == job.id) & (Message.status == "queued") & (Message.claim_token == job.claim_token)).execute()
 
