@@ -50,6 +50,15 @@ def _pg_admin():
     return connection
 
 
+def drop_pg_database(name: str) -> None:
+    """DROP DATABASE, even with connections left open to it; it waits for a checkpoint."""
+    admin = _pg_admin()
+    try:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.close()
+
+
 def _reachable(kind: str) -> bool:
     try:
         if kind == "postgres":
@@ -212,11 +221,7 @@ class PostgresCopies:
             if queue_name:
                 for key in client.scan_iter(f"{queue_name}*"):
                     client.delete(key)
-            admin = _pg_admin()
-            try:
-                admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            finally:
-                admin.close()
+            drop_pg_database(name)
         except Exception as error:  # reported when the session closes the copies
             self.failures.append(f"{name}: {error}")
 

@@ -27,17 +27,9 @@ from models.sending.campaigns import read_campaign
 from models.sending.tables import COUNTERS, Message
 from models.store.db import MIGRATIONS_DIR, connection, db, execute, upgrade
 from models.tenancy.tables import PortalUser, Tenant
-from tests.conftest import PG_DSN, _pg_admin, _require, base_env
+from tests.conftest import PG_DSN, _pg_admin, _require, base_env, drop_pg_database
 
 WHEN = dt.datetime(2031, 1, 5, 12, 0)
-
-
-def _drop_database(name: str) -> None:
-    admin = _pg_admin()
-    try:
-        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.close()
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +39,7 @@ def drop_later():
     side share one. The module ends once all of them are gone."""
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="migrations-drop") as pool:
         dropping = []
-        yield lambda name: dropping.append(pool.submit(_drop_database, name))
+        yield lambda name: dropping.append(pool.submit(drop_pg_database, name))
         for dropped in dropping:
             dropped.result()
 
