@@ -12,6 +12,7 @@ from jobs.portal import prune_portal_sessions
 from models.clock import utcnow
 from models.tenancy import portal, sign_in_throttle
 from models.tenancy.tables import ApiKey, PortalInvitation, PortalSession, PortalUser
+from tests.live import wait_until
 from tests.portal_fixtures import *  # noqa: F403
 from tests.portal_fixtures import PASSWORD, PortalClient, make_user, seconds_left_in_window, signed_in
 from tests.webhooks_fixtures import configure
@@ -134,8 +135,7 @@ def test_repeated_wrong_passwords_are_throttled_from_their_address(client, owner
 
 def test_wrong_two_factor_codes_and_current_passwords_are_throttled_too(client, owner):
     # The counts live in fixed windows: start with a few seconds of one ahead (this needs one).
-    while seconds_left_in_window() < 5:
-        time.sleep(0.5)
+    wait_until(lambda: seconds_left_in_window() >= 5, timeout=10, interval=0.5, message="a window with seconds ahead")
     browser = signed_in(client, owner)
     for _ in range(sign_in_throttle.LOGIN_ATTEMPTS_PER_ADDRESS_EMAIL - 1):  # the sign-in was one
         wrong = browser.post("/portal/security/password", {"current_password": "nope nope nope",
