@@ -32,6 +32,9 @@ from models.store.db import after_commit
 # The error code of a send nobody can confirm reached the platform: failed, never sent again.
 UNCONFIRMED = "send_unconfirmed"
 UNCONFIRMED_TEXT = "the platform never confirmed this send; it was not retried, to avoid a duplicate"
+# The error code of a recipient whose send came back unsent after its campaign failed.
+CAMPAIGN_FAILED = "campaign_failed"
+CAMPAIGN_FAILED_TEXT = "its campaign failed before this message could be sent"
 
 _wakers: list[Callable[[], None]] = []
 

@@ -9,8 +9,9 @@
 - `record`: a sent batch's outcomes with their credits and events, in one transaction.
 - `give_back_unstarted`, `fail_unconfirmed`: what recovery does with a dead engine's claims.
 
-Every transaction here keeps the lock order of docs/reliability.md: campaign rows (state changes
-only), then recipient rows (ascending id), then business sends, credit counters and wallets.
+Every transaction here keeps the lock order of docs/reliability.md: campaign rows (state changes,
+or shared before a give-back), then recipient rows (ascending id), then business sends, credit
+counters and wallets.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from models.numbers import accounts
 from models.numbers.accounts import record_business_sends_many
 from models.numbers.graph import account_token
 from models.numbers.tables import MessagingAccount
-from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
+from models.sending import CAMPAIGN_FAILED, CAMPAIGN_FAILED_TEXT, UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
 from models.sending.campaigns import (
     add_to_counters,
     case_by_id,
@@ -36,6 +37,7 @@ from models.sending.campaigns import (
     fail_campaign,
     finish_after_commit,
     finish_if_done,
+    lock_still_active,
     message_event,
     move_credits_many,
     public_ids,
@@ -380,11 +382,20 @@ class CampaignStore:
                     result.disconnected[job.account_id] = str(job.error)
                 elif kind is Verdict.TEMPLATE_REFUSED:
                     result.template_refused[job.campaign_id] = str(job.error)
+        errors = {job.id: (error_code(job.error)[:32], error_text(job.error)) for job in failed}
         now = utcnow()
         with atomic():
+            if retry:
+                # A campaign another batch failed meanwhile (its number disconnected) takes nothing
+                # back: what this batch did not send fails here, as its waiting recipients did.
+                active = lock_still_active({job.campaign_id for job in retry})
+                for job in [job for job in retry if job.campaign_id not in active]:
+                    retry.remove(job)
+                    failed.append(job)
+                    errors[job.id] = (CAMPAIGN_FAILED, CAMPAIGN_FAILED_TEXT)
             lock_rows(CampaignRecipient, [job.id for job in accepted + failed + retry])
             sent = self._record_accepted(accepted, now)
-            gone = self._record_failed(failed, now)
+            gone = self._record_failed(failed, errors, now)
             retried = self._record_retry(retry, verdicts, now)
             result.retried = len(retried)
             result.accepted, result.failed = len(sent), len(gone)
@@ -393,7 +404,7 @@ class CampaignStore:
                                                                       job, "sent", now)) for job in sent], now)
             emit_rows("message.failed", [(job.tenant_id, message_event(
                 job.campaign_public_id, job.account_public_id, job, "failed", now,
-                {"code": error_code(job.error), "message": error_text(job.error)})) for job in gone], now)
+                {"code": errors[job.id][0], "message": errors[job.id][1]})) for job in gone], now)
             moves: dict[int, dict[str, int]] = {}
             for jobs_moved, status in ((sent, "sent"), (gone, "failed")):
                 for job in jobs_moved:
@@ -403,7 +414,7 @@ class CampaignStore:
             for kinds in moves.values():
                 # A send accepted consumes its credit; one failed for good releases it.
                 kinds.update(consume=kinds.get("sent", 0), release=kinds.get("failed", 0))
-            move_credits_many(moves, description=error_text(gone[0].error) if gone else None)
+            move_credits_many(moves, description=errors[gone[0].id][1] if gone else None)
             pause_blocked_numbers(result.blocked)
         return result
 
@@ -429,7 +440,8 @@ class CampaignStore:
                 moved += [by_id[row[0]] for row in returned]
         return moved
 
-    def _record_failed(self, jobs: list[Job], now: dt.datetime) -> list[Job]:
+    def _record_failed(self, jobs: list[Job], errors: dict[int, tuple[str, str]], now: dt.datetime) -> list[Job]:
+        """`errors[job id]`: the code and text each failed recipient keeps."""
         if not jobs:
             return []
         by_id = {job.id: job for job in jobs}
@@ -439,8 +451,8 @@ class CampaignStore:
             for start in range(0, len(group), CHUNK):
                 chunk = group[start:start + CHUNK]
                 ids = [job.id for job in chunk]
-                code_sql, code_params = case_by_id("error_code", [(j.id, error_code(j.error)[:32]) for j in chunk])
-                text_sql, text_params = case_by_id("last_error", [(j.id, error_text(j.error)) for j in chunk])
+                code_sql, code_params = case_by_id("error_code", [(j.id, errors[j.id][0]) for j in chunk])
+                text_sql, text_params = case_by_id("last_error", [(j.id, errors[j.id][1]) for j in chunk])
                 query = (f'UPDATE "{table}" SET status = ?, failed_at = ?, claim_token = NULL, {code_sql}, '
                          f"{text_sql} WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? "
                          "RETURNING id")
@@ -523,15 +535,18 @@ class CampaignStore:
         returned = 0
         moves: dict[int, dict[str, int]] = {}
         stopped: list[tuple[int, str | None]] = []
+        claimed = [row_id for row_id, _ in claims]
         with atomic():
-            lock_rows(R, [row_id for row_id, _ in claims])
+            # A recipient's campaign never changes: its campaigns are read before anything is locked.
+            active = lock_still_active(campaign_id for (campaign_id,) in R.select(R.campaign).distinct()
+                                       .where(R.id.in_(claimed)).tuples())
+            lock_rows(R, claimed)
             for token, ids in _ids_by_token(claims).items():
                 unstarted = (R.id.in_(ids) & (R.status == "queued") & R.send_started_at.is_null()
                              & (R.claim_token.is_null() if token is None else R.claim_token == token))
-                active = Campaign.select(Campaign.id).where(Campaign.status.in_(ACTIVE_STATUSES))
                 for (campaign_id,) in (R.update(status="pending", claim_token=None, claimed_at=None,
                                                 attempts=R.attempts - 1)
-                                       .where(unstarted & R.campaign.in_(active)).returning(R.campaign).tuples()
+                                       .where(unstarted & R.campaign.in_(list(active))).returning(R.campaign).tuples()
                                        .execute()):
                     count_moved(moves, campaign_id, "queued", "pending")
                     returned += 1

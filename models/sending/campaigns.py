@@ -1020,6 +1020,21 @@ def unfinished(campaign_ids: Iterable[int]) -> set[int]:
         f'WHERE campaign_id IN ({placeholders(len(ids))}) AND "pending" + "queued" > 0', ids)}
 
 
+def lock_still_active(campaign_ids: Iterable[int]) -> set[int]:
+    """Those of the campaigns still active, their rows held against a change of state until
+    commit (PostgreSQL's `FOR SHARE`, ascending id: the lock order's first place, so call it
+    before locking any recipient row). A writer giving recipients back to `pending` asks this
+    first: a campaign failed by another batch meanwhile then gets none back, and one failing
+    after waits for the give-back and fails those recipients with the rest."""
+    ids = sorted(set(campaign_ids))
+    if not ids:
+        return set()
+    lock = " FOR SHARE" if is_postgres() else ""
+    return {campaign_id for campaign_id, status in run_sql(
+        f'SELECT id, status FROM "{Campaign._meta.table_name}" WHERE id IN ({placeholders(len(ids))}) '
+        f"ORDER BY id{lock}", ids).fetchall() if status in ACTIVE_STATUSES}
+
+
 def finish_if_done(campaign_ids: Iterable[int]) -> list[Campaign]:
     """Complete every active campaign with nothing left to send; returns those completed.
 
