@@ -116,14 +116,17 @@ def make_number(tenant_id: int, simulator: Simulator | None = None, *, mps: int 
     if simulator is not None:
         phone_id, token = sim_signup(simulator.base_url, get_settings().app_secret, mps)
     phone_id, token = phone_id or f"9{serial:08d}", token or "not-a-token"
-    account = MessagingAccount.create(
-        public_id=new_id("wacc_"), tenant=tenant_id, label=f"number {serial}", phone_number=f"+1555010{serial:04d}",
-        name=f"Business {serial}", status=status, connection_mode=connection_mode,
-        business_account_id="102290129340398", phone_id=phone_id if ready else None,
-        access_token=encrypt(token) if ready else None, subscribed_to_webhooks=ready, quality_rating="GREEN",
-        daily_limit=daily_limit, mps=mps, connected_at=utcnow() if ready else None)
-    for template in templates:
-        Template.create(account=account.id, platform_id=str(1500000000000000 + serial), **template)
+    # One commit: a live service's template sync never sees the number without its templates.
+    with db.atomic():
+        account = MessagingAccount.create(
+            public_id=new_id("wacc_"), tenant=tenant_id, label=f"number {serial}",
+            phone_number=f"+1555010{serial:04d}", name=f"Business {serial}", status=status,
+            connection_mode=connection_mode, business_account_id="102290129340398",
+            phone_id=phone_id if ready else None, access_token=encrypt(token) if ready else None,
+            subscribed_to_webhooks=ready, quality_rating="GREEN", daily_limit=daily_limit, mps=mps,
+            connected_at=utcnow() if ready else None)
+        for template in templates:
+            Template.create(account=account.id, platform_id=str(1500000000000000 + serial), **template)
     return account
 
 
