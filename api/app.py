@@ -40,6 +40,14 @@ def area_modules():
     return [importlib.import_module(f"api.{name}") for name in AREAS]
 
 
+def load_modules() -> None:
+    """Import every module `create_app` uses, building nothing (no app, no connection, no thread):
+    gunicorn's master does it once before it forks its workers (config/gunicorn.py)."""
+    area_modules()
+    portal.page_modules()
+    load_tasks()
+
+
 def create_app(settings: Settings | None = None) -> falcon.App:
     settings = use_settings(settings) if settings is not None else get_settings()
     init_db(settings)

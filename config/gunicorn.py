@@ -1,7 +1,8 @@
 """Gunicorn settings for the API (`gunicorn -c config/gunicorn.py api.wsgi:app`).
 
-The app is imported by each worker, never by the master (no preload), so no database
-connection is ever shared across a fork.
+The app is built by each worker, never by the master (no preload), so no database connection
+is ever shared across a fork. The master only imports the app's modules, once, before it forks
+(`on_starting`).
 """
 
 import os
@@ -32,8 +33,15 @@ loglevel = "info"
 
 
 def on_starting(server):
-    # Before any worker imports prometheus_client (config/metrics.py).
+    # Before anything imports prometheus_client (config/metrics.py).
     metrics.prepare_multiprocess_dir()
+    # The app's modules, imported here once, are inherited by every worker: a worker (at start, and
+    # each one gunicorn starts again) then only builds the app, instead of spending a second of CPU
+    # importing them. Importing connects to nothing and starts no thread; `api.wsgi` builds the app
+    # in the worker, after the fork.
+    from api.app import load_modules
+
+    load_modules()
 
 
 def when_ready(server):

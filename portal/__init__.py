@@ -20,12 +20,18 @@ def not_found(req: falcon.Request, resp: falcon.Response, **_params) -> None:
     error_page(req, resp, 404, N_("Not found"), N_("There is no such page in the portal."))
 
 
+def page_modules() -> list:
+    """The pages' modules, and last the debtor's page's."""
+    return [importlib.import_module(f"portal.{name}") for name in (*PAGES, "debtor_links")]
+
+
 def mount(app: falcon.App) -> None:
-    for name in PAGES:
-        for path, resource in importlib.import_module(f"portal.{name}").ROUTES:
+    *pages, debtor_links = page_modules()
+    for module in pages:
+        for path, resource in module.ROUTES:
             app.add_route(BASE + path, resource)
     # The debtor's page is public and outside /portal: its link goes to debtors, not users.
-    for path, resource in importlib.import_module("portal.debtor_links").ROOT_ROUTES:
+    for path, resource in debtor_links.ROOT_ROUTES:
         app.add_route(path, resource)
     app.add_static_route(f"{BASE}/static", STATIC)
     # A sink is matched before static routes: it leaves the static prefix to them.
