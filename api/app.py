@@ -42,7 +42,7 @@ def area_modules():
 
 def load_modules() -> None:
     """Import every module `create_app` uses, building nothing (no app, no connection, no thread):
-    gunicorn's master does it once before it forks its workers (config/gunicorn.py)."""
+    gunicorn's master does it once before it forks its workers (api/gunicorn_settings.py)."""
     area_modules()
     portal.page_modules()
     load_tasks()

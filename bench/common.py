@@ -45,7 +45,7 @@ def wait_for(url: str, timeout: float = 30.0, headers: dict | None = None) -> No
 
 
 def gunicorn(app: str, port: int, env: dict[str, str], workers: int) -> subprocess.Popen:
-    args = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "config" / "gunicorn.py"), "--chdir", str(ROOT),
+    args = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "api" / "gunicorn_settings.py"), "--chdir", str(ROOT),
             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), app]
     return subprocess.Popen(args, env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)

@@ -2,7 +2,7 @@
 
 Each worker writes its counters to files in one directory, which any worker reads whole to answer
 a scrape, so every worker counts. The directory must be named before prometheus_client is first
-imported in a worker, and start empty: gunicorn's master prepares it (config/gunicorn.py) and
+imported in a worker, and start empty: gunicorn's master prepares it (api/gunicorn_settings.py) and
 the forked workers inherit it. A consumer is one process and keeps its metrics in memory.
 """
 

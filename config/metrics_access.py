@@ -7,7 +7,7 @@
   and a wildcard bind, a load balancer or a proxy in front would show them to anyone.
 
 "Listens" is what the process is bound to, not what it was asked for: gunicorn's listeners, every
-`--bind` included (each worker records them after the fork, config/gunicorn.py), or the
+`--bind` included (each worker records them after the fork, api/gunicorn_settings.py), or the
 consumer's bound metrics socket. A process that recorded none (the app served some other way) is
 taken as listening beyond loopback. A Unix socket counts as loopback: only this host reaches it.
 Each process says at start-up, in one log line, which case it is in.

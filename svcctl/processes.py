@@ -21,7 +21,7 @@ from models.store.db import connection
 from svcctl.output import err, fail, styled
 
 ROOT = Path(__file__).resolve().parent.parent
-GUNICORN_CONFIG = ROOT / "config" / "gunicorn.py"
+GUNICORN_CONFIG = ROOT / "api" / "gunicorn_settings.py"
 DEMO_TENANT = "Demo Company"
 DEMO_CREDITS = 1000
 DEMO_OWNER = "owner@demo.example.com"

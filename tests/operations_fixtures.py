@@ -30,7 +30,7 @@ def total(samples: Samples, name: str, **labels) -> float:
 @pytest.fixture
 def served_on_loopback():
     """This process's app listening on loopback, as a gunicorn worker bound to 127.0.0.1 records
-    it (config/gunicorn.py): its /metrics is open to loopback clients without a token."""
+    it (api/gunicorn_settings.py): its /metrics is open to loopback clients without a token."""
     metrics_access.listening_on([("127.0.0.1", 8080)])
     yield
     metrics_access.listening_on([])

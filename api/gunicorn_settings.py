@@ -1,4 +1,4 @@
-"""Gunicorn settings for the API (`gunicorn -c config/gunicorn.py api.wsgi:app`).
+"""Gunicorn settings for the API (`gunicorn -c api/gunicorn_settings.py api.wsgi:app`).
 
 The app is built by each worker, never by the master (no preload), so no database connection
 is ever shared across a fork. The master only imports the app's modules, once, before it forks
