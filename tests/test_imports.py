@@ -28,7 +28,8 @@ KERNEL = ("models", "models.ids", "models.errors", "models.clock", "models.input
 # Modules of the outer layers that serve the layer itself rather than one area; every other module
 # of api/, jobs/, svcctl/ and portal/ is named after the models package it serves or a module of it.
 LAYER_MODULES = {
-    "api": {"app", "wsgi", "gunicorn_settings", "auth", "errors", "operation", "openapi", "pagination", "ratelimit", "schemas"},
+    "api": {"app", "wsgi", "gunicorn_settings", "auth", "errors", "operation", "openapi", "pagination", "ratelimit",
+            "schemas"},
     "jobs": {"queue"},
     "svcctl": {"main", "output", "processes", "sim"},
     "portal": {"web", "overview", "signin", "team", "labels"},

@@ -389,10 +389,10 @@ class CampaignStore:
                 # A campaign another batch failed meanwhile (its number disconnected) takes nothing
                 # back: what this batch did not send fails here, as its waiting recipients did.
                 active = lock_still_active({job.campaign_id for job in retry})
-                for job in [job for job in retry if job.campaign_id not in active]:
-                    retry.remove(job)
-                    failed.append(job)
-                    errors[job.id] = (CAMPAIGN_FAILED, CAMPAIGN_FAILED_TEXT)
+                stopped = [job for job in retry if job.campaign_id not in active]
+                retry = [job for job in retry if job.campaign_id in active]
+                failed += stopped
+                errors |= dict.fromkeys((job.id for job in stopped), (CAMPAIGN_FAILED, CAMPAIGN_FAILED_TEXT))
             lock_rows(CampaignRecipient, [job.id for job in accepted + failed + retry])
             sent = self._record_accepted(accepted, now)
             gone = self._record_failed(failed, errors, now)
