@@ -1,8 +1,8 @@
 """Gunicorn settings for the API (`gunicorn -c api/gunicorn_settings.py api.wsgi:app`).
 
 The app is built by each worker, never by the master (no preload), so no database connection
-is ever shared across a fork. The master only imports the app's modules, once, before it forks
-(`on_starting`).
+is ever shared across a fork. The master only imports the app's modules, once, once it listens and
+before it forks (`when_ready`).
 """
 
 import os
@@ -35,13 +35,6 @@ loglevel = "info"
 def on_starting(server):
     # Before anything imports prometheus_client (config/metrics.py).
     metrics.prepare_multiprocess_dir()
-    # The app's modules, imported here once, are inherited by every worker: a worker (at start, and
-    # each one gunicorn starts again) then only builds the app, instead of spending a second of CPU
-    # importing them. Importing connects to nothing and starts no thread; `api.wsgi` builds the app
-    # in the worker, after the fork.
-    from api.app import load_modules
-
-    load_modules()
 
 
 def when_ready(server):
@@ -49,6 +42,14 @@ def when_ready(server):
                                               [metrics_access.host_of(listener.getsockname())
                                                for listener in server.LISTENERS])
     server.log.log(level, line)
+    # The app's modules, imported here once, are inherited by every worker: a worker (at start, and
+    # each one gunicorn starts again) then only builds the app, instead of spending a second of CPU
+    # importing them. Importing connects to nothing and starts no thread; `api.wsgi` builds the app
+    # in the worker, after the fork. Here, not in `on_starting`: the sockets are already listening,
+    # so a client that connects meanwhile waits for a worker rather than being refused.
+    from api.app import load_modules
+
+    load_modules()
 
 
 def post_fork(server, worker):
