@@ -29,6 +29,7 @@ from models.receivables.inputs import (
     payment_spec,
 )
 from models.receivables.report import report_of
+from models.store.db import outlast_outage
 
 TAGS = ("cartera",)
 WRITE_ERRORS = (401, 403, 404, 409, 422, 429)
@@ -148,6 +149,12 @@ class DebtResolved(Output):
     deuda: ResolvedDebt
 
 
+# An ERP write that another writer's locks made PostgreSQL roll back (a deadlock's victim) is
+# written again, whole, rather than answered 503; so is one that met the storage restarting,
+# for as long as a client would wait for an answer (docs/reliability.md, "Lock order").
+WRITE_AGAIN_SECONDS = 5.0
+
+
 def _error_body(error: DomainError) -> dict:
     return {"code": error.code, "message": error.message, "details": error.details}
 
@@ -159,7 +166,9 @@ class DebtsResource:
                            "(lower external_version, else older external_updated_at) is not applied: 200 with "
                            "action `ignored_stale` and the stored state.")
     def on_post(self, req, resp) -> Reply:
-        result = snapshots.upsert_debt(req.context.tenant_id, debt_spec(req.context.body))
+        spec = debt_spec(req.context.body)
+        result = outlast_outage(lambda: snapshots.upsert_debt(req.context.tenant_id, spec),
+                                seconds=WRITE_AGAIN_SECONDS, what=f"the debt {spec.external_id}")
         return ok({"action": result.action, "deuda": result.debt.summary()},
                   status=201 if result.action == "created" else 200)
 
@@ -182,7 +191,9 @@ class DebtBatchResource:
                 external_id = element.get("external_id") if isinstance(element, dict) else None
                 results[index] = {"external_id": external_id if isinstance(external_id, str) else None,
                                   "success": False, "error": _error_body(error)}
-        for index, outcome in zip(positions, snapshots.upsert_debts(req.context.tenant_id, specs), strict=True):
+        written = outlast_outage(lambda: snapshots.upsert_debts(req.context.tenant_id, specs),
+                                 seconds=WRITE_AGAIN_SECONDS, what=f"a batch of {len(specs)} debts")
+        for index, outcome in zip(positions, written, strict=True):
             if outcome.error is not None:
                 results[index] = {"external_id": outcome.external_id, "success": False,
                                   "error": _error_body(outcome.error)}
