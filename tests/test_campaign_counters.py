@@ -16,6 +16,7 @@ from models.events.tables import Event
 from models.sending.campaign_store import CampaignStore
 from models.sending.campaigns import cancel_campaign, fail_campaign
 from models.sending.messenger import SlotMissed
+from models.sending.recovery import recover_stuck
 from models.sending.statuses import apply_status_updates
 from models.sending.tables import COUNTERS, Campaign, CampaignRecipient
 from models.sending.work import Job
@@ -101,6 +102,24 @@ def test_a_batch_back_unsent_after_its_campaign_failed_fails_what_it_holds(alice
     failed = [e.payload for e in Event.select().where(Event.name == "message.failed")]
     assert sorted(payload["recipient_id"] for payload in failed) == sorted(job.public_id for job in jobs)
     assert {payload["error"]["code"] for payload in failed} == {"campaign_failed"}
+
+
+def test_recovery_fails_a_dead_engines_unstarted_claims_in_a_failed_campaign(alice, number, queue_only):
+    # An engine died holding claims it never started; its campaign failed meanwhile. Recovery
+    # gives nothing back to a campaign that is over: they fail as its waiting recipients did.
+    campaign = create_for(alice, number, [wa(), wa(), wa()])
+    store = CampaignStore()
+    jobs = store.claim({number.id: 2}, {plan.account_id: plan for plan in store.plan()}, "gone.1",
+                       now=utcnow() - dt.timedelta(minutes=5))
+    assert fail_campaign(campaign.id, "account_disconnected", "the number was disconnected")
+    assert recover_stuck(stores=[store]) == 0  # none of them had started: nothing is unconfirmed
+    assert counts(campaign) == {"failed": 3}
+    rows = recipients(campaign)
+    assert {rows[job.wa_id].error_code for job in jobs} == {"campaign_failed"}
+    assert wallet(alice.id).reserved == 0
+    failed = {e.payload["recipient_id"]: e.payload["error"]["code"]
+              for e in Event.select().where(Event.name == "message.failed")}
+    assert {failed[job.public_id] for job in jobs} == {"campaign_failed"}
 
 
 @pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)

@@ -530,7 +530,8 @@ class CampaignStore:
         reserved, no event. Returns how many were still unstarted under that token.
 
         A campaign that failed meanwhile (its number disconnected) sends nothing more: its
-        unstarted claims fail as its in-flight ones do, their credit released."""
+        unstarted claims fail with `campaign_failed`, as its waiting recipients did, their credit
+        released."""
         R = CampaignRecipient
         returned = 0
         moves: dict[int, dict[str, int]] = {}
@@ -553,7 +554,7 @@ class CampaignStore:
                 stopped += [(row_id, token) for (row_id,) in R.select(R.id).where(unstarted).tuples()]
             add_to_counters(moves)
             if stopped:
-                self.fail_unconfirmed(stopped, utcnow())
+                self._fail_claims(stopped, utcnow(), CAMPAIGN_FAILED, CAMPAIGN_FAILED_TEXT)
             if returned:
                 work_arrived()
         return returned
@@ -561,16 +562,20 @@ class CampaignStore:
     def fail_unconfirmed(self, claims: list[tuple[int, str | None]], now: dt.datetime) -> int:
         """Fail these claims (still queued under the same token) as unconfirmed, releasing their
         credit, in the lock order; their campaigns complete after commit if nothing is left."""
+        return self._fail_claims(claims, now, UNCONFIRMED, UNCONFIRMED_TEXT)
+
+    @staticmethod
+    def _fail_claims(claims: list[tuple[int, str | None]], now: dt.datetime, code: str, text: str) -> int:
         if not claims:
             return 0
         R = CampaignRecipient
-        error = {"code": UNCONFIRMED, "message": UNCONFIRMED_TEXT}
+        error = {"code": code, "message": text}
         failed: list[Any] = []
         with atomic():
             lock_rows(R, [row_id for row_id, _ in claims])
             for token, ids in _ids_by_token(claims).items():
-                query = (R.update(status="failed", failed_at=now, claim_token=None, error_code=UNCONFIRMED,
-                                  last_error=UNCONFIRMED_TEXT)
+                query = (R.update(status="failed", failed_at=now, claim_token=None, error_code=code,
+                                  last_error=text)
                          .where(R.id.in_(ids) & (R.status == "queued")
                                 & (R.claim_token.is_null() if token is None else R.claim_token == token))
                          .returning(R.id, R.public_id, R.campaign, R.wa_id, R.external_contact_id, R.wam_id))
@@ -589,7 +594,7 @@ class CampaignStore:
                     error))
                 for campaign_id, rows in per_campaign.items() for row in rows], now)
             release_withdrawn({campaign_id: len(rows) for campaign_id, rows in per_campaign.items()}, "queued",
-                              "failed", UNCONFIRMED_TEXT)
+                              "failed", text)
             finish_after_commit(per_campaign)
         return len(failed)
 
