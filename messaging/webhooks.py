@@ -252,10 +252,8 @@ def _parse_messages_field(waba_id: str, value: Mapping[str, Any]) -> Iterator[Up
         return
     _log_value_errors(value)
     users = _contact_users(value)
-    for item in _dicts(value.get("statuses")):
-        yield from _skip_malformed(_status, phone_number_id, item, users)
-    for item in _dicts(value.get("messages")):
-        yield from _skip_malformed(_inbound, phone_number_id, item, users)
+    yield from _built(_status, phone_number_id, _dicts(value.get("statuses")), users)
+    yield from _built(_inbound, phone_number_id, _dicts(value.get("messages")), users)
 
 
 def _parse_echoes(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
@@ -263,16 +261,14 @@ def _parse_echoes(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
     if phone_number_id is None:
         return
     users = _contact_users(value)
-    for item in _dicts(value.get("message_echoes")):
-        yield from _skip_malformed(_echo, phone_number_id, item, users)
+    yield from _built(_echo, phone_number_id, _dicts(value.get("message_echoes")), users)
 
 
 def _parse_app_state_sync(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
     phone_number_id = _phone_number_id(value)
     if phone_number_id is None:
         return
-    for item in _dicts(value.get("state_sync")):
-        yield from _skip_malformed(_synced_contact, phone_number_id, item, {})
+    yield from _built(_synced_contact, phone_number_id, _dicts(value.get("state_sync")), {})
 
 
 def _parse_history(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
@@ -282,10 +278,8 @@ def _parse_history(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
     _log_value_errors(value)
     for chunk in _dicts(value.get("history")):
         metadata = chunk.get("metadata") if isinstance(chunk.get("metadata"), Mapping) else {}
-        for thread in _dicts(chunk.get("threads")):
-            yield from _skip_malformed(
-                lambda pid, item, _users, meta=metadata: _history_thread(pid, item, meta),
-                phone_number_id, thread, {})
+        yield from _built(lambda pid, item, _users, meta=metadata: _history_thread(pid, item, meta),
+                          phone_number_id, _dicts(chunk.get("threads")), {})
 
 
 def _parse_user_preferences(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
@@ -293,8 +287,7 @@ def _parse_user_preferences(waba_id: str, value: Mapping[str, Any]) -> Iterator[
     if phone_number_id is None:
         return
     users = _contact_users(value)
-    for item in _dicts(value.get("user_preferences")):
-        yield from _skip_malformed(_user_preference, phone_number_id, item, users)
+    yield from _built(_user_preference, phone_number_id, _dicts(value.get("user_preferences")), users)
 
 
 def _parse_template_status(waba_id: str, value: Mapping[str, Any]) -> Iterator[Update]:
@@ -372,7 +365,7 @@ def _parse_account_update(waba_id: str, value: Mapping[str, Any]) -> Iterator[Up
         waba_id=waba_id,
         event=event,
         ban_info=dict(ban_info) if isinstance(ban_info, Mapping) else None,
-        restriction_info=list(_dicts(restriction_info)) if restriction_info is not None else None,
+        restriction_info=_dicts(restriction_info) if restriction_info is not None else None,
         raw=dict(value),
     )
 
@@ -417,12 +410,16 @@ def _user(users: Users, wa_id: Any, user_id: Any, parent_user_id: Any = None) ->
     value's `contacts`."""
     wa_id, user_id = _str_or_none(wa_id) or None, _str_or_none(user_id) or None
     known = users.get(user_id or "") or users.get(wa_id or "")
+    parent_user_id = _str_or_none(parent_user_id) or None
     if known is None:
         if wa_id is None and user_id is None:
             raise ValueError("the item names no user")
-        return PlatformUser(user_id=user_id, wa_id=wa_id, parent_user_id=_str_or_none(parent_user_id))
+        return PlatformUser(user_id=user_id, wa_id=wa_id, parent_user_id=parent_user_id)
+    if user_id in (None, known.user_id) and wa_id in (None, known.wa_id) \
+            and parent_user_id in (None, known.parent_user_id):
+        return known  # named as the contacts name them (a status batch's usual case)
     return PlatformUser(user_id=user_id or known.user_id, wa_id=wa_id or known.wa_id,
-                        parent_user_id=_str_or_none(parent_user_id) or known.parent_user_id,
+                        parent_user_id=parent_user_id or known.parent_user_id,
                         username=known.username, profile_name=known.profile_name)
 
 
@@ -440,9 +437,9 @@ def _status(phone_number_id: str, item: Mapping[str, Any], users: Users) -> Stat
         timestamp=_timestamp(item["timestamp"]),
         recipient_id=recipient.key,
         callback_data=_str_or_none(item.get("biz_opaque_callback_data")),
-        errors=list(_dicts(item.get("errors"))),
+        errors=_dicts(item.get("errors")),
         recipient=recipient,
-        pricing=dict(item["pricing"]) if isinstance(item.get("pricing"), Mapping) else None,
+        pricing=dict(pricing) if isinstance(pricing := item.get("pricing"), Mapping) else None,
     )
 
 
@@ -603,19 +600,21 @@ def _media(item: Mapping[str, Any]) -> Media | None:
                  filename=_str_or_none(content.get("filename")))
 
 
-def _skip_malformed(
+def _built(
     build: Callable[[str, Mapping[str, Any], Users], Update | None],
     phone_number_id: str,
-    item: Mapping[str, Any],
+    items: list[Mapping[str, Any]],
     users: Users,
 ) -> Iterator[Update]:
-    try:
-        update = build(phone_number_id, item, users)
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        log.warning("skipping malformed platform webhook item: %r", exc)
-        return
-    if update is not None:
-        yield update
+    """What `build` makes of each item, the malformed ones skipped (and logged)."""
+    for item in items:
+        try:
+            update = build(phone_number_id, item, users)
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            log.warning("skipping malformed platform webhook item: %r", exc)
+            continue
+        if update is not None:
+            yield update
 
 
 def _phone_number_id(value: Mapping[str, Any]) -> str | None:
@@ -625,9 +624,12 @@ def _phone_number_id(value: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _dicts(items: Any) -> Iterator[Mapping[str, Any]]:
-    if isinstance(items, list):
-        yield from (item for item in items if isinstance(item, Mapping))
+def _dicts(items: Any) -> list[Mapping[str, Any]]:
+    """The objects of a JSON list; nothing when `items` is not a list."""
+    if not isinstance(items, list):
+        return []
+    # `type(...) is dict` first: JSON objects are dicts, and an ABC's isinstance costs more.
+    return [item for item in items if type(item) is dict or isinstance(item, Mapping)]
 
 
 def _timestamp(value: Any) -> datetime:

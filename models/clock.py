@@ -12,8 +12,8 @@ def utcnow() -> dt.datetime:
 def isoformat(value: dt.datetime | None) -> str | None:
     if value is None:
         return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
+    if value.tzinfo is None:  # naive values are UTC
+        return value.isoformat() + "Z"
     return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 

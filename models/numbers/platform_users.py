@@ -88,8 +88,9 @@ def remember_many(users: list[tuple[int, WebhookUser]]) -> None:
     if not named:
         return
     shared = _keys_named_twice(named)
-    new, later = _sorted_out([pair for pair in named if not _keys(*pair) & shared])
-    later |= {pair for pair in named if _keys(*pair) & shared}
+    later = {pair for pair in named if _keys(*pair) & shared} if shared else set()
+    new, told = _sorted_out([pair for pair in named if pair not in later] if later else named)
+    later |= told
     missed = _insert_new(new)
     if missed:
         still_new, told = _sorted_out(list(missed))

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -117,6 +118,9 @@ _MESSAGES = _Table(
     'a.public_id FROM "message" r JOIN "messaging_account" a ON a.id = r.account_id')
 
 
+_TIMESTAMP = operator.attrgetter("timestamp")
+
+
 @dataclass
 class _Target:
     """One recipient or message and the updates that name it in this call."""
@@ -125,11 +129,13 @@ class _Target:
     updates: list[StatusUpdate] = field(default_factory=list)
 
     def latest(self, status: str) -> StatusUpdate | None:
+        if len(self.updates) == 1:  # nearly every row: one status of it in the batch
+            return self.updates[0] if self.updates[0].status == status else None
         found = [u for u in self.updates if u.status == status]
-        return max(found, key=lambda u: u.timestamp) if found else None
+        return max(found, key=_TIMESTAMP) if found else None
 
     def earliest(self) -> StatusUpdate:
-        return min(self.updates, key=lambda u: u.timestamp)
+        return self.updates[0] if len(self.updates) == 1 else min(self.updates, key=_TIMESTAMP)
 
 
 def apply_status_updates(updates: list[StatusUpdate]) -> None:
