@@ -566,6 +566,8 @@ class CampaignStore:
 
     @staticmethod
     def _fail_claims(claims: list[tuple[int, str | None]], now: dt.datetime, code: str, text: str) -> int:
+        """Fail these claims (still queued under the same token) with `code` and `text`, as
+        `fail_unconfirmed` says; returns how many were."""
         if not claims:
             return 0
         R = CampaignRecipient
