@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import uuid
 
+import psycopg2
 import pytest
 
 from models.clock import utcnow
 from models.ids import new_id
 from models.numbers.tables import MessagingAccount
+from tests.live import wait_until
 
 API = "/api/v1/cartera"
 
@@ -81,3 +84,39 @@ def sqlite_only(sqlite_storage):
 # For a test or class whose rule the engine cannot change (parsing, validation, the API's
 # common pipeline): it runs on SQLite only, saving a PostgreSQL database per test.
 sqlite_only_mark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+
+
+def deadlock_a_batch(dsn: str, tenant_id: int, account_id: int, currency: str, batch: threading.Thread) -> None:
+    """Run `batch` (writing debts D-1 of debtor CC-A and D-2 of CC-B) into a deadlock that
+    PostgreSQL breaks by rolling the batch back, and wait for it to end.
+
+    Another writer holds debtor CC-B and debt D-2 uncommitted while the batch inserts CC-A, then
+    waits on CC-B; the writer then inserts CC-A, closing the circle. It waits 30 s before looking
+    for a deadlock, the batch's connection 1 s, so PostgreSQL breaks the batch. The writer then
+    commits: what the batch writes again meets its rows."""
+    other = psycopg2.connect(dsn)
+    cursor = other.cursor()
+    cursor.execute("SET deadlock_timeout = '30s'")
+    cursor.execute("""INSERT INTO debtor (tenant_id, nombre, documento, created_at, updated_at)
+                      VALUES (%s, 'B', 'CC-B', now(), now()) RETURNING id""", [tenant_id])
+    cursor.execute("""INSERT INTO debt (tenant_id, external_id, account_id, debtor_id, moneda, monto_original,
+                      saldo_pendiente, tipo, auto_send, status, row_version, created_at, updated_at)
+                      VALUES (%s, 'D-2', %s, %s, %s, 10, 10, 'single', false, 'pending', 0, now(), now())""",
+                   [tenant_id, account_id, cursor.fetchone()[0], currency])
+    batch.start()
+    wait_until(lambda: waiting_on_a_lock(dsn, exclude=other.get_backend_pid()),
+               message="the batch waiting for debtor CC-B")
+    cursor.execute("""INSERT INTO debtor (tenant_id, nombre, documento, created_at, updated_at)
+                      VALUES (%s, 'A', 'CC-A', now(), now())""", [tenant_id])
+    other.commit()
+    other.close()
+    batch.join(timeout=60)
+
+
+def waiting_on_a_lock(dsn: str, exclude: int) -> bool:
+    with psycopg2.connect(dsn) as watcher, watcher.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock' AND pid <> %s", [exclude])
+        found = cursor.fetchone()[0] > 0
+    watcher.close()
+    return found

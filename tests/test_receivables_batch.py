@@ -6,13 +6,18 @@ import logging
 import threading
 import time
 
-import psycopg2
 import pytest
 
 from models.receivables.tables import Debt
-from tests.live import wait_until
-from tests.receivables_fixtures import debt_body, error_of, get_debt, make_account, post, sqlite_only_mark
-from tests.test_receivables_import_overlap import waiting_on_a_lock
+from tests.receivables_fixtures import (
+    deadlock_a_batch,
+    debt_body,
+    error_of,
+    get_debt,
+    make_account,
+    post,
+    sqlite_only_mark,
+)
 
 
 @pytest.fixture
@@ -221,32 +226,14 @@ def test_new_debts_planned_straight_to_rows_match_those_planned_as_state(alice, 
 
 @pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
 def test_a_batch_broken_by_a_deadlock_is_written_again_not_refused(client, alice, account, storage, caplog):
-    """Another writer holds debtor CC-B and debt D-2 uncommitted while the batch inserts CC-A,
-    then waits on CC-B; the writer then inserts CC-A, closing the circle. It waits 30 s before
-    looking for a deadlock, the batch's connection 1 s, so PostgreSQL breaks the batch: the
-    request writes it again and answers 200 with what that run did, not 503."""
-    other = psycopg2.connect(storage.database_url)
-    cursor = other.cursor()
-    cursor.execute("SET deadlock_timeout = '30s'")
-    cursor.execute("""INSERT INTO debtor (tenant_id, nombre, documento, created_at, updated_at)
-                      VALUES (%s, 'B', 'CC-B', now(), now()) RETURNING id""", [alice.id])
-    cursor.execute("""INSERT INTO debt (tenant_id, external_id, account_id, debtor_id, moneda, monto_original,
-                      saldo_pendiente, tipo, auto_send, status, row_version, created_at, updated_at)
-                      VALUES (%s, 'D-2', %s, %s, 'USD', 10, 10, 'single', false, 'pending', 0, now(), now())""",
-                   [alice.id, account.id, cursor.fetchone()[0]])
+    """A batch PostgreSQL breaks to end a deadlock (`deadlock_a_batch`) is written again by the
+    request, which answers 200 with what that run did, not 503."""
     debts = [debt_body(account.public_id, external_id, deudor={"nombre": document[-1], "documento": document})
              for external_id, document in (("D-1", "CC-A"), ("D-2", "CC-B"))]
     responses: list = []
     batch = threading.Thread(target=lambda: responses.append(post(client, alice, "/deudas/lote", {"deudas": debts})))
     with caplog.at_level(logging.WARNING, logger="models.store.db"):
-        batch.start()
-        wait_until(lambda: waiting_on_a_lock(storage.database_url, exclude=other.get_backend_pid()),
-                   message="the batch waiting for debtor CC-B")
-        cursor.execute("""INSERT INTO debtor (tenant_id, nombre, documento, created_at, updated_at)
-                          VALUES (%s, 'A', 'CC-A', now(), now())""", [alice.id])
-        other.commit()
-        other.close()
-        batch.join(timeout=60)
+        deadlock_a_batch(storage.database_url, alice.id, account.id, "USD", batch)
     assert "rolled back by a lock conflict" in caplog.text and "deadlock" in caplog.text
     [response] = responses
     assert response.status_code == 200, response.text

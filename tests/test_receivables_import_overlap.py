@@ -15,14 +15,13 @@ import sys
 import threading
 from pathlib import Path
 
-import psycopg2
 import pytest
 
 from models.receivables.importer import ImportSummary, import_debts, read_jsonl
 from models.receivables.tables import Debt, Debtor, Installment
 from models.store import db as database
-from tests.live import ROOT, env_for, wait_until
-from tests.receivables_fixtures import make_account
+from tests.live import ROOT, env_for
+from tests.receivables_fixtures import deadlock_a_batch, make_account
 
 DEBTS = 1200
 # Three debts a debtor: a block naming a debtor twice takes the general road (`upsert_debts`),
@@ -100,22 +99,9 @@ def test_four_overlapping_imports_store_each_debt_once_and_report_honestly(stora
 @pytest.mark.parametrize("storage", ["postgres+redis"], indirect=True)
 def test_a_batch_broken_by_a_deadlock_runs_again_and_counts_what_it_did(storage, alice, caplog):
     """An import batch the database picks as a deadlock's victim is written again, whole, and its
-    summary counts that run only: here another writer created one of its two debts meanwhile.
-
-    The other writer holds debtor CC-B and debt D-2 uncommitted while the batch inserts CC-A, then
-    waits on CC-B; the writer then inserts CC-A, closing the circle. It waits 30 s before looking
-    for a deadlock, the batch 1 s, so PostgreSQL breaks the batch."""
+    summary counts that run only: here another writer created one of its two debts meanwhile
+    (`deadlock_a_batch`)."""
     account = make_account(alice)
-    other = psycopg2.connect(storage.database_url)
-    cursor = other.cursor()
-    cursor.execute("SET deadlock_timeout = '30s'")
-    cursor.execute("""INSERT INTO debtor (tenant_id, nombre, documento, created_at, updated_at)
-                      VALUES (%s, 'B', 'CC-B', now(), now()) RETURNING id""", [alice.id])
-    debtor_b = cursor.fetchone()[0]
-    cursor.execute("""INSERT INTO debt (tenant_id, external_id, account_id, debtor_id, moneda, monto_original,
-                      saldo_pendiente, tipo, auto_send, status, row_version, created_at, updated_at)
-                      VALUES (%s, 'D-2', %s, %s, 'CLP', 10, 10, 'single', false, 'pending', 0, now(), now())""",
-                   [alice.id, account.id, debtor_b])
     lines = b"".join(json.dumps({"external_id": external_id, "account_id": account.public_id,
                                  "deudor": {"nombre": document[-1], "documento": document}, "moneda": "CLP",
                                  "monto_original": 3000, "saldo_pendiente": 3000}).encode() + b"\n"
@@ -126,27 +112,11 @@ def test_a_batch_broken_by_a_deadlock_runs_again_and_counts_what_it_did(storage,
         with database.connection():
             summaries.append(import_debts(alice.id, read_jsonl(io.BytesIO(lines))))
 
-    importer = threading.Thread(target=import_batch)
     with caplog.at_level(logging.WARNING, logger="models.store.db"):
-        importer.start()
-        wait_until(lambda: waiting_on_a_lock(storage.database_url, exclude=other.get_backend_pid()),
-                   message="the batch waiting for debtor CC-B")
-        cursor.execute("""INSERT INTO debtor (tenant_id, nombre, documento, created_at, updated_at)
-                          VALUES (%s, 'A', 'CC-A', now(), now())""", [alice.id])
-        other.commit()
-        other.close()
-        importer.join(timeout=60)
+        deadlock_a_batch(storage.database_url, alice.id, account.id, "CLP", threading.Thread(target=import_batch))
     assert "rolled back by a lock conflict" in caplog.text and "deadlock" in caplog.text
     assert [summary.as_dict() for summary in summaries] == [
         {"created": 1, "updated": 1, "ignored_stale": 0, "errors": 0, "debts": 2, "rows": 2}]
     assert sorted(Debt.select(Debt.external_id).tuples()) == [("D-1",), ("D-2",)]
     assert Debt.get(Debt.external_id == "D-2").saldo_pendiente == 3000  # the batch's snapshot, written after
 
-
-def waiting_on_a_lock(dsn: str, exclude: int) -> bool:
-    with psycopg2.connect(dsn) as watcher, watcher.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND wait_event_type = 'Lock' AND pid <> %s", [exclude])
-        found = cursor.fetchone()[0] > 0
-    watcher.close()
-    return found
