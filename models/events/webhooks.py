@@ -49,7 +49,7 @@ from models.events.tables import (
 )
 from models.ids import new_id
 from models.store import secrets
-from models.store.db import atomic, bound_datetime, execute, execute_many, is_postgres
+from models.store.db import atomic, bound_datetime, execute, execute_many, fetch_one, is_postgres
 
 # Seconds after the first attempt at which each attempt is due (DECISIONS: webhook retries).
 # Each retry waits the gap from the previous attempt, so a delay (a backlog, a worker restart)
@@ -372,6 +372,24 @@ class Outcome:
     unreachable: bool = False
 
 
+# A drain's statements around its claims, written once by hand: a drain runs them however few
+# deliveries it carries (most carry one or two), and peewee building their text cost more than
+# running them. OPEN_STATUSES spelled out.
+_ACQUIRE_DRAIN_SQL = ("""UPDATE "webhook_endpoint" SET "drain_until" = ? WHERE "id" = ? AND "status" = 'active' """
+                      'AND ("drain_until" IS NULL OR "drain_until" < ?)')
+_EXTEND_DRAIN_SQL = 'UPDATE "webhook_endpoint" SET "drain_until" = ? WHERE "id" = ? AND "drain_until" = ?'
+_RELEASE_DRAIN_SQL = 'UPDATE "webhook_endpoint" SET "drain_until" = NULL WHERE "id" = ? AND "drain_until" = ?'
+_RELEASE_CLAIMS_SQL = ('UPDATE "webhook_delivery" SET "claimed_until" = NULL WHERE "endpoint_id" = ? '
+                       """AND "status" IN ('pending', 'failed') AND "claimed_until" > ?""")
+_HAS_DUE_SQL = ("""SELECT 1 FROM "webhook_delivery" WHERE "endpoint_id" = ? AND "status" IN ('pending', 'failed') """
+                'AND "next_attempt_at" <= ? AND ("claimed_until" IS NULL OR "claimed_until" < ?) LIMIT 1')
+_EARLIEST_RETRY_SQL = ('SELECT MIN("next_attempt_at") FROM "webhook_delivery" WHERE "endpoint_id" = ? '
+                       """AND "status" IN ('pending', 'failed') AND "next_attempt_at" > ?""")
+_PLAN_WAKE_SQL = ('UPDATE "webhook_endpoint" SET "wake_at" = ? WHERE "id" = ? '
+                  'AND ("wake_at" IS NULL OR "wake_at" <= ? OR "wake_at" > ?)')
+_TAKE_WAKE_SQL = 'UPDATE "webhook_endpoint" SET "wake_at" = NULL WHERE "id" = ? AND "wake_at" = ?'
+
+
 def acquire_drain(endpoint_id: int, now: dt.datetime, seconds: float) -> dt.datetime | None:
     """Take the endpoint's drain lease; None when another drain holds it or it is inactive.
 
@@ -381,24 +399,17 @@ def acquire_drain(endpoint_id: int, now: dt.datetime, seconds: float) -> dt.date
     taken over can never release or extend its successor's.
     """
     until = now + dt.timedelta(seconds=seconds)
-    rows = (WebhookEndpoint.update(drain_until=until)
-            .where((WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.status == "active")
-                   & (WebhookEndpoint.drain_until.is_null() | (WebhookEndpoint.drain_until < now)))
-            .execute())
-    return until if rows == 1 else None
+    return until if execute(_ACQUIRE_DRAIN_SQL, (until, endpoint_id, now)).rowcount == 1 else None
 
 
 def extend_drain(endpoint_id: int, lease: dt.datetime, now: dt.datetime, seconds: float) -> dt.datetime | None:
     """Push the lease out; None when it is no longer ours."""
     until = now + dt.timedelta(seconds=seconds)
-    rows = WebhookEndpoint.update(drain_until=until).where(
-        (WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.drain_until == lease)).execute()
-    return until if rows == 1 else None
+    return until if execute(_EXTEND_DRAIN_SQL, (until, endpoint_id, lease)).rowcount == 1 else None
 
 
 def release_drain(endpoint_id: int, lease: dt.datetime) -> None:
-    WebhookEndpoint.update(drain_until=None).where(
-        (WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.drain_until == lease)).execute()
+    execute(_RELEASE_DRAIN_SQL, (endpoint_id, lease))
 
 
 def release_claims(endpoint_id: int, now: dt.datetime) -> int:
@@ -406,9 +417,7 @@ def release_claims(endpoint_id: int, now: dt.datetime) -> int:
     taking its drain lease. Only the lease holder claims, so these belong to an earlier drain
     that lost or gave up the lease, most likely with its worker: they go out again now (at
     least once) rather than when their claim expires, CLAIM_SECONDS later."""
-    return WebhookDelivery.update(claimed_until=None).where(
-        (WebhookDelivery.endpoint == endpoint_id) & WebhookDelivery.status.in_(OPEN_STATUSES)
-        & (WebhookDelivery.claimed_until > now)).execute()
+    return execute(_RELEASE_CLAIMS_SQL, (endpoint_id, now)).rowcount
 
 
 def _due(now: dt.datetime):
@@ -417,7 +426,7 @@ def _due(now: dt.datetime):
 
 
 def has_due(endpoint_id: int, now: dt.datetime) -> bool:
-    return WebhookDelivery.select().where((WebhookDelivery.endpoint == endpoint_id) & _due(now)).exists()
+    return fetch_one(_HAS_DUE_SQL, (endpoint_id, now, now)) is not None
 
 
 def endpoints_with_due_work(now: dt.datetime) -> list[int]:
@@ -582,25 +591,17 @@ def plan_wake(endpoint_id: int, now: dt.datetime) -> dt.datetime | None:
     drain scheduled for a wake takes it off (`take_wake`) when it runs, so a drain that finds
     nothing due yet always schedules the next one.
     """
-    earliest = (WebhookDelivery.select(fn.MIN(WebhookDelivery.next_attempt_at))
-                .where((WebhookDelivery.endpoint == endpoint_id) & WebhookDelivery.status.in_(OPEN_STATUSES)
-                       & (WebhookDelivery.next_attempt_at > now)).scalar())
+    (earliest,) = fetch_one(_EARLIEST_RETRY_SQL, (endpoint_id, now))
     if earliest is None:
         return None
     if isinstance(earliest, str):  # SQLite returns an aggregate of datetimes as text
         earliest = dt.datetime.fromisoformat(earliest)
-    rows = (WebhookEndpoint.update(wake_at=earliest)
-            .where((WebhookEndpoint.id == endpoint_id)
-                   & (WebhookEndpoint.wake_at.is_null() | (WebhookEndpoint.wake_at <= now)
-                      | (WebhookEndpoint.wake_at > earliest)))
-            .execute())
-    return earliest if rows == 1 else None
+    return earliest if execute(_PLAN_WAKE_SQL, (earliest, endpoint_id, now, earliest)).rowcount == 1 else None
 
 
 def take_wake(endpoint_id: int, wake: dt.datetime) -> None:
     """The drain scheduled for `wake` is running: no drain is scheduled for it any more."""
-    WebhookEndpoint.update(wake_at=None).where(
-        (WebhookEndpoint.id == endpoint_id) & (WebhookEndpoint.wake_at == wake)).execute()
+    execute(_TAKE_WAKE_SQL, (endpoint_id, wake))
 
 
 # --- replay, listing, retention ------------------------------------------------------------
