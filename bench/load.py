@@ -16,10 +16,10 @@ simulator, and an HTTPS receiver (bench/webhooks.py's) for every company's webho
    than as a lower offered rate. Latency is measured from the due time. Requests go round-robin
    to the nodes; the mix is WEIGHTS (reads, campaigns, single messages, debts, batches,
    payments). The simulator posts status webhooks for every send on its own.
-3. Drain: waits until every campaign is completed, every message settled and every event
-   delivered, then checks: no 5xx, no recipient sent twice (`/_sim/sent`), each wallet equal to
-   its ledger replayed with nothing left reserved and consumption equal to the platform's
-   accepted sends, every core event delivered to the receiver.
+3. Drain: waits until every campaign is completed, every message settled, every send's last
+   status (read) recorded and every event delivered, then checks: no 5xx, no recipient sent
+   twice (`/_sim/sent`), each wallet equal to its ledger replayed with nothing left reserved and
+   consumption equal to the platform's accepted sends, every core event delivered to the receiver.
 4. Prints the rate held, p50/p99 latency per endpoint, errors by status, memory (RSS) of the API
    and consumer processes at start and end, and writes a PNG (throughput, latency, memory over
    time; needs matplotlib: `pip install -e '.[bench]'`) and a JSON summary under bench/out/.
@@ -375,10 +375,16 @@ class MemoryWatch(threading.Thread):
 # --- drain and checks --------------------------------------------------------------------------
 
 
+# Where a send stands until the platform's last status for it (the simulator posts delivered, then
+# read, for every send it accepts): each such status is still to come, with its event.
+AWAITING_STATUSES = ("sent", "delivered")
+
+
 def outstanding(world: World, receiver) -> dict[str, int]:
-    """What is still in motion: open campaigns, unsettled messages, undelivered events."""
+    """What is still in motion: open campaigns, unsettled messages, statuses the platform has still
+    to post, undelivered events."""
     from models.events.tables import Event, WebhookDelivery
-    from models.sending.tables import ACTIVE_STATUSES, Campaign, Message
+    from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient, Message
     from models.store.db import connection
 
     ids = [tenant.id for tenant in world.tenants]
@@ -388,6 +394,11 @@ def outstanding(world: World, receiver) -> dict[str, int]:
             "campaigns": Campaign.select().where(Campaign.tenant.in_(ids) & Campaign.status.in_(ACTIVE_STATUSES))
             .count(),
             "messages": Message.select().where(Message.tenant.in_(ids) & (Message.status == "queued")).count(),
+            "statuses to come": Message.select().where(Message.tenant.in_(ids)
+                                                       & Message.status.in_(AWAITING_STATUSES)).count()
+            + CampaignRecipient.select().join(Campaign).where(Campaign.tenant.in_(ids)
+                                                              & CampaignRecipient.status.in_(AWAITING_STATUSES))
+            .count(),
             "deliveries": WebhookDelivery.select().where(WebhookDelivery.status.in_(("pending", "failed"))).count(),
         }
     left["events not received"] = max(0, events - receiver()["unique"])
