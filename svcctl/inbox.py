@@ -1,4 +1,4 @@
-"""svcctl inbox: the platform's webhook batches that used up their attempts (parked), and retrying them."""
+"""svcctl inbox: the platform's webhook batches that used up their attempts (parked): retrying or dropping them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from models.errors import NotFound
 from models.inbox import batches
 from svcctl.output import JSON_OPTION, print_json, record, show, table, with_database
 
-app = typer.Typer(help="The platform's webhook batches: parked ones and retries.", no_args_is_help=True)
+app = typer.Typer(help="The platform's webhook batches: parked ones, retries and drops.", no_args_is_help=True)
 
 
 @app.command("parked")
@@ -36,3 +36,26 @@ def retry(batch_id: int = typer.Argument(..., help="A batch id from `parked`."),
         print_json(data)
     else:
         show(data, False, lambda: record(data, "parked batch queued again"))
+
+
+@app.command("drop")
+@with_database
+def drop(batch_id: int = typer.Argument(..., help="A batch id from `parked`."),
+         yes: bool = typer.Option(False, "--yes", help="Drop without asking."), as_json: bool = JSON_OPTION):
+    """Give a parked batch up for good: its statuses are never applied. The sends it names stop
+    waiting for it, and recovery settles them as unconfirmed (failed, their credit released). The
+    batch's body stays, marked dropped, until the purge."""
+    if not yes:
+        parked = batches.parked_batch(batch_id)
+        if parked is None:
+            raise NotFound(f"no parked platform batch {batch_id}")
+        typer.confirm(f"Drop parked platform batch {batch_id}? The {parked.sends_named} sends it names will be "
+                      "settled as unconfirmed", abort=True, err=True)
+    dropped = batches.drop_parked(batch_id)
+    if dropped is None:
+        raise NotFound(f"no parked platform batch {batch_id}")
+    data = {"id": batch_id, "dropped": True, "sends_named": dropped.sends_named}
+    if as_json:
+        print_json(data)
+    else:
+        show(data, False, lambda: record(data, "parked batch dropped"))

@@ -14,7 +14,7 @@ and a lost enqueue is made up for by a sweep:
 Every run that takes a batch counts an attempt. A run that does not finish -- it raised, or its
 worker died and its claim expired -- leaves its error on the batch; after `MAX_ATTEMPTS` such runs
 the batch is parked (`parked_at`), shown by `svcctl status`, `svcctl inbox parked` and the metrics,
-and left alone until `retry` gives it its attempts back.
+and left alone until `retry` gives it its attempts back or `drop_parked` gives it up.
 """
 
 from __future__ import annotations
@@ -171,10 +171,21 @@ class ParkedBatch:
 
 def parked_batches(limit: int = 100) -> list[ParkedBatch]:
     """Parked batches, oldest first."""
+    return _parked(None, limit)
+
+
+def parked_batch(batch_id: int) -> ParkedBatch | None:
+    """The parked batch `batch_id`, or None when no batch by that id is parked."""
+    found = _parked(PlatformWebhookBatch.id == batch_id)
+    return found[0] if found else None
+
+
+def _parked(condition, limit: int | None = None) -> list[ParkedBatch]:
     batch = PlatformWebhookBatch
+    parked = batch.processed_at.is_null() & batch.parked_at.is_null(False)
     rows = (batch.select(batch.id, batch.received_at, batch.parked_at, batch.attempts, batch.last_error,
                          batch.callbacks)
-            .where(batch.processed_at.is_null() & batch.parked_at.is_null(False))
+            .where(parked if condition is None else parked & condition)
             .order_by(batch.id).limit(limit))
     return [ParkedBatch(row.id, row.received_at, row.parked_at, row.attempts, row.last_error,
                         len((row.callbacks or "").split())) for row in rows]
@@ -187,6 +198,20 @@ def retry_parked(batch_id: int) -> bool:
     return (batch.update({batch.parked_at: None, batch.attempts: 0, batch.claimed_at: None})
             .where((batch.id == batch_id) & batch.processed_at.is_null() & batch.parked_at.is_null(False))
             .execute()) == 1
+
+
+def drop_parked(batch_id: int) -> ParkedBatch | None:
+    """Give a parked batch up: it counts as processed, its statuses never applied, and recovery no
+    longer waits for it, so the sends it names are settled as unconfirmed at its next pass. The
+    row and its body stay, marked `dropped_at`, until the purge. None when no parked batch has
+    that id (a retried one is not parked any more)."""
+    batch = PlatformWebhookBatch
+    with atomic():
+        parked = parked_batch(batch_id)
+        now = utcnow()
+        dropped = batch.update({batch.processed_at: now, batch.dropped_at: now, batch.claimed_at: None}).where(
+            (batch.id == batch_id) & batch.processed_at.is_null() & batch.parked_at.is_null(False)).execute()
+    return parked if dropped == 1 else None
 
 
 def _apply_statuses(batch_id: int, statuses: list[StatusUpdate], users_first: bool) -> bool:

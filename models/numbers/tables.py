@@ -226,7 +226,8 @@ CLAIM_TIMEOUT = dt.timedelta(seconds=15)
 # Every run that takes a batch is an attempt; one that does not finish (it raised, or its worker
 # died and its claim expired) uses it up. After this many, the batch is parked with its last error
 # (`parked_at`): a batch that kills every worker taking it costs this many worker restarts, not an
-# endless loop. `svcctl inbox retry` gives a parked batch its attempts again.
+# endless loop. `svcctl inbox retry` gives a parked batch its attempts again; `svcctl inbox drop`
+# gives it up.
 MAX_ATTEMPTS = 5
 
 
@@ -242,8 +243,10 @@ class PlatformWebhookBatch(BaseModel):
     processed_at = DateTimeField(null=True)
     attempts = IntegerField(default=0)
     last_error = TextField(null=True)
-    # Left alone after `MAX_ATTEMPTS` unfinished runs, until an operator retries it.
+    # Left alone after `MAX_ATTEMPTS` unfinished runs, until an operator retries or drops it.
     parked_at = DateTimeField(null=True)
+    # Dropped by an operator while parked: processed without its statuses applied.
+    dropped_at = DateTimeField(null=True)
     # The callback data (`rcp_`/`msg_` ids) its statuses carry, one a line: the sends it may prove
     # accepted, readable without the body (models/sending/recovery.py).
     callbacks = TextField(null=True)
