@@ -1,0 +1,127 @@
+"""SQLite's writers take turns on a lock the kernel hands on (models/store/db.py, `_SqlitePool`):
+a write transaction holds it from BEGIN to its end, and a writer that finds it taken, in another
+thread or another process, waits in the kernel rather than in SQLite's sleeping busy handler.
+
+Waiting is shown by the kernel itself: /proc/locks lists each process blocked on a `flock`."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from models.store.db import atomic, connection, execute, fetch_one
+from models.tenancy.tenants import create_tenant
+from tests.conftest import base_env
+
+pytestmark = pytest.mark.skipif(not Path("/proc/locks").exists(), reason="the kernel's lock table is Linux's")
+
+WAIT = 20.0
+
+
+def writers_lock(settings) -> Path:
+    return Path(f"{settings.sqlite_path}-writer")
+
+
+def is_free(lock: Path) -> bool:
+    """Whether nobody holds the writers' lock: asked on a file of our own, which holds nothing."""
+    with open(lock, "rb") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return True
+
+
+def wait_until_waiting(lock: Path, pid: int) -> None:
+    """Until the kernel lists `pid` as blocked on the writers' lock."""
+    inode = os.stat(lock).st_ino
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if "->" in fields and fields[fields.index("->") + 1] == "FLOCK" \
+                    and fields[-4] == str(pid) and fields[-3].endswith(f":{inode}"):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never waited on the writers' lock")
+
+
+def tenant_names() -> list[str]:
+    return [row[0] for row in execute('SELECT "name" FROM "tenant" ORDER BY "id"').fetchall()]
+
+
+def test_a_write_transaction_holds_the_writers_lock_until_it_ends_however_it_ends(sqlite_storage):
+    lock = writers_lock(sqlite_storage)
+    with atomic():
+        create_tenant("Held")
+        with atomic():  # a savepoint ends, the transaction goes on
+            create_tenant("Nested")
+        assert not is_free(lock)
+    assert is_free(lock)
+
+    with pytest.raises(RuntimeError), atomic():
+        create_tenant("Undone")
+        raise RuntimeError("undo")
+    assert is_free(lock)
+    assert "Undone" not in tenant_names()
+    # A read outside a transaction takes no turn.
+    assert fetch_one('SELECT COUNT(*) FROM "tenant"')[0] >= 2 and is_free(lock)
+
+
+def test_a_writer_in_another_thread_waits_in_the_kernel_and_writes_once_the_holder_commits(sqlite_storage):
+    lock = writers_lock(sqlite_storage)
+    done = threading.Event()
+
+    def second_writer() -> None:
+        with connection(), atomic():
+            create_tenant("Second")
+        done.set()
+
+    with atomic():
+        create_tenant("First")
+        writer = threading.Thread(target=second_writer)
+        writer.start()
+        wait_until_waiting(lock, os.getpid())
+        assert not done.is_set()
+    writer.join(WAIT)
+    assert done.is_set()
+    assert tenant_names()[-2:] == ["First", "Second"]
+
+
+def test_a_writer_in_another_process_waits_in_the_kernel_and_writes_once_the_holder_commits(sqlite_storage, tmp_path):
+    lock = writers_lock(sqlite_storage)
+    script = textwrap.dedent("""
+        import sys
+        from config import get_settings
+        from models.store.db import atomic, connection, install_engine
+        from models.tenancy.tenants import create_tenant
+
+        install_engine(get_settings())
+        print("ready", flush=True)
+        with connection(), atomic():
+            create_tenant("Other process")
+        print("written", flush=True)
+    """)
+    env = {**os.environ, **base_env(sqlite_storage.data_dir)}
+    with atomic():
+        create_tenant("Holder")
+        child = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True,
+                                 cwd=Path(__file__).resolve().parent.parent)
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            wait_until_waiting(lock, child.pid)
+        except BaseException:
+            child.kill()
+            raise
+    out, _ = child.communicate(timeout=WAIT)
+    assert child.returncode == 0 and out.strip() == "written"
+    assert tenant_names()[-2:] == ["Holder", "Other process"]
