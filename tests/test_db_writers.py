@@ -97,6 +97,26 @@ def test_a_writer_in_another_thread_waits_in_the_kernel_and_writes_once_the_hold
     assert tenant_names()[-2:] == ["First", "Second"]
 
 
+def test_a_statement_that_writes_outside_a_transaction_waits_its_turn_too(sqlite_storage):
+    lock = writers_lock(sqlite_storage)
+    tenant = create_tenant("Renamed later")
+    done = threading.Event()
+
+    def rename() -> None:
+        with connection():
+            execute('UPDATE "tenant" SET "name" = ? WHERE "id" = ?', ("Renamed", tenant.id))
+        done.set()
+
+    with atomic():
+        create_tenant("Holder")
+        writer = threading.Thread(target=rename)
+        writer.start()
+        wait_until_waiting(lock, os.getpid())
+        assert not done.is_set()
+    writer.join(WAIT)
+    assert done.is_set() and "Renamed" in tenant_names() and is_free(lock)
+
+
 def test_a_writer_in_another_process_waits_in_the_kernel_and_writes_once_the_holder_commits(sqlite_storage, tmp_path):
     lock = writers_lock(sqlite_storage)
     script = textwrap.dedent("""

@@ -111,17 +111,22 @@ def _postgres(url: str, pool_size: int) -> PooledPostgresqlDatabase:
     )
 
 
+# How a statement that writes begins (a WITH that writes is run as any other statement: the
+# writers' turn decides only who goes next, SQLite's own lock still keeps writers apart).
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
 class _SqlitePool(PooledSqliteDatabase):
     """SQLite admits one writer at a time, and its busy handler makes the others poll: a writer
     that finds the lock taken sleeps 1, 2, 5 … up to 100 ms between tries, so under a steady
     stream of writes a latecomer can wait hundreds of milliseconds while others barge in ahead of
     it (the writes' p99 of bench/load at 300 req/s).
 
-    Every write transaction therefore first takes an exclusive `flock` on a file beside the
-    database, then BEGIN IMMEDIATE, and lets it go once the transaction has ended. Writers of
-    every process and thread wait in the kernel, which hands the lock on the moment it is
-    released, and SQLite's own lock is free by the time they get it. A statement written outside
-    a transaction still waits on busy_timeout, as before.
+    Writers therefore take turns on an exclusive `flock` of a file beside the database first: a
+    write transaction from its BEGIN IMMEDIATE to its end, and a statement that writes outside a
+    transaction (an Idempotency-Key's claim, a drain's lease) for that statement. Writers of every
+    process and thread wait in the kernel, which hands the turn on the moment it is given back,
+    and SQLite's lock is free by the time they get it.
 
     The lock is an open file per thread: peewee keeps a transaction per thread, and a `flock`
     belongs to an open file, so two threads of a process exclude each other too. Like a
@@ -157,6 +162,26 @@ class _SqlitePool(PooledSqliteDatabase):
             super().rollback()
         finally:
             self._let_writer_go()
+
+    def turn_for(self, sql: str) -> contextlib.AbstractContextManager:
+        """What to hold while running `sql`: the writers' turn when it writes outside a
+        transaction (a transaction holds it already), else nothing."""
+        if self._state.transactions or not sql.lstrip()[:7].upper().startswith(_WRITES):
+            return contextlib.nullcontext()
+        return self._turn()
+
+    def _execute_cursor(self, sql, params, **cursor_options):
+        with self.turn_for(sql):
+            return super()._execute_cursor(sql, params, **cursor_options)
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        lock = self._writer_file()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _writer_file(self):
         writer = self._writer
@@ -250,7 +275,11 @@ def _execute_on(cursor, sql: str, params: tuple | list) -> None:
         if inlined is not None:
             sql, params = inlined, None
     try:
-        cursor.execute(sql, params)
+        if is_postgres():
+            cursor.execute(sql, params)
+        else:
+            with db.obj.turn_for(sql):
+                cursor.execute(sql, params)
     except Exception:
         if is_postgres():
             db.obj.after_failure(cursor.connection)
@@ -302,7 +331,8 @@ def execute_many(sql: str, rows: list) -> None:
 
             execute_batch(cursor, sql.replace("?", "%s"), rows, page_size=100)
         else:
-            cursor.executemany(sql, rows)
+            with db.obj.turn_for(sql):
+                cursor.executemany(sql, rows)
 
 
 @contextlib.contextmanager
