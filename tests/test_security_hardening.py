@@ -124,7 +124,7 @@ def test_the_demo_keeps_the_ssrf_guard_and_its_files_private(demo_installation):
     assert refused.status_code == 422, refused.text
 
     files = [path for path in data_dir.iterdir() if path.is_file()]
-    assert {"service.db", "queue.db", "secret.key"} <= {path.name for path in files}
+    assert {"service.db", "service.db-writer", "queue.db", "secret.key"} <= {path.name for path in files}
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
