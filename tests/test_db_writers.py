@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,47 +76,44 @@ def test_a_write_transaction_holds_the_writers_lock_until_it_ends_however_it_end
     assert "Undone" not in tenant_names()
 
 
-def test_a_writer_in_another_thread_waits_in_the_kernel_and_writes_once_the_holder_commits(sqlite_storage):
-    lock = writers_lock(sqlite_storage)
+def write_in_another_thread_while_holding_a_write(lock: Path, write: Callable[[], None]) -> None:
+    """Run `write` in another thread while this one holds a write transaction: the other thread
+    waits in the kernel, and its write ends only after the transaction has committed."""
     done = threading.Event()
 
-    def second_writer() -> None:
-        with connection(), atomic():
-            create_tenant("Second")
+    def run() -> None:
+        with connection():
+            write()
         done.set()
 
     with atomic():
-        create_tenant("First")
-        writer = threading.Thread(target=second_writer)
+        create_tenant("Holder")
+        writer = threading.Thread(target=run)
         writer.start()
         wait_until_waiting(lock, os.getpid())
         assert not done.is_set()
     writer.join(WAIT)
     assert done.is_set()
-    assert tenant_names()[-2:] == ["First", "Second"]
+
+
+def test_a_writer_in_another_thread_waits_in_the_kernel_and_writes_once_the_holder_commits(sqlite_storage):
+    def second_writer() -> None:
+        with atomic():
+            create_tenant("Second")
+
+    write_in_another_thread_while_holding_a_write(writers_lock(sqlite_storage), second_writer)
+    assert tenant_names()[-2:] == ["Holder", "Second"]
 
 
 def test_a_statement_that_writes_outside_a_transaction_waits_its_turn_too(sqlite_storage):
     lock = writers_lock(sqlite_storage)
     tenant = create_tenant("Renamed later")
-    done = threading.Event()
-
-    def rename() -> None:
-        with connection():
-            execute('UPDATE "tenant" SET "name" = ? WHERE "id" = ?', ("Renamed", tenant.id))
-        done.set()
-
-    with atomic():
-        create_tenant("Holder")
-        writer = threading.Thread(target=rename)
-        writer.start()
-        wait_until_waiting(lock, os.getpid())
-        assert not done.is_set()
-    writer.join(WAIT)
-    assert done.is_set() and "Renamed" in tenant_names() and is_free(lock)
+    write_in_another_thread_while_holding_a_write(
+        lock, lambda: execute('UPDATE "tenant" SET "name" = ? WHERE "id" = ?', ("Renamed", tenant.id)))
+    assert "Renamed" in tenant_names() and is_free(lock)
 
 
-def test_a_writer_in_another_process_waits_in_the_kernel_and_writes_once_the_holder_commits(sqlite_storage, tmp_path):
+def test_a_writer_in_another_process_waits_in_the_kernel_and_writes_once_the_holder_commits(sqlite_storage):
     lock = writers_lock(sqlite_storage)
     script = textwrap.dedent("""
         import sys
