@@ -493,9 +493,12 @@ def test_notifications_are_coalesced_into_a_few_tasks(alice, storage):
 def test_a_drain_lease_that_lapsed_cannot_release_its_successors(alice):
     endpoint, _ = webhooks.create_endpoint(alice.id, "https://hooks.example.com/a", ["message.sent"])
     start = utcnow()
+    assert not webhooks.drain_held(endpoint.id, start)
     first = webhooks.acquire_drain(endpoint.id, start, 60)
     assert first is not None and webhooks.acquire_drain(endpoint.id, start, 60) is None
+    assert webhooks.drain_held(endpoint.id, start + dt.timedelta(seconds=60))
     later = start + dt.timedelta(seconds=61)
+    assert not webhooks.drain_held(endpoint.id, later)
     second = webhooks.acquire_drain(endpoint.id, later, 60)  # the first holder stalled past its lease
     assert second is not None
     assert webhooks.extend_drain(endpoint.id, first, later, 60) is None
@@ -503,6 +506,25 @@ def test_a_drain_lease_that_lapsed_cannot_release_its_successors(alice):
     assert webhooks.acquire_drain(endpoint.id, later, 60) is None  # still the second holder's
     webhooks.release_drain(endpoint.id, second)
     assert webhooks.acquire_drain(endpoint.id, later, 60) is not None
+
+
+def test_a_drain_taking_over_sends_at_once_what_the_holder_before_it_claimed_and_never_recorded(
+        alice, make_receiver):
+    server = make_receiver()
+    endpoint, _ = webhooks.create_endpoint(alice.id, server.url(), ["message.sent"])
+    emitted = emit(alice.id, count=3, notify=False)
+    while webhooks.fan_out(limit=500).events:
+        pass
+    # A drain whose worker died after claiming: its claims would hold the deliveries for CLAIM_SECONDS.
+    assert len(webhooks.claim_due(endpoint.id, 10, utcnow())) == 3
+
+    stats = drain(endpoint.id)
+
+    assert (stats.attempted, stats.delivered) == (3, 3)
+    assert {request.headers["X-Service-Event-Id"] for request in server.wait_for(3)} == \
+        {event.public_id for event in emitted}
+    assert {d.status for d in WebhookDelivery.select()} == {"delivered"}
+    assert webhooks.acquire_drain(endpoint.id, utcnow(), 60) is not None  # the lease was given back
 
 
 def _backlog(tenant_id: int, count: int) -> tuple[WebhookEndpoint, list[int]]:

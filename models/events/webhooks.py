@@ -377,6 +377,7 @@ class Outcome:
 # running them. OPEN_STATUSES spelled out.
 _ACQUIRE_DRAIN_SQL = ("""UPDATE "webhook_endpoint" SET "drain_until" = ? WHERE "id" = ? AND "status" = 'active' """
                       'AND ("drain_until" IS NULL OR "drain_until" < ?)')
+_DRAIN_HELD_SQL = 'SELECT 1 FROM "webhook_endpoint" WHERE "id" = ? AND "drain_until" >= ?'
 _EXTEND_DRAIN_SQL = 'UPDATE "webhook_endpoint" SET "drain_until" = ? WHERE "id" = ? AND "drain_until" = ?'
 _RELEASE_DRAIN_SQL = 'UPDATE "webhook_endpoint" SET "drain_until" = NULL WHERE "id" = ? AND "drain_until" = ?'
 _RELEASE_CLAIMS_SQL = ('UPDATE "webhook_delivery" SET "claimed_until" = NULL WHERE "endpoint_id" = ? '
@@ -400,6 +401,12 @@ def acquire_drain(endpoint_id: int, now: dt.datetime, seconds: float) -> dt.date
     """
     until = now + dt.timedelta(seconds=seconds)
     return until if execute(_ACQUIRE_DRAIN_SQL, (until, endpoint_id, now)).rowcount == 1 else None
+
+
+def drain_held(endpoint_id: int, now: dt.datetime) -> bool:
+    """Whether a drain holds the endpoint's lease now: asked with a read, so that a drain turned
+    away (the fan-out starts one for every endpoint that got deliveries) writes nothing."""
+    return fetch_one(_DRAIN_HELD_SQL, (endpoint_id, now)) is not None
 
 
 def extend_drain(endpoint_id: int, lease: dt.datetime, now: dt.datetime, seconds: float) -> dt.datetime | None:

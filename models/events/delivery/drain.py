@@ -74,9 +74,9 @@ def drain(endpoint_id: int, clock: Callable[[], dt.datetime] = utcnow,
             _come_back_when_lease_ends(endpoint_id)
             return stats
         stats.ran = True
-        freed = webhooks.release_claims(endpoint_id, clock())
-        if freed:
-            log.warning("endpoint %s: %d deliveries claimed by an earlier drain go out again", endpoint_id, freed)
+        if lease.freed:
+            log.warning("endpoint %s: %d deliveries claimed by an earlier drain go out again", endpoint_id,
+                        lease.freed)
         try:
             _pump(endpoint_id, clock, slice_seconds, stats, lease)
         finally:
