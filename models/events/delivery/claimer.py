@@ -58,6 +58,9 @@ class Claimer:
         self._clock = clock
         self._ends = started + slice_seconds
         self.claiming = True
+        # The last claim took everything that was due: the next one first asks whether anything
+        # became due since, a read, rather than take the writers' turn for an empty claim.
+        self._took_all = False
         self._vetted: tuple[float, ssrf.Target, list[ssrf.IPAddress]] | None = None  # (when, target, addresses)
 
     def stop(self) -> None:
@@ -73,6 +76,7 @@ class Claimer:
             self.claiming = False
             return None
         works = self._claim_due(wanted - inflight)
+        self._took_all = len(works) < wanted - inflight
         if not works:
             self.claiming = False
             return None
@@ -85,6 +89,8 @@ class Claimer:
 
     def _claim_due(self, count: int) -> list[Work]:
         try:
+            if self._took_all and not webhooks.has_due(self.endpoint.id, self._clock()):
+                return []
             return webhooks.claim_due(self.endpoint.id, count, self._clock())
         except Exception as error:
             if not storage_unavailable(error):
