@@ -510,10 +510,10 @@ def record(endpoint_id: int, outcomes: Sequence[Outcome], rng: random.Random | N
     # Each attempt's time goes into three columns (the attempt's, the delivery's update and delivery times).
     attempted_at = [bound_datetime(outcome.attempted_at) for outcome in outcomes]
     with atomic():
+        _update_endpoint_health(endpoint_id, outcomes)  # the endpoint's row first: the lock order
         _insert_attempts(outcomes, attempted_at)
         execute_many(_ADVANCE_SQL, [_advance_params(outcome, at, rng) for outcome, at in zip(outcomes, attempted_at,
                                                                                               strict=True)])
-        _update_endpoint_health(endpoint_id, outcomes)
 
 
 _ATTEMPT_COLUMNS = ("delivery_id", "number", "attempted_at", "outcome", "status_code", "latency_ms",
