@@ -26,7 +26,7 @@ from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
 from models.sending.tables import Message
 from models.sending.work import BatchResult, Job, NumberPlan
-from models.store.db import atomic, bound_datetime, execute, lock_rows, skip_locked
+from models.store.db import atomic, bound_datetime, execute, is_postgres, lock_rows
 from models.store.prepared import Prepared
 from models.tenancy import credits
 
@@ -79,12 +79,12 @@ class MessageStore:
         """Claim up to `grants[number]` due messages per number, oldest first, in one transaction;
         those whose window closed, or whose content cannot make a payload, fail at once."""
         now = now or utcnow()
+        due_ids = _DUE_IDS + (" FOR UPDATE SKIP LOCKED" if is_postgres() else "")
+        bound_now = bound_datetime(now)
         with atomic():
             ids: list[int] = []
             for account_id, take in grants.items():
-                ids += [row_id for (row_id,) in skip_locked(
-                    Message.select(Message.id).where(_due(now) & (Message.account == account_id))
-                    .order_by(Message.id).limit(take)).tuples()]
+                ids += [row_id for (row_id,) in execute(due_ids, (account_id, "queued", bound_now, take)).fetchall()]
             if not ids:
                 return []
             claimed = list(Message.update(claim_token=claim_token, claimed_at=now, send_started_at=None,
@@ -262,6 +262,13 @@ _MESSAGES_WAITING = (
     'SELECT "account_id", "claim_token" IS NOT NULL, COUNT(*) FROM "message" WHERE "status" = ? '
     'AND ("claim_token" IS NOT NULL OR "not_before" IS NULL OR "not_before" <= ?) '
     'GROUP BY "account_id", "claim_token" IS NOT NULL')
+
+
+# One number's due messages, oldest first, for a claim: hand-written as the plan's statement, since
+# a claim runs it for every number inside the writers' turn (SKIP LOCKED added on PostgreSQL, as
+# `skip_locked` does). `_due` is the same condition for the ORM.
+_DUE_IDS = ('SELECT "id" FROM "message" WHERE "account_id" = ? AND "status" = ? AND "claim_token" IS NULL '
+            'AND ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "id" LIMIT ?')
 
 
 def _due(now: dt.datetime):
