@@ -26,7 +26,7 @@ from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
 from models.sending.tables import Message
 from models.sending.work import BatchResult, Job, NumberPlan
-from models.store.db import atomic, bound_datetime, execute, is_postgres, lock_rows
+from models.store.db import atomic, bound_datetime, execute, is_postgres, lock_rows, placeholders
 from models.store.prepared import Prepared
 from models.tenancy import credits
 
@@ -123,12 +123,13 @@ class MessageStore:
         does); returns the ids marked."""
         now = now or utcnow()
         marked: set[int] = set()
+        started_at = bound_datetime(now)
         with atomic():
             lock_rows(Message, [job.id for job in jobs])
             for token, ids in _ids_by_token([(job.id, job.claim_token) for job in jobs]).items():
-                marked |= {row.id for row in Message.update(send_started_at=now).where(
-                    Message.id.in_(ids) & (Message.status == "queued") & (Message.claim_token == token))
-                    .returning(Message.id).execute()}
+                marked |= {row_id for (row_id,) in execute(
+                    f'UPDATE "message" SET "send_started_at" = ? WHERE "id" IN ({placeholders(len(ids))}) '
+                    'AND "status" = ? AND "claim_token" = ? RETURNING "id"', [started_at, *ids, "queued", token])}
         return marked
 
     # 4. Outcomes.
