@@ -264,7 +264,8 @@ def fetch_one(sql: str, params: tuple | list = ()) -> tuple | None:
 
 
 def _execute_on(cursor, sql: str, params: tuple | list) -> None:
-    if is_postgres():
+    postgres = is_postgres()
+    if postgres:
         spelled = _POSTGRES_SPELLING.get(sql)
         if spelled is None:
             spelled = sql.replace("?", "%s")
@@ -275,13 +276,10 @@ def _execute_on(cursor, sql: str, params: tuple | list) -> None:
         if inlined is not None:
             sql, params = inlined, None
     try:
-        if is_postgres():
+        with contextlib.nullcontext() if postgres else db.obj.turn_for(sql):
             cursor.execute(sql, params)
-        else:
-            with db.obj.turn_for(sql):
-                cursor.execute(sql, params)
     except Exception:
-        if is_postgres():
+        if postgres:
             db.obj.after_failure(cursor.connection)
         with __exception_wrapper__:  # the driver's error as peewee's, as every query raises it
             raise
