@@ -174,7 +174,7 @@ class AccountTemplatesResource:
 
     @operation("Create a template and submit it for review", scope="templates:write", body=TemplateInput,
                responses={201: Success[ReviewedTemplate]}, errors=(401, 403, 404, 409, 422, 429, 503),
-               tags=("accounts",),
+               tags=("accounts",), calls_out_first=True,
                description="The body is the platform's own `message_templates` shape. It is checked against the "
                            "platform's rules first; each broken rule is named in `error.details.errors` under its "
                            "field's path (`components.1.example.body_text`). The template is then submitted and "
@@ -192,7 +192,7 @@ class AccountTemplatesResource:
 class AccountTemplateResource:
     @operation("Delete a template, every language of it", scope="templates:write",
                responses={200: Success[DeletedTemplates]}, errors=(401, 403, 404, 409, 422, 429, 503),
-               tags=("accounts",),
+               tags=("accounts",), calls_out_first=True,
                description="Deletes the template on the platform and marks it `deleted` here (never listed or "
                            "sent again); `template.status_changed` is emitted for each language. 404 "
                            "`template_not_found` when the number has no template of that name.")

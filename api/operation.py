@@ -4,9 +4,10 @@ A request goes through, in order:
 1. the body-size cap (413), before anything is read;
 2. authentication and the IP allow-list (401), then the scope (403);
 3. the rate limits (429), with RateLimit-* headers from here on;
-4. the body, read once and bounded; the Idempotency-Key claim (replay or 409);
+4. the body, read once and bounded; the Idempotency-Key's lookup (replay or 409);
 5. validation of the body against the declared schema (422);
-6. the handler, whose reply (or domain error) is rendered and, when replayable, stored.
+6. the handler, whose first commit writes the key's record, and whose reply (or domain error) is
+   rendered and, when replayable, stored.
 """
 
 from __future__ import annotations
@@ -73,16 +74,20 @@ class Operation:
     # The response holds a secret shown once (a signing secret): its copy kept for idempotent
     # replay is encrypted at rest like the secret itself.
     secret_response: bool = False
+    # The handler calls another service (the platform, the gateway) before its first commit: its
+    # Idempotency-Key is claimed before it runs, so a concurrent duplicate never calls out too.
+    calls_out_first: bool = False
 
 
 def operation(summary: str, *, scope: str | None, body=None, responses=None, errors=(),
-              rate_limit=None, receivables=False, query=(), tags=(), description=None, secret_response=False):
+              rate_limit=None, receivables=False, query=(), tags=(), description=None, secret_response=False,
+              calls_out_first=False):
     """Declare a responder. `scope=None` makes it public; `scope=""` needs a key but no scope.
 
     The handler returns a `Reply`; domain errors raised inside it are rendered in the envelope.
     """
     op = Operation(summary, scope, body, responses or {}, tuple(errors), rate_limit, receivables,
-                   tuple(query), tuple(tags), description, secret_response)
+                   tuple(query), tuple(tags), description, secret_response, calls_out_first)
 
     def decorate(handler: Callable) -> Callable:
         @functools.wraps(handler)
@@ -170,12 +175,12 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
         _answer_read(op, handler, resource, req, resp, params)
         return
     raw = read_body(req)
-    claim = None
+    use = None
     if req.context.tenant_id is not None:
         key_value = _idempotency_key(req, op)
         if key_value is not None:
-            claim = idempotency.claim(req.context.tenant_id, key_value, req.method, req.path,
-                                      hashlib.sha256(raw).hexdigest())
+            take_key = idempotency.claim if op.calls_out_first else idempotency.look_up
+            claim = take_key(req.context.tenant_id, key_value, req.method, req.path, hashlib.sha256(raw).hexdigest())
             if claim.conflict:
                 raise ApiError(409, _conflict_code(op), CONFLICT_MESSAGES[claim.conflict], {"reason": claim.conflict})
             if claim.replay is not None:
@@ -187,28 +192,28 @@ def _run(op: Operation, handler, resource, req, resp, params) -> None:
                     resp.set_header(name, value)
                 resp.set_header(REPLAY_HEADER, "true")
                 return
+            use = claim.use
 
     try:
         req.context.body = validate(op.body, raw) if op.body is not None else None
-        # The operation's first commit also marks the key `applied` (models/tenancy/idempotency.py).
-        with idempotency.applying(claim.record) if claim is not None and claim.record is not None \
-                else contextlib.nullcontext():
+        # The operation's first commit also writes the key `applied` (models/tenancy/idempotency.py).
+        with idempotency.applying(use) if use is not None else contextlib.nullcontext():
             reply = handler(resource, req, resp, **params)
     except (ApiError, DomainError) as error:
         if isinstance(error, idempotency.ClaimLost):
             error = ApiError(409, _conflict_code(op), error.message, error.details)
         api_error = error if isinstance(error, ApiError) else ApiError.from_domain(error)
         render_error(resp, api_error)
-        if claim is not None and claim.record is not None:
-            _finish(op, claim.record, api_error.status, resp.data, api_error.headers)
+        if use is not None:
+            _finish(op, use, api_error.status, resp.data, api_error.headers)
         return
     except BaseException:
-        if claim is not None and claim.record is not None:
-            idempotency.abandon(claim.record)
+        if use is not None:
+            idempotency.abandon(use)
         raise
     _render(resp, reply)
-    if claim is not None and claim.record is not None:
-        _finish(op, claim.record, reply.status, resp.data, reply.headers)
+    if use is not None:
+        _finish(op, use, reply.status, resp.data, reply.headers)
 
 
 def _answer_read(op: Operation, handler, resource, req, resp, params) -> None:
@@ -235,10 +240,10 @@ def _conflict_code(op: Operation) -> str:
     return "idempotency_key_conflict" if op.receivables else "idempotency_conflict"
 
 
-def _finish(op: Operation, record, status: int, body: bytes, headers: dict[str, str]) -> None:
+def _finish(op: Operation, use: idempotency.KeyUse, status: int, body: bytes, headers: dict[str, str]) -> None:
     if status >= 500 or status in NOT_REPLAYED:
-        idempotency.abandon(record)
+        idempotency.abandon(use)
     else:
         if op.secret_response:
             body = secrets.encrypt(body.decode()).encode()
-        idempotency.complete(record, status, body, headers)
+        idempotency.complete(use, status, body, headers)

@@ -89,6 +89,7 @@ EXPORT_QUERY = (
 class PaymentLinkResource:
     @operation("Create a payment link for a debt", scope="cartera:write", body=PaymentLinkInput, receivables=True,
                responses={201: Success[PaymentLinkItem]}, errors=(401, 403, 404, 409, 422, 429, 502), tags=TAGS,
+               calls_out_first=True,
                description="The amount defaults to what the installment `cuota_external_id` still owes, else to "
                            "the next open installment's remainder, else to the open balance; a given `monto` is at "
                            "most the balance. The link expires after SVC_PAYMENTS_LINK_TTL_HOURS (72 h). `url` is "

@@ -11,10 +11,12 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from api.operation import Reply, operation
+from models.store.db import connection
 from models.tenancy import credits, idempotency
 from models.tenancy.idempotency import CLAIMER
 from models.tenancy.tables import IdempotencyRecord
@@ -38,7 +40,8 @@ def body_hash(body: dict) -> str:
 @pytest.fixture(autouse=True)
 def routes(app):
     """Writes that count their executions (one credit granted per call), one of which fails after
-    its operation committed, and one whose claim is taken over by a retry while it runs."""
+    its operation committed, one whose claim is taken over by a retry while it runs, and one whose
+    key a duplicate applies while it runs."""
     class GrantThenCrash:
         @operation("test", scope="credits:read", body=GrantInput)
         def on_post(self, req, resp):
@@ -46,16 +49,40 @@ def routes(app):
             raise RuntimeError("the process fails after the operation committed")
 
     class OvertakenGrant:
-        @operation("test", scope="credits:read", body=GrantInput)
+        @operation("test", scope="credits:read", body=GrantInput, calls_out_first=True)
         def on_post(self, req, resp):
             # What a retry does when it judges this request dead: remove the in-progress claim.
             IdempotencyRecord.delete().where(IdempotencyRecord.key == req.get_header("Idempotency-Key")).execute()
             credits.grant(req.context.tenant_id, 1, reason=req.context.body.note)
             return Reply(201, {"success": True})
 
+    class OutrunGrant:
+        @operation("test", scope="credits:read", body=GrantInput)
+        def on_post(self, req, resp):
+            # A concurrent duplicate, in a thread of its own, commits first: its record holds the key.
+            def duplicate() -> None:
+                with connection():
+                    claim = idempotency.look_up(req.context.tenant_id, req.get_header("Idempotency-Key"), "POST",
+                                                req.path, body_hash(req.context.body.model_dump()))
+                    with idempotency.applying(claim.use):
+                        credits.grant(req.context.tenant_id, 1, reason="the duplicate")
+
+            thread = threading.Thread(target=duplicate)
+            thread.start()
+            thread.join()
+            credits.grant(req.context.tenant_id, 1, reason=req.context.body.note)
+            return Reply(201, {"success": True})
+
     app.add_route(PATH, GrantOne())
+    class CrashBeforeCommit:
+        @operation("test", scope="credits:read", body=GrantInput)
+        def on_post(self, req, resp):
+            raise RuntimeError("the process fails before the operation commits")
+
     app.add_route(PATH + "-crash", GrantThenCrash())
+    app.add_route(PATH + "-crash-before", CrashBeforeCommit())
     app.add_route(PATH + "-overtaken", OvertakenGrant())
+    app.add_route(PATH + "-outrun", OutrunGrant())
 
 
 def post(client, persona, key: str, body: dict, path: str = PATH):
@@ -65,7 +92,7 @@ def post(client, persona, key: str, body: dict, path: str = PATH):
 def test_a_claim_left_by_a_process_that_is_gone_is_taken_over_at_once(client, alice):
     body = {"note": "a"}
     claim = idempotency.claim(alice.id, "k-dead", "POST", PATH, body_hash(body))
-    IdempotencyRecord.update(headers={CLAIMER: dead_claimer()}).where(IdempotencyRecord.id == claim.record.id) \
+    IdempotencyRecord.update(headers={CLAIMER: dead_claimer()}).where(IdempotencyRecord.id == claim.use.record_id) \
         .execute()
     response = post(client, alice, "k-dead", body)
     assert response.status_code == 201
@@ -88,7 +115,7 @@ def test_an_operation_that_committed_is_never_run_again(client, alice):
     body = {"note": "a"}
     claim = idempotency.claim(alice.id, "k-applied", "POST", PATH, body_hash(body))
     IdempotencyRecord.update(state="applied", headers={CLAIMER: dead_claimer()}).where(
-        IdempotencyRecord.id == claim.record.id).execute()
+        IdempotencyRecord.id == claim.use.record_id).execute()
     response = post(client, alice, "k-applied", body)
     assert response.status_code == 409
     assert response.json["error"]["code"] == "idempotency_conflict"
@@ -120,3 +147,20 @@ def test_a_request_whose_claim_was_taken_over_commits_nothing(client, alice):
     assert response.status_code == 409
     assert response.json["error"]["code"] == "idempotency_conflict"
     assert credits.wallet_of(alice.id).balance == 1000
+
+
+def test_a_request_whose_key_a_duplicate_applied_first_commits_nothing(client, alice):
+    response = post(client, alice, "k-outrun", {"note": "a"}, path=PATH + "-outrun")
+    assert response.status_code == 409
+    assert response.json["error"]["code"] == "idempotency_conflict"
+    assert response.json["error"]["details"] == {"reason": "in_progress"}
+    assert credits.wallet_of(alice.id).balance == 1001  # the duplicate's grant only
+    assert IdempotencyRecord.get(IdempotencyRecord.key == "k-outrun").state == "applied"
+
+
+def test_a_key_is_written_by_the_operations_commit_not_before(client, alice):
+    """Only an operation that calls out first claims its key before it runs: the others' record
+    is written in their first transaction, so a request that fails before committing leaves none."""
+    crashed = post(client, alice, "k-before", {"note": "a"}, path=PATH + "-crash-before")
+    assert crashed.status_code == 500
+    assert not IdempotencyRecord.select().where(IdempotencyRecord.key == "k-before").exists()
