@@ -177,7 +177,8 @@ class CampaignStore:
 
     def claim(self, grants: dict[int, int], plans: dict[int, NumberPlan], claim_token: str,
               now: dt.datetime | None = None) -> list[Job]:
-        """Claim up to `grants[account]` due recipients per number, in one transaction.
+        """Claim up to `grants[account]` due recipients per number, in one transaction, and make
+        their jobs.
 
         A number's share is split evenly between its campaigns; what one campaign cannot use goes
         to the others. The campaign rows move to `processing` first, with a conditional UPDATE that
@@ -201,8 +202,6 @@ class CampaignStore:
             started = {row_id for row_id, status in statuses.items() if status == "processing"}
             if not started:
                 return []
-            campaigns = self._campaign_rows(started)
-            numbers = self._numbers(list(grants))
             wanted = dict(grants)
             live = {account_id: [c for c in plans[account_id].campaigns if c in started] for account_id in grants}
             rows: list[tuple] = []
@@ -238,19 +237,25 @@ class CampaignStore:
             for row in rows:
                 count_moved(claimed, row[2], "pending", "queued")
             add_to_counters(claimed)
-            jobs: list[Job] = []
-            for row_id, public_id, campaign_id, wa_id, contact, variables, throttled, retries, buttons in rows:
-                campaign = campaigns[campaign_id]
-                account = numbers[campaign.account_id]
-                variables = orjson.loads(variables) if isinstance(variables, (str, bytes)) else variables
-                buttons = orjson.loads(buttons) if isinstance(buttons, (str, bytes)) else buttons
-                jobs.append(Job(
-                    store=self.name, id=row_id, public_id=public_id, tenant_id=campaign.tenant_id,
-                    account_id=account.id, account_public_id=account.public_id, phone_id=account.phone_id,
-                    token=self._token(account), wa_id=wa_id, throttled=throttled, retries=retries,
-                    payload=template_payload(campaign, wa_id, variables, public_id, buttons), claim_token=claim_token,
-                    campaign_id=campaign_id, campaign_public_id=campaign.public_id,
-                    external_contact_id=contact))
+        # The jobs are built once the claim has committed, outside the writers' turn: the rows are
+        # ours by their claim token, and a claim this process never starts is given back.
+        if not rows:
+            return []
+        campaigns = self._campaign_rows({row[2] for row in rows})
+        numbers = self._numbers(list(grants))
+        jobs: list[Job] = []
+        for row_id, public_id, campaign_id, wa_id, contact, variables, throttled, retries, buttons in rows:
+            campaign = campaigns[campaign_id]
+            account = numbers[campaign.account_id]
+            variables = orjson.loads(variables) if isinstance(variables, (str, bytes)) else variables
+            buttons = orjson.loads(buttons) if isinstance(buttons, (str, bytes)) else buttons
+            jobs.append(Job(
+                store=self.name, id=row_id, public_id=public_id, tenant_id=campaign.tenant_id,
+                account_id=account.id, account_public_id=account.public_id, phone_id=account.phone_id,
+                token=self._token(account), wa_id=wa_id, throttled=throttled, retries=retries,
+                payload=template_payload(campaign, wa_id, variables, public_id, buttons), claim_token=claim_token,
+                campaign_id=campaign_id, campaign_public_id=campaign.public_id,
+                external_contact_id=contact))
         return jobs
 
     @staticmethod

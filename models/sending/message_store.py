@@ -77,7 +77,7 @@ class MessageStore:
     def claim(self, grants: dict[int, int], plans: dict[int, NumberPlan], claim_token: str,
               now: dt.datetime | None = None) -> list[Job]:
         """Claim up to `grants[number]` due messages per number, oldest first, in one transaction;
-        those whose window closed, or whose content cannot make a payload, fail at once."""
+        those whose window closed, or whose content cannot make a payload, then fail at once."""
         now = now or utcnow()
         due_ids = _DUE_IDS + (" FOR UPDATE SKIP LOCKED" if is_postgres() else "")
         bound_now = bound_datetime(now)
@@ -91,29 +91,32 @@ class MessageStore:
                                           attempts=Message.attempts + 1)
                            .where(Message.id.in_(ids) & (Message.status == "queued") & Message.claim_token.is_null())
                            .returning(Message).execute())
-            numbers = {a.id: a for a in MessagingAccount.select().where(
-                MessagingAccount.id.in_(list({m.account_id for m in claimed})))}
-            open_windows = _open_windows(claimed, now)
-            jobs, closed, broken = [], [], []
-            for message in claimed:
-                account = numbers[message.account_id]
-                if (message.account_id, message.to) not in open_windows:
-                    closed.append((message.id, claim_token))
-                    continue
-                try:
-                    payload, token = message_payload(message), account_token(account)
-                except (ValueError, KeyError) as error:
-                    broken.append(((message.id, claim_token), str(error)))
-                    continue
-                jobs.append(Job(
-                    store=self.name, id=message.id, public_id=message.public_id, tenant_id=message.tenant_id,
-                    account_id=account.id, account_public_id=account.public_id, phone_id=account.phone_id,
-                    token=token, wa_id=message.to, throttled=message.throttled, retries=message.attempts - 1,
-                    payload=payload, claim_token=claim_token))
+        # The rest once the claim has committed, outside the writers' turn: the rows are ours by
+        # their claim token, and those that cannot go fail under it.
+        numbers = {a.id: a for a in MessagingAccount.select().where(
+            MessagingAccount.id.in_(list({m.account_id for m in claimed})))}
+        open_windows = _open_windows(claimed, now)
+        jobs, closed, broken = [], [], []
+        for message in claimed:
+            account = numbers[message.account_id]
+            if (message.account_id, message.to) not in open_windows:
+                closed.append((message.id, claim_token))
+                continue
+            try:
+                payload, token = message_payload(message), account_token(account)
+            except (ValueError, KeyError) as error:
+                broken.append(((message.id, claim_token), str(error)))
+                continue
+            jobs.append(Job(
+                store=self.name, id=message.id, public_id=message.public_id, tenant_id=message.tenant_id,
+                account_id=account.id, account_public_id=account.public_id, phone_id=account.phone_id,
+                token=token, wa_id=message.to, throttled=message.throttled, retries=message.attempts - 1,
+                payload=payload, claim_token=claim_token))
+        if closed:
             self._fail(closed, "outside_24h_window",
                        "the customer's 24-hour window closed before the message could be sent", now)
-            for claim, text in broken:
-                self._fail([claim], "invalid_message", text, now)
+        for claim, text in broken:
+            self._fail([claim], "invalid_message", text, now)
         return jobs
 
     # 3. Sends started.
