@@ -43,7 +43,10 @@ def test_it_creates_a_queued_campaign_and_dispatches_it(client, alice, number, s
     detail = client.simulate_get(f"{URL}/{data['id']}", headers=alice.headers).json["data"]
     assert (detail["status"], detail["sent"], detail["consumed_credits"]) == ("completed", 2, 2)
     assert detail["started_at"] is not None and detail["finished_at"] is not None
-    assert ledger_types(alice.id) == [("manual_grant", 1000), ("reserve", -2), ("consume", -2)]
+    entries = ledger_types(alice.id)
+    assert entries[:2] == [("manual_grant", 1000), ("reserve", -2)]
+    # A consume per batch the engine recorded: on a loaded machine the two sends may go in two.
+    assert {kind for kind, _ in entries[2:]} == {"consume"} and sum(amount for _, amount in entries[2:]) == -2
     sent = [item for item in sim.sent() if item["phone_number_id"] == number.phone_id]
     assert sorted(item["to"] for item in sent) == ["5215550100001", "5215550100002"]
     assert all(item["template"] == "hello_world" and item["language"] == "en_US" for item in sent)
