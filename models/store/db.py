@@ -124,9 +124,10 @@ class _SqlitePool(PooledSqliteDatabase):
 
     Writers therefore take turns on an exclusive `flock` of a file beside the database first: a
     write transaction from its BEGIN IMMEDIATE to its end, and a statement that writes outside a
-    transaction (an Idempotency-Key's claim, a drain's lease) for that statement. Writers of every
-    process and thread wait in the kernel, which hands the turn on the moment it is given back,
-    and SQLite's lock is free by the time they get it.
+    transaction (an Idempotency-Key's claim, a drain's lease) for that statement. A process's
+    writers queue on a lock of the process first, and one of them at a time waits in the kernel,
+    which hands the turn on the moment it is given back; SQLite's lock is free by the time it is
+    taken.
 
     The lock is an open file per thread: peewee keeps a transaction per thread, and a `flock`
     belongs to an open file, so two threads of a process exclude each other too. Like a
@@ -140,14 +141,17 @@ class _SqlitePool(PooledSqliteDatabase):
         super().__init__(database, **kwargs)
         self._writer_path = database + "-writer"
         self._writer = threading.local()
+        # A process's writers queue here first, so one thread of each process waits on the file:
+        # the kernel wakes every waiter of a `flock` when it is given back, and with dozens of
+        # threads waiting, each hand-over woke them all to find it taken again.
+        self._process_turn = threading.Lock()
 
     def begin(self, lock_type=None):
-        lock = self._writer_file()
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        self._take_turn()
         try:
             super().begin(lock_type)
         except BaseException:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            self._give_turn()
             raise
         self._writer.held = True
 
@@ -176,12 +180,24 @@ class _SqlitePool(PooledSqliteDatabase):
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
-        lock = self._writer_file()
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        self._take_turn()
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            self._give_turn()
+
+    def _take_turn(self) -> None:
+        lock = self._writer_file()
+        self._process_turn.acquire()
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except BaseException:
+            self._process_turn.release()
+            raise
+
+    def _give_turn(self) -> None:
+        fcntl.flock(self._writer.file, fcntl.LOCK_UN)
+        self._process_turn.release()
 
     def _writer_file(self):
         writer = self._writer
@@ -194,7 +210,7 @@ class _SqlitePool(PooledSqliteDatabase):
         writer = self._writer
         if getattr(writer, "held", False):
             writer.held = False
-            fcntl.flock(writer.file, fcntl.LOCK_UN)
+            self._give_turn()
 
 
 def _sqlite(path: Path, pool_size: int) -> PooledSqliteDatabase:
