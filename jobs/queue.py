@@ -12,6 +12,7 @@ import logging
 
 from huey import RedisHuey, SqliteHuey, crontab  # noqa: F401  (crontab re-exported for tasks)
 from huey.api import Task
+from huey.storage import SqliteStorage
 
 from config import Settings, get_settings, logs
 from config.settings import private_data_file
@@ -42,8 +43,17 @@ def task_name(task: Task) -> str:
     return f"{type(task).__module__}.{task.name}"
 
 
+class _QueueFile(SqliteStorage):
+    """Huey clears a task's revoke flag after every run, under the file's exclusive lock even when
+    there is none to clear. Nothing revokes tasks here: a read finds that out, and the write lock
+    (which enqueues from the API wait for) is taken only when there is a flag."""
+
+    def delete_data(self, key):
+        return self.has_data_for_key(key) and super().delete_data(key)
+
+
 class ServiceSqliteHuey(_CarriesRequestIds, SqliteHuey):
-    pass
+    storage_class = _QueueFile
 
 
 class ServiceRedisHuey(_CarriesRequestIds, RedisHuey):
@@ -51,11 +61,14 @@ class ServiceRedisHuey(_CarriesRequestIds, RedisHuey):
 
 
 def build_huey(settings: Settings):
+    # No task's return value is ever read: stored, each would be one more write and a row kept for
+    # ever (a single message's `mark_read` returns one).
     if settings.redis_url:
-        return ServiceRedisHuey(settings.queue_name, url=settings.redis_url, utc=True)
+        return ServiceRedisHuey(settings.queue_name, url=settings.redis_url, results=False, utc=True)
     private_data_file(settings.queue_path)
     # Its own file: SqliteHuey dequeues under BEGIN EXCLUSIVE, which must never block the app's writes.
-    return ServiceSqliteHuey(settings.queue_name, filename=str(settings.queue_path), timeout=15, utc=True)
+    return ServiceSqliteHuey(settings.queue_name, filename=str(settings.queue_path), timeout=15, results=False,
+                             utc=True)
 
 
 huey = build_huey(get_settings())
