@@ -96,27 +96,27 @@ class MessageStore:
         numbers = {a.id: a for a in MessagingAccount.select().where(
             MessagingAccount.id.in_(list({m.account_id for m in claimed})))}
         open_windows = _open_windows(claimed, now)
-        jobs, closed, broken = [], [], []
+        jobs: list[Job] = []
+        unsendable: dict[int, tuple[str, str]] = {}  # message id -> (error code, text)
         for message in claimed:
             account = numbers[message.account_id]
             if (message.account_id, message.to) not in open_windows:
-                closed.append((message.id, claim_token))
+                unsendable[message.id] = ("outside_24h_window",
+                                          "the customer's 24-hour window closed before the message could be sent")
                 continue
             try:
                 payload, token = message_payload(message), account_token(account)
             except (ValueError, KeyError) as error:
-                broken.append(((message.id, claim_token), str(error)))
+                unsendable[message.id] = ("invalid_message", str(error))
                 continue
             jobs.append(Job(
                 store=self.name, id=message.id, public_id=message.public_id, tenant_id=message.tenant_id,
                 account_id=account.id, account_public_id=account.public_id, phone_id=account.phone_id,
                 token=token, wa_id=message.to, throttled=message.throttled, retries=message.attempts - 1,
                 payload=payload, claim_token=claim_token))
-        if closed:
-            self._fail(closed, "outside_24h_window",
-                       "the customer's 24-hour window closed before the message could be sent", now)
-        for claim, text in broken:
-            self._fail([claim], "invalid_message", text, now)
+        if unsendable:
+            # One transaction for all of them, each failed with its own error.
+            self._fail([(row_id, claim_token) for row_id in unsendable], None, None, now, errors=unsendable)
         return jobs
 
     # 3. Sends started.
