@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 from models.store.db import atomic, connection, execute
 from models.tenancy.tenants import create_tenant
 from tests.conftest import base_env
+from tests.live import wait_until
 
 pytestmark = pytest.mark.skipif(not Path("/proc/locks").exists(), reason="the kernel's lock table is Linux's")
 
@@ -46,20 +46,6 @@ def is_free(lock: Path) -> bool:
         return True
 
 
-def wait_until_waiting(lock: Path, pid: int) -> None:
-    """Until the kernel lists `pid` as blocked on the writers' lock."""
-    inode = os.stat(lock).st_ino
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        for line in Path("/proc/locks").read_text().splitlines():
-            fields = line.split()
-            if "->" in fields and fields[fields.index("->") + 1] == "FLOCK" \
-                    and fields[-4] == str(pid) and fields[-3].endswith(f":{inode}"):
-                return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} never waited on the writers' lock")
-
-
 def flock_waiters(lock: Path, pid: int) -> int:
     """How many of `pid`'s open files the kernel lists as blocked on the writers' lock."""
     inode = os.stat(lock).st_ino
@@ -72,18 +58,19 @@ def flock_waiters(lock: Path, pid: int) -> int:
     return count
 
 
-def wait_until_parked(thread_ids: list[int], count: int) -> None:
-    """Until `count` of these threads of this process sleep on a lock (a futex)."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        parked = 0
-        for thread_id in thread_ids:
-            with contextlib.suppress(FileNotFoundError):
-                parked += "futex" in Path(f"/proc/self/task/{thread_id}/wchan").read_text()
-        if parked >= count:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"fewer than {count} of the threads ever waited on a lock")
+def wait_until_waiting(lock: Path, pid: int) -> None:
+    """Until the kernel lists `pid` as blocked on the writers' lock."""
+    wait_until(lambda: flock_waiters(lock, pid), timeout=WAIT, interval=0.01,
+               message=f"process {pid} to wait on the writers' lock")
+
+
+def parked(thread_ids: list[int]) -> int:
+    """How many of these threads of this process sleep on a lock (a futex)."""
+    count = 0
+    for thread_id in thread_ids:
+        with contextlib.suppress(FileNotFoundError):
+            count += "futex" in Path(f"/proc/self/task/{thread_id}/wchan").read_text()
+    return count
 
 
 def tenant_names() -> list[str]:
@@ -123,18 +110,10 @@ def write_in_another_thread_while_holding_a_write(write: Callable[[], None]) -> 
         create_tenant("Holder")
         writer = threading.Thread(target=run)
         writer.start()
-        wait_until(lambda: thread_ids)
-        wait_until_parked(thread_ids, 1)
+        wait_until(lambda: parked(thread_ids) >= 1, timeout=WAIT, interval=0.01, message="the writer to wait")
         assert not done.is_set()
     writer.join(WAIT)
     assert done.is_set()
-
-
-def wait_until(condition: Callable[[], object]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_a_writer_in_another_thread_waits_in_the_kernel_and_writes_once_the_holder_commits(sqlite_storage):
@@ -215,9 +194,9 @@ def test_of_a_process_writers_one_at_a_time_waits_on_the_file(sqlite_storage):
         assert holder.stdout.readline().strip() == "holding"
         for writer in writers:
             writer.start()
-        wait_until(lambda: len(thread_ids) == 4)
+        wait_until(lambda: len(thread_ids) == 4, timeout=WAIT, interval=0.01, message="the four writers")
         wait_until_waiting(lock, os.getpid())
-        wait_until_parked(thread_ids, 3)
+        wait_until(lambda: parked(thread_ids) >= 3, timeout=WAIT, interval=0.01, message="three writers to wait")
         assert flock_waiters(lock, os.getpid()) == 1
     finally:
         holder.communicate("go\n", timeout=WAIT)

@@ -73,12 +73,12 @@ def routes(app):
             credits.grant(req.context.tenant_id, 1, reason=req.context.body.note)
             return Reply(201, {"success": True})
 
-    app.add_route(PATH, GrantOne())
     class CrashBeforeCommit:
         @operation("test", scope="credits:read", body=GrantInput)
         def on_post(self, req, resp):
             raise RuntimeError("the process fails before the operation commits")
 
+    app.add_route(PATH, GrantOne())
     app.add_route(PATH + "-crash", GrantThenCrash())
     app.add_route(PATH + "-crash-before", CrashBeforeCommit())
     app.add_route(PATH + "-overtaken", OvertakenGrant())
