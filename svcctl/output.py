@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import orjson
+import peewee
 import typer
 from rich.cells import cell_len
 from rich.console import Console
@@ -19,7 +20,7 @@ from rich.text import Text
 from config import ConfigError, get_settings
 from models.errors import DomainError
 from models.setup import init_db
-from models.store.db import connection
+from models.store.db import connection, pending_migrations
 
 # No guessing at what a value is: rich's highlighter would colour numbers, paths and words that look
 # like calls in our sentences and in values from outside alike. What is styled, we style.
@@ -145,7 +146,8 @@ def record(data: dict, title: str | None = None) -> Table:
 
 
 def with_database(command: Callable) -> Callable:
-    """Run a command with the configured database open; domain and config errors become one line."""
+    """Run a command with the configured database open; domain and config errors become one line,
+    and so does a database whose schema is behind (a first run, or SVC_DATA_DIR pointing elsewhere)."""
 
     @functools.wraps(command)
     def run(*args, **kwargs):
@@ -157,5 +159,11 @@ def with_database(command: Callable) -> Callable:
             fail(str(error))
         except DomainError as error:
             fail(error.message)
+        except peewee.DatabaseError:
+            pending = pending_migrations()
+            if not pending:
+                raise
+            fail(f"the database's schema is not up to date ({len(pending)} migration(s) not applied): "
+                 "run `svcctl db upgrade` first")
 
     return run

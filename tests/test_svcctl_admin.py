@@ -172,3 +172,21 @@ def test_a_bad_setting_stops_start_up_with_one_line_naming_it(tmp_path, variable
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+@pytest.mark.parametrize("command", [["tenants", "list"], ["cartera", "list", "--tenant", "ten_x"],
+                                     ["cartera", "remind", "--dry-run"], ["status", "--json"]])
+def test_a_command_on_a_database_not_yet_migrated_says_to_upgrade_it(tmp_path, command):
+    env = {"PATH": "/usr/bin:/bin", "SVC_DATA_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "svcctl.main", *command], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not up to date" in lines[0] and "svcctl db upgrade" in lines[0], result.stderr
+
+    subprocess.run([sys.executable, "-m", "svcctl.main", "db", "upgrade"], env=env, check=True, capture_output=True,
+                   timeout=60)
+    after = subprocess.run([sys.executable, "-m", "svcctl.main", *command], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert "not up to date" not in after.stderr and "Traceback" not in after.stderr
+

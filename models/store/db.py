@@ -618,6 +618,13 @@ def upgrade() -> list[str]:
         return Runner(db.obj, directory=str(MIGRATIONS_DIR)).up()
 
 
+def pending_migrations() -> list[str]:
+    """The schema migrations not applied to this database yet, oldest first."""
+    with connection():
+        return [migration.name for migration in Runner(db.obj, directory=str(MIGRATIONS_DIR)).status()
+                if migration.path is not None and not migration.applied]
+
+
 def skip_locked(query):
     """A work-claim subquery: on PostgreSQL it locks the rows it picks and skips rows another
     claimer holds, so concurrent claimers take disjoint work instead of queueing on each other.
