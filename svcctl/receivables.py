@@ -17,7 +17,6 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeE
 
 from models.clock import to_utc_naive
 from models.receivables import debts
-from models.receivables.collection import due_reminders, send_due_reminders
 from models.receivables.importer import CountingReader, ImportFormatError, RowError, import_debts, reader_for
 from models.receivables.money import amount_json, format_amount, to_minor
 from models.receivables.report import AGING_BUCKETS, FUNNEL, report
@@ -26,15 +25,20 @@ from models.tenancy.tables import Tenant
 from models.tenancy.tenants import get_tenant
 from svcctl.dunning_plans import app as plans_app
 from svcctl.dunning_plans import dispute_app
+from svcctl.lazy import LazyGroup
 from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
-from svcctl.payments import export_app as payments_export_app
-from svcctl.responses import export_app as responses_export_app
 
-app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True)
+
+class Commands(LazyGroup):
+    # The gateway's HTTP client and the sending engine are not loaded for an import.
+    lazy_commands = {"remind": "svcctl.reminders:remind", "payments": "svcctl.payments:export_app",
+                     "responses": "svcctl.responses:export_app"}
+
+
+app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True,
+                  cls=Commands)
 endpoint_app = typer.Typer(help="Where debt.payment_received events are delivered.", no_args_is_help=True)
 app.add_typer(endpoint_app, name="endpoint")
-app.add_typer(payments_export_app, name="payments")
-app.add_typer(responses_export_app, name="responses")
 app.add_typer(plans_app, name="plans")
 app.add_typer(dispute_app, name="dispute")
 
@@ -224,27 +228,6 @@ def resolve(external_id: str, tenant: str = typer.Option(..., "--tenant"),
     debt = debts.resolve_debt(get_tenant(tenant).id, external_id, status, reason)
     data = debt.summary()
     show(data, as_json, lambda: record(data, "debt resolved"))
-
-
-@app.command("remind")
-@with_database
-def remind(dry_run: bool = typer.Option(False, "--dry-run", help="List what is due without sending."),
-           as_json: bool = JSON_OPTION):
-    """Send the payment reminders due now (the worker does this every 15 minutes)."""
-    if dry_run:
-        data = [{"tenant_id": item.tenant_id, "account_id": item.account_public_id,
-                 "deuda_external_id": item.debt_external_id, "cuota_external_id": item.installment_external_id,
-                 "stage": item.stage, "wa_id": item.wa_id} for item in due_reminders()]
-        show(data, as_json, lambda: table("reminders due", ("account", "debt", "installment", "stage", "to"),
-                                          [(d["account_id"], d["deuda_external_id"], d["cuota_external_id"],
-                                            d["stage"], d["wa_id"]) for d in data]))
-        return
-    from jobs.queue import load_tasks  # here: the queue reads the settings as it loads
-
-    load_tasks()  # the queue's hooks: a created campaign wakes the sending engine
-    campaigns = send_due_reminders()
-    show({"campaigns": campaigns}, as_json, lambda: f"{len(campaigns)} collection campaign(s) created: "
-                                                   + (", ".join(campaigns) or "none"))
 
 
 def _moment(raw: str | None, option: str):

@@ -190,3 +190,17 @@ def test_a_command_on_a_database_not_yet_migrated_says_to_upgrade_it(tmp_path, c
                            capture_output=True, text=True, timeout=60)
     assert "not up to date" not in after.stderr and "Traceback" not in after.stderr
 
+
+def test_an_import_loads_neither_the_reminders_loop_nor_the_gateways_client(tmp_path):
+    # An ERP job runs `svcctl cartera import` for a few debts at a time: the start-up is most of it.
+    code = ("import sys\n"
+            "from typer.testing import CliRunner\n"
+            "from svcctl.main import app\n"
+            "result = CliRunner().invoke(app, ['cartera', 'import', '--help'])\n"
+            "assert result.exit_code == 0, result.output\n"
+            "print(sorted(name for name in ('requests', 'models.receivables.collection', 'models.operations.tables',"
+            " 'svcctl.payments', 'svcctl.responses') if name in sys.modules))\n")
+    env = {"PATH": "/usr/bin:/bin", "SVC_DATA_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert result.stdout.strip() == "[]"
