@@ -553,3 +553,41 @@ def test_a_claim_takes_the_oldest_due_of_both_open_statuses_first(alice, storage
     assert [work.delivery_id for work in webhooks.claim_due(endpoint.id, 100, now)] == due_order[10:]
     assert webhooks.claim_due(endpoint.id, 100, now) == []  # claimed, or not due yet
 
+
+
+def test_a_batch_of_outcomes_moves_each_delivery_its_own_way(alice, storage):
+    endpoint, ids = _backlog(alice.id, 6)
+    delivered, retried, exhausted, cancelled, throttled, twice = ids
+    WebhookDelivery.update(status="cancelled").where(WebhookDelivery.id == cancelled).execute()
+    at = utcnow().replace(microsecond=0)
+    last = len(webhooks.RETRY_SCHEDULE)
+    outcomes = [
+        webhooks.Outcome(delivered, 1, 9, at, ok=True, status_code=200, latency_ms=12),
+        webhooks.Outcome(retried, 2, 9, at + dt.timedelta(seconds=1), ok=False, status_code=500, error="HTTP 500"),
+        webhooks.Outcome(exhausted, last, 9, at + dt.timedelta(seconds=2), ok=False, error="timed out"),
+        webhooks.Outcome(cancelled, 1, 9, at + dt.timedelta(seconds=3), ok=True, status_code=200),
+        webhooks.Outcome(throttled, 1, 9, at + dt.timedelta(seconds=4), ok=False, status_code=429, error="HTTP 429",
+                         retry_after=120),
+        webhooks.Outcome(twice, 1, 9, at + dt.timedelta(seconds=5), ok=False, status_code=503, error="HTTP 503"),
+        webhooks.Outcome(twice, 2, 9, at + dt.timedelta(seconds=6), ok=True, status_code=204),
+    ]
+    with connection():
+        webhooks.record(endpoint.id, outcomes)
+    rows = {row.id: row for row in WebhookDelivery.select().where(WebhookDelivery.id.in_(ids))}
+
+    def seen(delivery_id):
+        row = rows[delivery_id]
+        return row.status, row.attempts, row.last_status_code, row.last_error, row.delivered_at, row.claimed_until
+
+    assert seen(delivered) == ("delivered", 1, 200, None, at, None)
+    assert seen(retried) == ("failed", 2, 500, "HTTP 500", None, None)
+    gap = webhooks.RETRY_SCHEDULE[2] - webhooks.RETRY_SCHEDULE[1]
+    waited = (rows[retried].next_attempt_at - (at + dt.timedelta(seconds=1))).total_seconds()
+    assert gap * (1 - webhooks.JITTER) <= waited <= gap * (1 + webhooks.JITTER)
+    assert seen(exhausted) == ("exhausted", last, None, "timed out", None, None)
+    assert rows[exhausted].next_attempt_at is None
+    assert rows[cancelled].status == "cancelled" and rows[cancelled].attempts == 0
+    assert seen(throttled) == ("failed", 1, 429, "HTTP 429", None, None)
+    assert (rows[throttled].next_attempt_at - (at + dt.timedelta(seconds=4))).total_seconds() == 120
+    assert seen(twice) == ("delivered", 2, 204, None, at + dt.timedelta(seconds=6), None)
+    assert WebhookAttempt.select().where(WebhookAttempt.delivery.in_(ids)).count() == len(outcomes)

@@ -49,7 +49,7 @@ from models.events.tables import (
 )
 from models.ids import new_id
 from models.store import secrets
-from models.store.db import atomic, bound_datetime, execute, execute_many, fetch_one, is_postgres
+from models.store.db import atomic, bound_datetime, execute, fetch_one, is_postgres, placeholders
 
 # Seconds after the first attempt at which each attempt is due (DECISIONS: webhook retries).
 # Each retry waits the gap from the previous attempt, so a delay (a backlog, a worker restart)
@@ -512,18 +512,44 @@ def record(endpoint_id: int, outcomes: Sequence[Outcome], rng: random.Random | N
     with atomic():
         _update_endpoint_health(endpoint_id, outcomes)  # the endpoint's row first: the lock order
         _insert_attempts(outcomes, attempted_at)
-        execute_many(_ADVANCE_SQL, [_advance_params(outcome, at, rng) for outcome, at in zip(outcomes, attempted_at,
-                                                                                              strict=True)])
+        _advance([_advance_params(outcome, at, rng) for outcome, at in zip(outcomes, attempted_at, strict=True)])
 
 
 _ATTEMPT_COLUMNS = ("delivery_id", "number", "attempted_at", "outcome", "status_code", "latency_ms",
                     "response_excerpt", "error")
-# Only an open delivery moves (see record); OPEN_STATUSES spelled out.
-_ADVANCE_SQL = (
-    'UPDATE "webhook_delivery" SET "status" = ?, "attempts" = ?, "next_attempt_at" = ?, "claimed_until" = NULL, '
-    '"last_status_code" = ?, "last_error" = ?, "updated_at" = ?, "delivered_at" = COALESCE(?, "delivered_at") '
-    """WHERE "id" = ? AND "status" IN ('pending', 'failed')"""
-)
+# The columns `_advance_params` gives, in its order; the delivery's id comes last.
+_ADVANCE_COLUMNS = ("status", "attempts", "next_attempt_at", "last_status_code", "last_error", "updated_at",
+                    "delivered_at")
+_ADVANCE_CHUNK = 500
+
+
+def _advance(rows: list[tuple]) -> None:
+    """Move the deliveries on: one UPDATE per chunk, each column one value or a CASE by id.
+
+    One statement, not one per delivery: SQLite's driver gives up the GIL at every statement it
+    steps, and with the senders' threads busy each of them waited its turn to take it back, the
+    transaction (and SQLite's writers' turn) held all the while. Only an open delivery moves (see
+    `record`); OPEN_STATUSES spelled out.
+    """
+    rows = list({row[-1]: row for row in rows}.values())  # a delivery's last outcome, as statement by statement
+    for start in range(0, len(rows), _ADVANCE_CHUNK):
+        chunk = rows[start:start + _ADVANCE_CHUNK]
+        ids = [row[-1] for row in chunk]
+        sets, params = [], []
+        for position, column in enumerate(_ADVANCE_COLUMNS):
+            values = [row[position] for row in chunk]
+            if len(set(values)) == 1:  # the usual case for all but the times: delivered, first attempt
+                value_sql = "?"
+                params.append(values[0])
+            else:
+                value_sql = f'CASE "id"{" WHEN ? THEN ?" * len(chunk)} END'
+                for row_id, value in zip(ids, values, strict=True):
+                    params += [row_id, value]
+            sets.append(f'"{column}" = ' + (f'COALESCE({value_sql}, "delivered_at")' if column == "delivered_at"
+                                            else value_sql))
+        execute(f'UPDATE "webhook_delivery" SET {", ".join(sets)}, "claimed_until" = NULL '
+                f"""WHERE "id" IN ({placeholders(len(ids))}) AND "status" IN ('pending', 'failed')""",
+                params + ids)
 
 
 def _insert_attempts(outcomes: Sequence[Outcome], attempted_at: list) -> None:
@@ -541,8 +567,8 @@ def _insert_attempts(outcomes: Sequence[Outcome], attempted_at: list) -> None:
 
 
 def _advance_params(outcome: Outcome, attempted_at, rng: random.Random | None) -> tuple:
-    """Parameters of _ADVANCE_SQL: delivered, failed with a retry scheduled, or exhausted
-    (`attempted_at`: the outcome's, as `bound_datetime` gives it)."""
+    """A row of `_advance` (`_ADVANCE_COLUMNS`, then the delivery's id): delivered, failed with a
+    retry scheduled, or exhausted (`attempted_at`: the outcome's, as `bound_datetime` gives it)."""
     if outcome.ok:
         status, next_at, error, delivered_at = "delivered", None, None, attempted_at
     else:

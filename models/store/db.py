@@ -332,23 +332,6 @@ _POSTGRES_SPELLING: dict[str, str] = {}
 _POSTGRES_SPELLINGS_KEPT = 512
 
 
-def execute_many(sql: str, rows: list) -> None:
-    """`execute` for many rows of parameters, in as few round trips as the engine allows
-    (PostgreSQL: pages of statements per round trip; SQLite: its C loop)."""
-    if not rows:
-        return
-    cursor = db.connection().cursor()
-    with __exception_wrapper__:
-        if is_postgres():
-            # Imported on first use: only PostgreSQL needs it, and it costs a tenth of a second.
-            from psycopg2.extras import execute_batch
-
-            execute_batch(cursor, sql.replace("?", "%s"), rows, page_size=100)
-        else:
-            with db.obj.turn_for(sql):
-                cursor.executemany(sql, rows)
-
-
 @contextlib.contextmanager
 def connection() -> Iterator[None]:
     """Hold a connection for the duration of a request, task or command; nested uses share it."""
