@@ -20,7 +20,7 @@ from rich.text import Text
 from config import ConfigError, get_settings
 from models.errors import DomainError
 from models.setup import init_db
-from models.store.db import connection, pending_migrations
+from models.store.db import connection, pending_migrations, storage_unavailable
 
 # No guessing at what a value is: rich's highlighter would colour numbers, paths and words that look
 # like calls in our sentences and in values from outside alike. What is styled, we style.
@@ -147,7 +147,8 @@ def record(data: dict, title: str | None = None) -> Table:
 
 def with_database(command: Callable) -> Callable:
     """Run a command with the configured database open; domain and config errors become one line,
-    and so does a database whose schema is behind (a first run, or SVC_DATA_DIR pointing elsewhere)."""
+    and so do a database that does not answer and one whose schema is behind (a first run, or
+    SVC_DATA_DIR pointing elsewhere)."""
 
     @functools.wraps(command)
     def run(*args, **kwargs):
@@ -159,8 +160,13 @@ def with_database(command: Callable) -> Callable:
             fail(str(error))
         except DomainError as error:
             fail(error.message)
-        except peewee.DatabaseError:
-            pending = pending_migrations()
+        except peewee.DatabaseError as error:
+            if storage_unavailable(error):  # the driver's first line names the host, never the password
+                fail(f"the database did not answer: {str(error).strip().splitlines()[0]}")
+            try:
+                pending = pending_migrations()
+            except peewee.DatabaseError:
+                raise error from None
             if not pending:
                 raise
             fail(f"the database's schema is not up to date ({len(pending)} migration(s) not applied): "

@@ -13,6 +13,7 @@ from models.tenancy import credits
 from models.tenancy.keys import authenticate
 from models.tenancy.tables import ApiKey
 from svcctl.main import app
+from tests.live import free_port
 
 runner = CliRunner()
 
@@ -190,6 +191,18 @@ def test_a_command_on_a_database_not_yet_migrated_says_to_upgrade_it(tmp_path, c
                            capture_output=True, text=True, timeout=60)
     assert "not up to date" not in after.stderr and "Traceback" not in after.stderr
 
+
+
+def test_a_command_whose_database_does_not_answer_says_so_in_one_line_without_the_password(tmp_path):
+    port = free_port()  # nothing listens there
+    env = {"PATH": "/usr/bin:/bin", "SVC_DATA_DIR": str(tmp_path),
+           "SVC_DATABASE_URL": f"postgresql://postgres:s3cret-pw@127.0.0.1:{port}/postgres"}
+    result = subprocess.run([sys.executable, "-m", "svcctl.main", "tenants", "list"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the database did not answer" in lines[0] and str(port) in lines[0], result.stderr
+    assert "s3cret-pw" not in result.stderr + result.stdout
 
 def test_an_import_loads_neither_the_reminders_loop_nor_the_gateways_client(tmp_path):
     # An ERP job runs `svcctl cartera import` for a few debts at a time: the start-up is most of it.
