@@ -47,7 +47,7 @@ from models.sending.campaigns import (
 from models.sending.fairness import split_evenly
 from models.sending.messenger import Verdict, error_code, error_text, pause_blocked_numbers, template_payload, verdict
 from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient
-from models.sending.work import BatchResult, Job, NumberPlan
+from models.sending.work import BatchResult, Job, NumberPlan, ids_by_claim_token
 from models.store.db import atomic, db, lock_in_order, lock_rows, placeholders, skip_locked
 from models.tenancy.tables import Wallet
 
@@ -547,7 +547,7 @@ class CampaignStore:
             active = lock_still_active(campaign_id for (campaign_id,) in R.select(R.campaign).distinct()
                                        .where(R.id.in_(claimed)).tuples())
             lock_rows(R, claimed)
-            for token, ids in _ids_by_token(claims).items():
+            for token, ids in ids_by_claim_token(claims).items():
                 unstarted = (R.id.in_(ids) & (R.status == "queued") & R.send_started_at.is_null()
                              & (R.claim_token.is_null() if token is None else R.claim_token == token))
                 for (campaign_id,) in (R.update(status="pending", claim_token=None, claimed_at=None,
@@ -580,7 +580,7 @@ class CampaignStore:
         failed: list[Any] = []
         with atomic():
             lock_rows(R, [row_id for row_id, _ in claims])
-            for token, ids in _ids_by_token(claims).items():
+            for token, ids in ids_by_claim_token(claims).items():
                 query = (R.update(status="failed", failed_at=now, claim_token=None, error_code=code,
                                   last_error=text)
                          .where(R.id.in_(ids) & (R.status == "queued")
@@ -604,13 +604,6 @@ class CampaignStore:
                               "failed", text)
             finish_after_commit(per_campaign)
         return len(failed)
-
-
-def _ids_by_token(claims: list[tuple[int, str | None]]) -> dict[str | None, list[int]]:
-    groups: dict[str | None, list[int]] = defaultdict(list)
-    for row_id, token in claims:
-        groups[token].append(row_id)
-    return groups
 
 
 def _by_token(jobs: list[Job]) -> dict[str, list[Job]]:

@@ -25,7 +25,7 @@ from models.sending.campaigns import emit_rows
 from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
 from models.sending.tables import Message
-from models.sending.work import BatchResult, Job, NumberPlan
+from models.sending.work import BatchResult, Job, NumberPlan, ids_by_claim_token
 from models.store.db import atomic, bound_datetime, execute, is_postgres, lock_rows, placeholders
 from models.store.prepared import Prepared
 from models.tenancy import credits
@@ -129,7 +129,7 @@ class MessageStore:
         started_at = bound_datetime(now)
         with atomic():
             lock_rows(Message, [job.id for job in jobs])
-            for token, ids in _ids_by_token([(job.id, job.claim_token) for job in jobs]).items():
+            for token, ids in ids_by_claim_token([(job.id, job.claim_token) for job in jobs]).items():
                 marked |= {row_id for (row_id,) in execute(
                     f'UPDATE "message" SET "send_started_at" = ? WHERE "id" IN ({placeholders(len(ids))}) '
                     'AND "status" = ? AND "claim_token" = ? RETURNING "id"', [started_at, *ids, "queued", token])}
@@ -194,7 +194,7 @@ class MessageStore:
         returned = 0
         with atomic():
             lock_rows(Message, [row_id for row_id, _ in claims])
-            for token, ids in _ids_by_token(claims).items():
+            for token, ids in ids_by_claim_token(claims).items():
                 if token is None:
                     continue  # an unclaimed message is due already
                 returned += (Message.update(claim_token=None, claimed_at=None, attempts=Message.attempts - 1)
@@ -246,13 +246,6 @@ def _failure_code(error, kind: Verdict) -> str:
     if error.code is not None:
         return str(error.code)
     return "platform_unavailable" if error.retryable else "rejected"
-
-
-def _ids_by_token(claims: list[tuple[int, str | None]]) -> dict[str | None, list[int]]:
-    groups: dict[str | None, list[int]] = defaultdict(list)
-    for row_id, token in claims:
-        groups[token].append(row_id)
-    return groups
 
 
 # A message the platform took, recorded: one statement per message, whose text is built once.

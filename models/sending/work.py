@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -111,3 +112,12 @@ class Store(Protocol):
     def fail_unconfirmed(self, claims: list[tuple[int, str | None]], now: dt.datetime) -> int:
         """Fail these claims, (id, claim token), as `send_unconfirmed` (credit released, never
         resent); returns how many were still unanswered under that token."""
+
+
+def ids_by_claim_token(claims: list[tuple[int, str | None]]) -> dict[str | None, list[int]]:
+    """Row ids grouped by the claim token each was read with: a store writes each group with its
+    own token check, so a row a later claim took over is left alone."""
+    groups: dict[str | None, list[int]] = defaultdict(list)
+    for row_id, token in claims:
+        groups[token].append(row_id)
+    return groups
