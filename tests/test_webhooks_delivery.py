@@ -591,3 +591,21 @@ def test_a_batch_of_outcomes_moves_each_delivery_its_own_way(alice, storage):
     assert (rows[throttled].next_attempt_at - (at + dt.timedelta(seconds=4))).total_seconds() == 120
     assert seen(twice) == ("delivered", 2, 204, None, at + dt.timedelta(seconds=6), None)
     assert WebhookAttempt.select().where(WebhookAttempt.delivery.in_(ids)).count() == len(outcomes)
+
+
+def test_the_endpoints_with_due_work_leave_out_claimed_future_and_inactive_deliveries(alice, charlie, storage):
+    endpoint, ids = _backlog(alice.id, 3)
+    other, _ = _backlog(charlie.id, 1)
+    now = utcnow()
+    assert set(webhooks.endpoints_with_due_work(now)) == {endpoint.id, other.id}
+    assert webhooks.has_due(endpoint.id, now)
+
+    assert len(webhooks.claim_due(endpoint.id, 2, now)) == 2  # claimed: not due while the claim lives
+    WebhookDelivery.update(next_attempt_at=now + dt.timedelta(seconds=30)).where(WebhookDelivery.id == ids[2]).execute()
+    assert set(webhooks.endpoints_with_due_work(now)) == {other.id}
+    assert not webhooks.has_due(endpoint.id, now)
+    later = now + dt.timedelta(seconds=webhooks.CLAIM_SECONDS + 31)  # the claims lapsed, the retry came
+    assert set(webhooks.endpoints_with_due_work(later)) == {endpoint.id, other.id}
+
+    WebhookEndpoint.update(status="inactive").where(WebhookEndpoint.id == other.id).execute()
+    assert set(webhooks.endpoints_with_due_work(later)) == {endpoint.id}

@@ -372,6 +372,13 @@ class Outcome:
     unreachable: bool = False
 
 
+def _due_sql(table: str) -> str:
+    """A delivery of `table` (its name or alias) due now: open, its time come, and no live claim
+    on it; OPEN_STATUSES spelled out. Two parameters: now, twice."""
+    return (f'''"{table}"."status" IN ('pending', 'failed') AND "{table}"."next_attempt_at" <= ? '''
+            f'AND ("{table}"."claimed_until" IS NULL OR "{table}"."claimed_until" < ?)')
+
+
 # A drain's statements around its claims, written once by hand: a drain runs them however few
 # deliveries it carries (most carry one or two), and peewee building their text cost more than
 # running them. OPEN_STATUSES spelled out.
@@ -382,8 +389,7 @@ _EXTEND_DRAIN_SQL = 'UPDATE "webhook_endpoint" SET "drain_until" = ? WHERE "id" 
 _RELEASE_DRAIN_SQL = 'UPDATE "webhook_endpoint" SET "drain_until" = NULL WHERE "id" = ? AND "drain_until" = ?'
 _RELEASE_CLAIMS_SQL = ('UPDATE "webhook_delivery" SET "claimed_until" = NULL WHERE "endpoint_id" = ? '
                        """AND "status" IN ('pending', 'failed') AND "claimed_until" > ?""")
-_HAS_DUE_SQL = ("""SELECT 1 FROM "webhook_delivery" WHERE "endpoint_id" = ? AND "status" IN ('pending', 'failed') """
-                'AND "next_attempt_at" <= ? AND ("claimed_until" IS NULL OR "claimed_until" < ?) LIMIT 1')
+_HAS_DUE_SQL = f'SELECT 1 FROM "webhook_delivery" WHERE "endpoint_id" = ? AND {_due_sql("webhook_delivery")} LIMIT 1'
 _EARLIEST_RETRY_SQL = ('SELECT MIN("next_attempt_at") FROM "webhook_delivery" WHERE "endpoint_id" = ? '
                        """AND "status" IN ('pending', 'failed') AND "next_attempt_at" > ?""")
 _PLAN_WAKE_SQL = ('UPDATE "webhook_endpoint" SET "wake_at" = ? WHERE "id" = ? '
@@ -427,27 +433,23 @@ def release_claims(endpoint_id: int, now: dt.datetime) -> int:
     return execute(_RELEASE_CLAIMS_SQL, (endpoint_id, now)).rowcount
 
 
-def _due(now: dt.datetime):
-    return (WebhookDelivery.status.in_(OPEN_STATUSES) & (WebhookDelivery.next_attempt_at <= now)
-            & (WebhookDelivery.claimed_until.is_null() | (WebhookDelivery.claimed_until < now)))
-
-
 def has_due(endpoint_id: int, now: dt.datetime) -> bool:
     return fetch_one(_HAS_DUE_SQL, (endpoint_id, now, now)) is not None
 
 
 def endpoints_with_due_work(now: dt.datetime) -> list[int]:
-    query = (WebhookDelivery.select(WebhookDelivery.endpoint).distinct()
-             .join(WebhookEndpoint).where(_due(now) & (WebhookEndpoint.status == "active")))
-    return [row[0] for row in query.tuples()]
+    return [row[0] for row in execute(_ENDPOINTS_WITH_DUE_SQL, (now, now)).fetchall()]
 
 
+_ENDPOINTS_WITH_DUE_SQL = (
+    'SELECT DISTINCT "d"."endpoint_id" FROM "webhook_delivery" AS "d" JOIN "webhook_endpoint" AS "e" '
+    f"""ON "e"."id" = "d"."endpoint_id" WHERE "e"."status" = 'active' AND {_due_sql("d")}"""
+)
 _CLAIM_SQL = (
     'UPDATE "webhook_delivery" SET "claimed_until" = ? WHERE "id" IN ('
     ' SELECT "d"."id" FROM "webhook_delivery" AS "d"'
     ' JOIN "webhook_endpoint" AS "e" ON "e"."id" = "d"."endpoint_id"'
-    """ WHERE "d"."endpoint_id" = ? AND "e"."status" = 'active' AND "d"."status" IN ('pending', 'failed')"""
-    ' AND "d"."next_attempt_at" <= ? AND ("d"."claimed_until" IS NULL OR "d"."claimed_until" < ?)'
+    f""" WHERE "d"."endpoint_id" = ? AND "e"."status" = 'active' AND {_due_sql("d")}"""
     ' ORDER BY "d"."next_attempt_at", "d"."id" LIMIT ?)'
     ' AND ("claimed_until" IS NULL OR "claimed_until" < ?)'
     ' RETURNING "id", "attempts", "max_attempts", "event_id", "next_attempt_at"'
