@@ -65,8 +65,8 @@ class MessageStore:
         return plans
 
     def _fail_waiting(self, account_id: int, code: str, text: str, now: dt.datetime) -> None:
-        waiting = [(row_id, None) for (row_id,) in Message.select(Message.id).where(
-            _due(now) & (Message.account == account_id)).tuples()]
+        waiting = [(row_id, None) for (row_id,) in execute(
+            _DUE_IDS, (account_id, "queued", bound_datetime(now))).fetchall()]
         self._fail(waiting, code, text, now)
 
     def hold(self, plan: NumberPlan, reason: str) -> None:
@@ -79,7 +79,7 @@ class MessageStore:
         """Claim up to `grants[number]` due messages per number, oldest first, in one transaction;
         those whose window closed, or whose content cannot make a payload, then fail at once."""
         now = now or utcnow()
-        due_ids = _DUE_IDS + (" FOR UPDATE SKIP LOCKED" if is_postgres() else "")
+        due_ids = _OLDEST_DUE_IDS + (" FOR UPDATE SKIP LOCKED" if is_postgres() else "")
         bound_now = bound_datetime(now)
         with atomic():
             ids: list[int] = []
@@ -261,16 +261,12 @@ _MESSAGES_WAITING = (
     'GROUP BY "account_id", "claim_token" IS NOT NULL')
 
 
-# One number's due messages, oldest first, for a claim: hand-written as the plan's statement, since
-# a claim runs it for every number inside the writers' turn (SKIP LOCKED added on PostgreSQL, as
-# `skip_locked` does). `_due` is the same condition for the ORM.
+# One number's due messages (parameters: the number, "queued", now): hand-written, since a claim
+# runs it for every number inside the writers' turn. A claim takes the oldest first (SKIP LOCKED
+# added on PostgreSQL, as `skip_locked` does).
 _DUE_IDS = ('SELECT "id" FROM "message" WHERE "account_id" = ? AND "status" = ? AND "claim_token" IS NULL '
-            'AND ("not_before" IS NULL OR "not_before" <= ?) ORDER BY "id" LIMIT ?')
-
-
-def _due(now: dt.datetime):
-    return ((Message.status == "queued") & Message.claim_token.is_null()
-            & (Message.not_before.is_null() | (Message.not_before <= now)))
+            'AND ("not_before" IS NULL OR "not_before" <= ?)')
+_OLDEST_DUE_IDS = _DUE_IDS + ' ORDER BY "id" LIMIT ?'
 
 
 def _open_windows(messages: list[Message], now: dt.datetime) -> set[tuple[int, str]]:
