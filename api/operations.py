@@ -111,9 +111,8 @@ class Healthz:
 def readiness() -> dict[str, str]:
     """Each dependency's state: "ok", or what is wrong (an error class, never a connection string)."""
     from jobs.queue import huey
-    from models.operations.state import migrations_pending
     from models.store.counters import counters
-    from models.store.db import connection, db
+    from models.store.db import connection, db, pending_migrations
 
     checks: dict[str, str] = {}
     # Twice: a pooled connection the server cut before it came back fails once, and the pool
@@ -122,7 +121,7 @@ def readiness() -> dict[str, str]:
         try:
             with connection():
                 db.execute_sql("SELECT 1")
-                pending = migrations_pending()
+                pending = pending_migrations()
                 checks["migrations"] = "ok" if not pending else f"pending: {', '.join(pending)}"
             checks["database"] = "ok"
             break

@@ -10,23 +10,15 @@ from __future__ import annotations
 import datetime as dt
 
 from peewee import Case, fn
-from playhouse.migrations import Runner
 
 from models.clock import isoformat, to_utc_naive, utcnow
 from models.events.tables import OPEN_STATUSES, Event, WebhookDelivery, WebhookEndpoint
 from models.numbers.tables import MessagingAccount, PlatformWebhookBatch
 from models.receivables.tables import Debt
 from models.sending.tables import ACTIVE_STATUSES, COUNTERS, Campaign, CampaignCounters, CampaignRecipient, Message
-from models.store.db import MIGRATIONS_DIR, db
 from models.tenancy.tables import Tenant, Wallet
 
 PACE_WINDOW_SECONDS = 10
-
-
-def migrations_pending() -> list[str]:
-    """Migration files not applied to the database yet."""
-    return [migration.name for migration in Runner(db.obj, directory=str(MIGRATIONS_DIR)).status()
-            if migration.applied is None]
 
 
 def _age_seconds(oldest: dt.datetime | str | None, now: dt.datetime) -> float:
@@ -144,8 +136,8 @@ def platform_webhooks() -> dict[str, float]:
     now = utcnow()
     batch = PlatformWebhookBatch
     pending, oldest = (batch.select(fn.COUNT(batch.id), fn.MIN(batch.received_at))
-                       .where(batch.processed_at.is_null() & batch.parked_at.is_null()).tuples().get())
-    parked = batch.select().where(batch.processed_at.is_null() & batch.parked_at.is_null(False)).count()
+                       .where(batch.waiting()).tuples().get())
+    parked = batch.select().where(batch.parked()).count()
     return {"batches_pending": pending or 0, "oldest_batch_age_seconds": _age_seconds(oldest, now),
             "batches_parked": parked}
 
