@@ -143,7 +143,7 @@ def _take(batch_id: int) -> _Taken | None:
     if row is not None:
         return _Taken(*row)
     batch = PlatformWebhookBatch
-    takeable = ((batch.id == batch_id) & batch.processed_at.is_null() & batch.parked_at.is_null()
+    takeable = ((batch.id == batch_id) & batch.waiting()
                 & (batch.claimed_at.is_null() | (batch.claimed_at < now - CLAIM_TIMEOUT)))
     died = Case(None, [(batch.claimed_at.is_null(False), DIED)], batch.last_error)
     parked = (batch.update({batch.claimed_at: None, batch.parked_at: now, batch.last_error: died})
@@ -180,16 +180,11 @@ def parked_batch(batch_id: int) -> ParkedBatch | None:
     return found[0] if found else None
 
 
-def _is_parked():
-    """A batch parked and not processed since (retried batches are not parked; dropped ones are processed)."""
-    return PlatformWebhookBatch.processed_at.is_null() & PlatformWebhookBatch.parked_at.is_null(False)
-
-
 def _parked(condition, limit: int | None = None) -> list[ParkedBatch]:
     batch = PlatformWebhookBatch
     rows = (batch.select(batch.id, batch.received_at, batch.parked_at, batch.attempts, batch.last_error,
                          batch.callbacks)
-            .where(_is_parked() if condition is None else _is_parked() & condition)
+            .where(batch.parked() if condition is None else batch.parked() & condition)
             .order_by(batch.id).limit(limit))
     return [ParkedBatch(row.id, row.received_at, row.parked_at, row.attempts, row.last_error,
                         len((row.callbacks or "").split())) for row in rows]
@@ -200,7 +195,7 @@ def retry_parked(batch_id: int) -> bool:
     when no parked batch has that id. The caller queues it."""
     batch = PlatformWebhookBatch
     return (batch.update({batch.parked_at: None, batch.attempts: 0, batch.claimed_at: None})
-            .where((batch.id == batch_id) & _is_parked())
+            .where((batch.id == batch_id) & batch.parked())
             .execute()) == 1
 
 
@@ -214,7 +209,7 @@ def drop_parked(batch_id: int) -> ParkedBatch | None:
         parked = parked_batch(batch_id)
         now = utcnow()
         dropped = batch.update({batch.processed_at: now, batch.dropped_at: now, batch.claimed_at: None}).where(
-            (batch.id == batch_id) & _is_parked()).execute()
+            (batch.id == batch_id) & batch.parked()).execute()
     return parked if dropped == 1 else None
 
 

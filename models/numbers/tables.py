@@ -254,6 +254,16 @@ class PlatformWebhookBatch(BaseModel):
     class Meta:
         indexes = ((("processed_at", "id"), False),)
 
+    @classmethod
+    def waiting(cls):
+        """Not processed and not parked: a worker's to take."""
+        return cls.processed_at.is_null() & cls.parked_at.is_null()
+
+    @classmethod
+    def parked(cls):
+        """Parked and not processed since (a retried batch is not parked; a dropped one is processed)."""
+        return cls.processed_at.is_null() & cls.parked_at.is_null(False)
+
 
 class ProcessedMessage(BaseModel):
     """An inbound message or echo whose event exists: the platform may deliver it again."""
