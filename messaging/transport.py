@@ -13,9 +13,7 @@ most of a send's CPU. Here all of it is decided when the client is made:
 - one urllib3 connection pool for the origin, as large as the client's concurrency.
 
 A call on a connection the pool has open (every send but a connection's first) is written and
-read here: the request in one write, the answer's status line and headers split by hand, its body
-framed by Content-Length or chunks. urllib3's and http.client's general machinery (a mail parser
-for the headers, a response object with its header dictionary, retry bookkeeping) cost several
+read by hand (messaging/http1.py): urllib3's and http.client's general machinery cost several
 times the system calls themselves. What guards a call stays urllib3's: it opens every connection
 (proxy, TLS, the connect timeout) with one `urlopen`, and a pooled connection the platform closed
 is noticed before it is written to. An answer that is not plain HTTP/1.x, and any failure, closes
@@ -54,11 +52,10 @@ from urllib3.util import make_headers
 from urllib3.util.retry import Retry
 from urllib3.util.ssl_ import create_urllib3_context
 
+from messaging import http1
+
 # Never retried here: a retried POST /messages could send the message twice (requests' max_retries=0).
 NO_RETRIES = Retry(0, read=False)
-MAX_HEAD = 65536  # bytes of status line and headers an answer may have (http.client's line limit)
-_ILLEGAL_VALUE = re.compile(r"\n(?![ \t])|\r(?![ \t\n])")  # http.client's check: no header injection
-_ILLEGAL_NAME = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")  # never in a request line's URL (http.client's check)
 
 
@@ -169,13 +166,14 @@ class Transport:
         try:
             sock.settimeout(self.timeout.read_timeout)
             sock.sendall(request)
-            status, body, reusable = _read_answer(sock, method)
+            answer = http1.read_answer(sock, method)
+            status, body, reusable = answer.status, _decoded(answer), answer.keep
         except TimeoutError:
             raise requests.ReadTimeout(ReadTimeoutError(
                 self._pool, url, f"Read timed out. (read timeout={self.timeout.read_timeout})")) from None
         except ssl.SSLError as error:
             raise requests.exceptions.SSLError(SSLError(error)) from None
-        except (OSError, _BadAnswer) as error:
+        except (OSError, http1.BadAnswer) as error:
             raise requests.ConnectionError(ProtocolError("Connection aborted.", error)) from None
         finally:
             if not reusable:
@@ -187,13 +185,7 @@ class Transport:
         """The request line, headers and body as one message, checked as http.client checks them."""
         if _CONTROL.search(url):
             raise requests.exceptions.InvalidURL(f"URL can't contain control characters. {url!r}")
-        lines = [f"{method} {url} HTTP/1.1", f"Host: {self._host}", "Accept-Encoding: identity"]
-        for name, value in headers.items():
-            if _ILLEGAL_NAME.search(name) or _ILLEGAL_VALUE.search(value):
-                raise ValueError(f"Invalid header {name!r}: {value!r}")
-            lines.append(f"{name}: {value}")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        return head + body if body else head
+        return http1.request_bytes(method, url, self._host, headers, body)
 
     def _urlopen(self, method: str, url: str, headers: dict[str, str], body: bytes | None) -> tuple[int, bytes]:
         try:
@@ -238,116 +230,14 @@ class Transport:
             raise requests.exceptions.SSLError(error) from None
 
 
-class _BadAnswer(Exception):
-    """What came back is not an HTTP/1.x answer this client can frame."""
-
-
-def _read_answer(sock, method: str) -> tuple[int, bytes, bool]:
-    """Read one answer off `sock`: (status, body, whether the connection can carry another call)."""
-    data = b""
-    while True:
-        end = data.find(b"\r\n\r\n")
-        while end < 0:
-            if len(data) > MAX_HEAD:
-                raise _BadAnswer("got more than 65536 bytes of headers")
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise _BadAnswer("Remote end closed connection without response")
-            data += chunk
-            end = data.find(b"\r\n\r\n")
-        lines = data[:end].split(b"\r\n")
-        data = data[end + 4:]
-        version, _, rest = lines[0].partition(b" ")
-        code = rest[:3]
-        if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
-            raise _BadAnswer(f"bad status line {lines[0][:100]!r}")
-        status = int(code)
-        if 100 <= status < 200:
-            continue  # an interim answer (100 Continue): the real one follows
-        fields: dict[bytes, bytes] = {}
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name[-1:] in (b" ", b"\t") or line[:1] in (b" ", b"\t"):
-                raise _BadAnswer(f"bad header line {line[:100]!r}")
-            name = name.lower()
-            value = value.strip()
-            if name in fields:
-                if name == b"content-length" and fields[name] != value:
-                    raise _BadAnswer("conflicting Content-Length headers")
-                fields[name] = fields[name] + b", " + value
-            else:
-                fields[name] = value
-        break
-    keep = version == b"HTTP/1.1" and b"close" not in fields.get(b"connection", b"").lower()
-    if method == "HEAD" or status in (204, 304):
-        body = b""
-    elif b"chunked" in fields.get(b"transfer-encoding", b"").lower():
-        body, data = _read_chunked(sock, data)
-    elif b"content-length" in fields:
-        length = fields[b"content-length"].split(b",")[0].strip()
-        if not length.isdigit():
-            raise _BadAnswer(f"bad Content-Length {length[:30]!r}")
-        length = int(length)
-        while len(data) < length:
-            chunk = sock.recv(max(65536, length - len(data)))
-            if not chunk:
-                raise _BadAnswer(f"IncompleteRead({len(data)} bytes read, {length - len(data)} more expected)")
-            data += chunk
-        body, data = data[:length], data[length:]
-    else:
-        # Framed by the end of the connection.
-        keep = False
-        chunks = [data]
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-        body, data = b"".join(chunks), b""
-    if data:
-        keep = False  # more than one answer to one request: do not trust the connection again
-    encoding = fields.get(b"content-encoding", b"identity").lower()
+def _decoded(answer: http1.Answer) -> bytes:
+    """The body with its content encoding undone (the platform may compress what it answers)."""
+    encoding = answer.fields.get(b"content-encoding", b"identity").lower()
     if encoding == b"gzip":
-        body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
-    elif encoding == b"deflate":
+        return zlib.decompress(answer.body, 16 + zlib.MAX_WBITS)
+    if encoding == b"deflate":
         try:
-            body = zlib.decompress(body)
+            return zlib.decompress(answer.body)
         except zlib.error:
-            body = zlib.decompress(body, -zlib.MAX_WBITS)
-    return status, body, keep
-
-
-def _read_chunked(sock, data: bytes) -> tuple[bytes, bytes]:
-    """A chunked body, and what followed it."""
-    parts = []
-    while True:
-        size_line, data = _chunked_line(sock, data)
-        size_text = size_line.split(b";")[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise _BadAnswer(f"bad chunk size {size_text[:30]!r}") from None
-        if size == 0:
-            # Trailers, if any, up to the empty line that ends the body.
-            while True:
-                line, data = _chunked_line(sock, data)
-                if not line:
-                    return b"".join(parts), data
-        while len(data) < size + 2:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise _BadAnswer("connection closed inside a chunked body")
-            data += chunk
-        if data[size:size + 2] != b"\r\n":
-            raise _BadAnswer("chunk not followed by CRLF")
-        parts.append(data[:size])
-        data = data[size + 2:]
-
-
-def _chunked_line(sock, data: bytes) -> tuple[bytes, bytes]:
-    """The next CRLF-ended line of a chunked body (without its CRLF), and what follows it."""
-    line_end = data.find(b"\r\n")
-    while line_end < 0:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise _BadAnswer("connection closed inside a chunked body")
-        data += chunk
-        line_end = data.find(b"\r\n")
-    return data[:line_end], data[line_end + 2:]
+            return zlib.decompress(answer.body, -zlib.MAX_WBITS)
+    return answer.body
