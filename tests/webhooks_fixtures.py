@@ -24,6 +24,7 @@ from config import get_settings
 __all__ = ["webhook_ca", "webhook_settings", "receiver", "make_receiver"]
 
 TOLERANCE_SECONDS = 300
+CHUNK = 1000
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     sni: str | None = None
+    peer_port: int = 0  # the sender's side of the connection: the same port, the same connection
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Reply:
     body: bytes = b"ok"
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False  # close the connection without answering
+    chunked: bool = False  # the body in chunks of CHUNK bytes, without Content-Length
 
 
 class Receiver:
@@ -64,7 +67,7 @@ class Receiver:
                     self.close_connection = True
                     return
                 request = Received(self.path, {k: v for k, v in self.headers.items()}, body,
-                                   getattr(self.connection, "sni", None))
+                                   getattr(self.connection, "sni", None), self.client_address[1])
                 with receiver._lock:
                     receiver.requests.append(request)
                 reply = receiver.respond(request)
@@ -74,6 +77,14 @@ class Receiver:
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
+                if reply.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for start in range(0, len(reply.body), CHUNK):
+                        piece = reply.body[start:start + CHUNK]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
                 self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()
                 self.wfile.write(reply.body)

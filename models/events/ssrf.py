@@ -18,6 +18,8 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from requests.utils import requote_uri
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 RESOLVE_TIMEOUT = 5.0
@@ -72,7 +74,9 @@ def parse_target(url: str) -> Target:
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
-    return Target(hostname, port, path)
+    # Sent as written in the request line: spaces, control characters and non-ASCII percent-encoded,
+    # as a browser or `requests` sends them.
+    return Target(hostname, port, requote_uri(path))
 
 
 def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:

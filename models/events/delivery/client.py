@@ -1,9 +1,16 @@
 """The HTTP side of a delivery: one pooled, address-pinned client per process, and a signed POST.
 
-Every POST goes to an address the SSRF guard vetted (models/events/ssrf.py): the URL names the
-address, so no second DNS lookup happens between the check and the connection, while TLS checks
-the certificate against the real hostname. Redirects are never followed, a response is read up to
-MAX_RESPONSE_READ, and nothing here raises: a failure is a `Response` with its error.
+Every POST goes to an address the SSRF guard vetted (models/events/ssrf.py): the connection is
+made to that address, so no second DNS lookup happens between the check and the connection, while
+TLS checks the certificate against the real hostname. Redirects are never followed, an answer is
+read up to MAX_RESPONSE_READ and within TIMEOUT, and nothing here raises: a failure is a
+`Response` with its error.
+
+urllib3 opens every connection (the connect timeout, TLS, the hostname check). A POST on a
+connection the pool has open, which is most of them, is written and read by hand
+(messaging/http1.py): `requests` and http.client spent four times the system calls' cost on each
+(bench/webhooks.py). No proxy from the environment is used (it would route around the address
+pinning) and no cookie is kept (one company's receiver must never set one for another's).
 """
 
 from __future__ import annotations
@@ -14,15 +21,15 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
-from http.cookiejar import DefaultCookiePolicy
 
 import certifi
-import requests
 import urllib3
-from requests.adapters import HTTPAdapter
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, MaxRetryError, NewConnectionError, ReadTimeoutError
+from urllib3.util.retry import Retry
 from urllib3.util.ssl_ import create_urllib3_context
 
 from config import get_settings
+from messaging import http1
 from models.events import ssrf, webhooks
 
 # Concurrent POSTs to one endpoint (a drain's sender threads); the pool keeps connections for
@@ -32,45 +39,17 @@ TIMEOUT = 10.0
 MAX_RESPONSE_READ = 64 * 1024
 MAX_ADDRESSES = 3
 USER_AGENT = "Service-Webhooks/1.0"
+# A POST is never retried here: the drain's schedule does that, and records each attempt.
+_NO_RETRIES = Retry(0, read=False, redirect=False)
 
 
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
     """The public CA store plus the configured extra CAs, built once per process."""
-    context = create_urllib3_context()
+    context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
     context.load_verify_locations(cafile=certifi.where())
     if ca_bundle:
         context.load_verify_locations(cafile=ca_bundle)
     return context
-
-
-class _PinnedAdapter(HTTPAdapter):
-    """Connects to the address in the URL (one we vetted) while TLS uses the real hostname.
-
-    The request URL names the vetted IP, so no second DNS lookup happens between our check and
-    the connection; `pinned_hostname` on the request supplies SNI and the name the certificate
-    must match, and the Host header carries it to the application.
-    """
-
-    def __init__(self, context: ssl.SSLContext, **options):
-        self._context = context
-        super().__init__(**options)
-
-    def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
-        host_params, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
-        hostname = getattr(request, "pinned_hostname", None)
-        if hostname:
-            pool_kwargs["server_hostname"] = hostname
-            pool_kwargs["assert_hostname"] = hostname
-        pool_kwargs["ssl_context"] = self._context
-        pool_kwargs.pop("ca_certs", None)
-        return self.poolmanager.connection_from_host(**host_params, pool_kwargs=pool_kwargs)
-
-    def cert_verify(self, conn, url, verify, cert):
-        # The context already holds every CA we trust; loading a bundle file on each new
-        # connection (requests' default) would only repeat that work.
-        conn.cert_reqs = "CERT_REQUIRED"
-        conn.ca_certs = None
-        conn.ca_cert_dir = None
 
 
 @dataclass
@@ -87,29 +66,34 @@ class Response:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
+class _Failed(Exception):
+    """No answer: `text` says why; `never_connected` when the request cannot have reached the
+    server, so that another of its addresses may be tried."""
+
+    def __init__(self, text: str, never_connected: bool = False):
+        super().__init__(text)
+        self.text = text
+        self.never_connected = never_connected
+
+
 def _url_host(address: ssrf.IPAddress) -> str:
     return f"[{address}]" if address.version == 6 else str(address)
 
 
-def _never_connected(error: requests.RequestException) -> bool:
-    """True when the request cannot have reached the server: another address may be tried."""
-    if isinstance(error, requests.ConnectTimeout):
-        return True
-    reason = getattr(error.args[0], "reason", None) if error.args else None
-    return isinstance(reason, urllib3.exceptions.NewConnectionError)
-
-
-def _describe(error: requests.RequestException) -> str:
-    if isinstance(error, requests.ConnectTimeout):
-        return f"connection timed out after {TIMEOUT:g} s"
-    if isinstance(error, requests.ReadTimeout):
-        return f"no response within {TIMEOUT:g} s"
-    if isinstance(error, requests.exceptions.SSLError):
-        reason = getattr(error.args[0], "reason", None) if error.args else None
-        return f"TLS error: {reason or error}"
-    if _never_connected(error):
-        return "connection refused or unreachable"
-    return f"connection failed: {type(error).__name__}"
+def _failure(error: Exception) -> _Failed:
+    """What went wrong (urllib3's exception, or the socket's) as the words a delivery's log keeps."""
+    reason = error.reason if isinstance(error, MaxRetryError) else error
+    if isinstance(reason, NewConnectionError):  # refused, unreachable (a kind of connect timeout to urllib3)
+        return _Failed("connection refused or unreachable", never_connected=True)
+    if isinstance(reason, ConnectTimeoutError):
+        return _Failed(f"connection timed out after {TIMEOUT:g} s", never_connected=True)
+    if isinstance(reason, ReadTimeoutError | TimeoutError):
+        return _Failed(f"no response within {TIMEOUT:g} s")
+    if isinstance(reason, urllib3.exceptions.SSLError | ssl.SSLError):
+        return _Failed(f"TLS error: {reason}")
+    if isinstance(reason, http1.BadAnswer):  # closed without an answer, or not HTTP/1.x
+        return _Failed(f"connection failed: {reason}")
+    return _Failed(f"connection failed: {type(reason).__name__}")
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -128,71 +112,105 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class DeliveryClient:
-    """The process's one pooled session for webhooks; safe to share between threads."""
+    """The process's pools of connections to receivers; safe to share between threads."""
 
     def __init__(self, ca_bundle: str | None, pool_size: int = 4 * ENDPOINT_CONCURRENCY):
         self.ca_bundle = ca_bundle
-        self.session = requests.Session()
-        # Environment proxies would route around the address pinning; cookies set by one
-        # company's receiver must never travel to another's.
-        self.session.trust_env = False
-        self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-        adapter = _PinnedAdapter(_ssl_context(ca_bundle), pool_connections=256, pool_maxsize=pool_size,
-                                 max_retries=0)
-        self.session.mount("https://", adapter)
-        self.session.mount("http://", HTTPAdapter(max_retries=0))
+        self._manager = urllib3.PoolManager(num_pools=256, maxsize=pool_size, block=False,
+                                            cert_reqs="CERT_REQUIRED", ssl_context=_ssl_context(ca_bundle))
 
     def post(self, target: ssrf.Target, addresses: list[ssrf.IPAddress], body: bytes,
              headers: dict[str, str]) -> Response:
         """POST `body` to the first vetted address that accepts a connection. Never raises."""
         started = time.monotonic()
-        headers = {**headers, "Host": target.host_header, "User-Agent": USER_AGENT}
-        error: requests.RequestException | None = None
+        headers = {"User-Agent": USER_AGENT, "Content-Length": str(len(body)), **headers}
+        failure = _Failed("no address to connect to", never_connected=True)
         for address in addresses[:MAX_ADDRESSES]:
-            prepared = requests.PreparedRequest()
-            prepared.prepare(method="POST", url=f"https://{_url_host(address)}:{target.port}{target.path}",
-                             headers=headers, data=body)
-            prepared.pinned_hostname = target.hostname  # type: ignore[attr-defined]
+            # One pool per address and hostname: the connection goes to the address, the TLS
+            # handshake names the hostname (SNI) and checks the certificate against it.
+            pool = self._manager.connection_from_host(
+                _url_host(address), target.port, "https",
+                pool_kwargs={"server_hostname": target.hostname, "assert_hostname": target.hostname})
             try:
-                # Redirects are never followed: a 3xx is a failure, and following one would
-                # bypass the address check.
-                response = self.session.send(prepared, timeout=TIMEOUT, allow_redirects=False, stream=True)
-            except requests.RequestException as raised:
-                error = raised
-                if _never_connected(raised):
+                status, fields, excerpt = self._call(pool, target, headers, body, started + TIMEOUT)
+            except _Failed as failed:
+                failure = failed
+                if failed.never_connected:
                     continue
                 break
-            return self._read(response, started)
-        assert error is not None
-        return Response(None, int((time.monotonic() - started) * 1000), error=_describe(error), unreachable=True)
+            return _response(status, fields, excerpt, started)
+        return Response(None, _elapsed_ms(started), error=failure.text, unreachable=True)
+
+    def _call(self, pool, target: ssrf.Target, headers: dict[str, str], body: bytes,
+              deadline: float) -> tuple[int, dict[bytes, bytes], bytes]:
+        """The answer's status, header fields (lower-case names) and first EXCERPT_BYTES."""
+        connection = pool._get_conn()
+        if connection.sock is None:
+            # Not open yet, or the receiver closed it while it waited in the pool: urllib3 opens it.
+            pool._put_conn(connection)
+            return self._open_and_call(pool, target, headers, body, deadline)
+        request = http1.request_bytes("POST", target.path, target.host_header, headers, body)
+        keep = False
+        try:
+            connection.sock.settimeout(TIMEOUT)
+            connection.sock.sendall(request)
+            answer = http1.read_answer(connection.sock, "POST", limit=MAX_RESPONSE_READ, deadline=deadline)
+            keep = answer.keep
+        except (OSError, http1.BadAnswer) as error:  # the request may have arrived: no other address
+            raise _failure(error) from None
+        finally:
+            if not keep:
+                connection.close()
+            pool._put_conn(connection)
+        return answer.status, answer.fields, answer.body[:webhooks.EXCERPT_BYTES]
 
     @staticmethod
-    def _read(response: requests.Response, started: float) -> Response:
-        deadline = started + TIMEOUT
+    def _open_and_call(pool, target: ssrf.Target, headers: dict[str, str], body: bytes,
+                       deadline: float) -> tuple[int, dict[bytes, bytes], bytes]:
+        try:
+            response = pool.urlopen("POST", target.path, body=body, headers={**headers, "Host": target.host_header},
+                                    redirect=False, assert_same_host=False, retries=_NO_RETRIES,
+                                    timeout=urllib3.Timeout(connect=TIMEOUT, read=TIMEOUT),
+                                    preload_content=False, decode_content=False)
+        except (HTTPError, OSError) as error:
+            raise _failure(error) from None
         excerpt = bytearray()
         read = 0
+        whole = False
         try:
-            for chunk in response.iter_content(8192):
+            for chunk in response.stream(8192, decode_content=False):
                 if len(excerpt) < webhooks.EXCERPT_BYTES:
                     excerpt += chunk[:webhooks.EXCERPT_BYTES - len(excerpt)]
                 read += len(chunk)
                 # Bounded: a receiver streaming a huge or endless body costs us nothing more.
                 if read >= MAX_RESPONSE_READ or time.monotonic() > deadline:
                     break
-        except requests.RequestException:
+            else:
+                whole = True
+        except (HTTPError, OSError):
             pass  # the status line already tells the outcome
         finally:
-            response.close()
-        status = response.status_code
-        result = Response(status, int((time.monotonic() - started) * 1000),
-                          excerpt=excerpt.decode("utf-8", "ignore") if excerpt else None)
-        if 300 <= status < 400:
-            result.error = f"HTTP {status}: redirects are not followed; answer 2xx at the registered URL"
-        elif not result.ok:
-            result.error = f"HTTP {status}"
-            if status in (429, 503):
-                result.retry_after = _retry_after(response.headers.get("Retry-After"))
-        return result
+            if not whole:
+                response.close()  # the rest is unread: the connection cannot carry another call
+            response.release_conn()
+        fields = {name.lower().encode("latin-1"): value.encode("latin-1") for name, value in response.headers.items()}
+        return response.status, fields, bytes(excerpt)
+
+
+def _elapsed_ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _response(status: int, fields: dict[bytes, bytes], excerpt: bytes, started: float) -> Response:
+    result = Response(status, _elapsed_ms(started), excerpt=excerpt.decode("utf-8", "ignore") or None)
+    if 300 <= status < 400:
+        result.error = f"HTTP {status}: redirects are not followed; answer 2xx at the registered URL"
+    elif not result.ok:
+        result.error = f"HTTP {status}"
+        if status in (429, 503):
+            retry_after = fields.get(b"retry-after")
+            result.retry_after = _retry_after(retry_after.decode("latin-1") if retry_after else None)
+    return result
 
 
 _client_lock = threading.Lock()
