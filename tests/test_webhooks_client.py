@@ -3,11 +3,20 @@ POST and given up when not, answers read up to their limit whatever their framin
 
 from __future__ import annotations
 
+import ipaddress
+
 import orjson
 import pytest
 
 from models.events import ssrf, webhooks
-from models.events.delivery.client import MAX_RESPONSE_READ, delivery_client, post_signed, vetted_addresses
+from models.events.delivery.client import (
+    MAX_POOLS,
+    MAX_RESPONSE_READ,
+    DeliveryClient,
+    delivery_client,
+    post_signed,
+    vetted_addresses,
+)
 from tests.webhooks_fixtures import *  # noqa: F403  (fixtures)
 from tests.webhooks_fixtures import Reply, verify
 
@@ -75,3 +84,18 @@ def test_a_receiver_that_closes_without_answering_is_a_failed_attempt(make_recei
     assert first.ok and after.ok
     assert dropped.status_code is None and dropped.unreachable
     assert dropped.error == "connection failed: Remote end closed connection without response"
+
+
+def test_the_pools_of_the_least_recent_receivers_are_closed_and_come_back_when_needed(make_receiver, webhook_ca):
+    server = make_receiver()
+    target = ssrf.parse_target(server.url())
+    address = vetted_addresses(target)[0]
+    client = DeliveryClient(webhook_ca[1])
+    assert client.post(target, [address], b"{}", {}).ok
+    first = client._pool(address, target)
+    others = [client._pool(ipaddress.ip_address(f"127.0.{n // 250}.{n % 250 + 2}"), target)
+              for n in range(MAX_POOLS)]
+
+    assert first.pool is None and all(pool.pool is not None for pool in others)  # urllib3: None once closed
+    assert client.post(target, [address], b"{}", {}).ok
+    assert client._pool(address, target) is not first
