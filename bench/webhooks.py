@@ -6,7 +6,7 @@ A receiver runs in its own process (HTTPS on 127.0.0.1, a trustme certificate, k
 it counts requests and distinct event ids). Each round:
 
 - bare: ENDPOINT_CONCURRENCY threads POST N signed bodies through the delivery client (the same
-  pooled session, address vetting and signing as deliveries), nothing else;
+  pooled connections, address vetting and signing as deliveries), nothing else;
 - pipeline: N message.sent events committed to the outbox as the sending engine writes them
   (untimed: that is the producer's transaction, printed apart), then, timed by wall clock and CPU
   alike, the fan-out and a drain of the endpoint until every delivery is recorded: claims, the
