@@ -390,6 +390,10 @@ _RELEASE_DRAIN_SQL = 'UPDATE "webhook_endpoint" SET "drain_until" = NULL WHERE "
 _RELEASE_CLAIMS_SQL = ('UPDATE "webhook_delivery" SET "claimed_until" = NULL WHERE "endpoint_id" = ? '
                        """AND "status" IN ('pending', 'failed') AND "claimed_until" > ?""")
 _HAS_DUE_SQL = f'SELECT 1 FROM "webhook_delivery" WHERE "endpoint_id" = ? AND {_due_sql("webhook_delivery")} LIMIT 1'
+_ENDPOINTS_WITH_DUE_SQL = (
+    'SELECT DISTINCT "d"."endpoint_id" FROM "webhook_delivery" AS "d" JOIN "webhook_endpoint" AS "e" '
+    f"""ON "e"."id" = "d"."endpoint_id" WHERE "e"."status" = 'active' AND {_due_sql("d")}"""
+)
 _EARLIEST_RETRY_SQL = ('SELECT MIN("next_attempt_at") FROM "webhook_delivery" WHERE "endpoint_id" = ? '
                        """AND "status" IN ('pending', 'failed') AND "next_attempt_at" > ?""")
 _PLAN_WAKE_SQL = ('UPDATE "webhook_endpoint" SET "wake_at" = ? WHERE "id" = ? '
@@ -441,10 +445,6 @@ def endpoints_with_due_work(now: dt.datetime) -> list[int]:
     return [row[0] for row in execute(_ENDPOINTS_WITH_DUE_SQL, (now, now)).fetchall()]
 
 
-_ENDPOINTS_WITH_DUE_SQL = (
-    'SELECT DISTINCT "d"."endpoint_id" FROM "webhook_delivery" AS "d" JOIN "webhook_endpoint" AS "e" '
-    f"""ON "e"."id" = "d"."endpoint_id" WHERE "e"."status" = 'active' AND {_due_sql("d")}"""
-)
 _CLAIM_SQL = (
     'UPDATE "webhook_delivery" SET "claimed_until" = ? WHERE "id" IN ('
     ' SELECT "d"."id" FROM "webhook_delivery" AS "d"'
