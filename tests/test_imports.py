@@ -31,7 +31,7 @@ LAYER_MODULES = {
     "api": {"app", "wsgi", "gunicorn_settings", "auth", "errors", "operation", "openapi", "pagination", "ratelimit",
             "schemas"},
     "jobs": {"queue"},
-    "svcctl": {"main", "output", "processes", "sim"},
+    "svcctl": {"main", "lazy", "output", "processes", "sim"},
     "portal": {"web", "overview", "signin", "team", "labels"},
 }
 
