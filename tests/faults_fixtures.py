@@ -31,7 +31,7 @@ import requests
 from config import load_settings, use_settings
 from models import setup
 from models.store import db as database
-from tests.campaigns_fixtures import counted, status_counters
+from tests.campaigns_fixtures import counted, counters_disagreeing, status_counters
 from tests.conftest import IN_CI, base_env
 from tests.live import LiveService, free_port, wait_until
 from tests.webhooks_fixtures import Receiver, webhook_ca  # noqa: F401  (fixture)
@@ -459,10 +459,13 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
     if not allow_unconfirmed:
         assert not [row for row in failed if row.error_code == "send_unconfirmed"]
     assert all(row.status in ("sent", "delivered", "read", "failed") for row in rows.values())
+    # In one statement: the platform's statuses may still be moving recipients (and their
+    # counters, in the same transactions) between two reads.
+    disagreeing = set(counters_disagreeing())
     for campaign in campaigns:
         money = campaign_credits(campaign)
         assert money.reserved == money.consumed + money.released, campaign.public_id
-        assert status_counters(campaign.id) == counted(campaign.id), campaign.public_id
+        assert campaign.id not in disagreeing, (campaign.public_id, status_counters(campaign.id), counted(campaign.id))
     consumed = -(LedgerEntry.select(fn.SUM(LedgerEntry.amount)).where(
         (LedgerEntry.tenant == company.persona.id) & (LedgerEntry.type == "consume")).scalar() or 0)
     assert consumed == len(accepted)
