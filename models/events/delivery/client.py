@@ -159,19 +159,19 @@ class DeliveryClient:
         failure = _Failed("no address to connect to", never_connected=True)
         for address in addresses[:MAX_ADDRESSES]:
             try:
-                status, fields, excerpt = self._call(self._pool(address, target), target, headers, body,
+                status, retry_after, excerpt = self._call(self._pool(address, target), target, headers, body,
                                                      started + TIMEOUT)
             except _Failed as failed:
                 failure = failed
                 if failed.never_connected:
                     continue
                 break
-            return _response(status, fields, excerpt, started)
+            return _response(status, retry_after, excerpt, started)
         return Response(None, _elapsed_ms(started), error=failure.text, unreachable=True)
 
     def _call(self, pool, target: ssrf.Target, headers: dict[str, str], body: bytes,
-              deadline: float) -> tuple[int, dict[bytes, bytes], bytes]:
-        """The answer's status, header fields (lower-case names) and first EXCERPT_BYTES."""
+              deadline: float) -> tuple[int, str | None, bytes]:
+        """The answer's status, its Retry-After header if any, and its first EXCERPT_BYTES."""
         try:
             connection = pool._get_conn()
         except ClosedPoolError:  # dropped from the pools just now, for many newer endpoints
@@ -193,11 +193,13 @@ class DeliveryClient:
             if not keep:
                 connection.close()
             pool._put_conn(connection)
-        return answer.status, answer.fields, answer.body[:webhooks.EXCERPT_BYTES]
+        retry_after = answer.fields.get(b"retry-after")
+        return (answer.status, None if retry_after is None else retry_after.decode("latin-1"),
+                answer.body[:webhooks.EXCERPT_BYTES])
 
     @staticmethod
     def _open_and_call(pool, target: ssrf.Target, headers: dict[str, str], body: bytes,
-                       deadline: float) -> tuple[int, dict[bytes, bytes], bytes]:
+                       deadline: float) -> tuple[int, str | None, bytes]:
         try:
             response = pool.urlopen("POST", target.path, body=body, headers={**headers, "Host": target.host_header},
                                     redirect=False, assert_same_host=False, retries=_NO_RETRIES,
@@ -224,23 +226,21 @@ class DeliveryClient:
             if not whole:
                 response.close()  # the rest is unread: the connection cannot carry another call
             response.release_conn()
-        fields = {name.lower().encode("latin-1"): value.encode("latin-1") for name, value in response.headers.items()}
-        return response.status, fields, bytes(excerpt)
+        return response.status, response.headers.get("Retry-After"), bytes(excerpt)
 
 
 def _elapsed_ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 
 
-def _response(status: int, fields: dict[bytes, bytes], excerpt: bytes, started: float) -> Response:
+def _response(status: int, retry_after: str | None, excerpt: bytes, started: float) -> Response:
     result = Response(status, _elapsed_ms(started), excerpt=excerpt.decode("utf-8", "ignore") or None)
     if 300 <= status < 400:
         result.error = f"HTTP {status}: redirects are not followed; answer 2xx at the registered URL"
     elif not result.ok:
         result.error = f"HTTP {status}"
         if status in (429, 503):
-            retry_after = fields.get(b"retry-after")
-            result.retry_after = _retry_after(retry_after.decode("latin-1") if retry_after else None)
+            result.retry_after = _retry_after(retry_after)
     return result
 
 
