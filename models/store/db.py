@@ -598,14 +598,18 @@ def _driver_error(error: BaseException) -> BaseException | None:
 def upgrade() -> list[str]:
     """Apply pending schema migrations; returns the names applied (none when up to date)."""
     with connection():
-        return Runner(db.obj, directory=str(MIGRATIONS_DIR)).up()
+        return _migrations().up()
 
 
 def pending_migrations() -> list[str]:
     """The schema migrations not applied to this database yet, oldest first."""
     with connection():
-        return [migration.name for migration in Runner(db.obj, directory=str(MIGRATIONS_DIR)).status()
+        return [migration.name for migration in _migrations().status()
                 if migration.path is not None and not migration.applied]
+
+
+def _migrations() -> Runner:
+    return Runner(db.obj, directory=str(MIGRATIONS_DIR))
 
 
 def skip_locked(query):
