@@ -6,11 +6,11 @@ TLS checks the certificate against the real hostname. Redirects are never follow
 read up to MAX_RESPONSE_READ and within TIMEOUT, and nothing here raises: a failure is a
 `Response` with its error.
 
-urllib3 opens every connection (the connect timeout, TLS, the hostname check). A POST on a
-connection the pool has open, which is most of them, is written and read by hand
-(messaging/http1.py): `requests` and http.client spent four times the system calls' cost on each
-(bench/webhooks.py). No proxy from the environment is used (it would route around the address
-pinning) and no cookie is kept (one company's receiver must never set one for another's).
+urllib3 opens every connection (the connect timeout, TLS, the hostname check) and keeps it in its
+pool. Every POST is written and read by hand (messaging/http1.py): `requests` and http.client
+spent four times the system calls' cost on each (bench/webhooks.py). No proxy from the
+environment is used (it would route around the address pinning) and no cookie is kept (one
+company's receiver must never set one for another's).
 """
 
 from __future__ import annotations
@@ -25,16 +25,9 @@ from dataclasses import dataclass
 
 import certifi
 import urllib3
-from urllib3.exceptions import (
-    ClosedPoolError,
-    ConnectTimeoutError,
-    HTTPError,
-    MaxRetryError,
-    NewConnectionError,
-    ReadTimeoutError,
-)
-from urllib3.util.retry import Retry
+from urllib3.exceptions import ClosedPoolError, ConnectTimeoutError, HTTPError, NewConnectionError
 from urllib3.util.ssl_ import create_urllib3_context
+from urllib3.util.ssl_match_hostname import CertificateError
 
 from config import get_settings
 from messaging import http1
@@ -48,8 +41,7 @@ MAX_RESPONSE_READ = 64 * 1024
 MAX_ADDRESSES = 3
 MAX_POOLS = 256  # receivers' addresses with connections kept
 USER_AGENT = "Service-Webhooks/1.0"
-# A POST is never retried here: the drain's schedule does that, and records each attempt.
-_NO_RETRIES = Retry(0, read=False, redirect=False)
+_CONNECT_TIMEOUT = urllib3.Timeout(connect=TIMEOUT)
 
 
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
@@ -91,18 +83,17 @@ def _url_host(address: ssrf.IPAddress) -> str:
 
 def _failure(error: Exception) -> _Failed:
     """What went wrong (urllib3's exception, or the socket's) as the words a delivery's log keeps."""
-    reason = error.reason if isinstance(error, MaxRetryError) else error
-    if isinstance(reason, NewConnectionError):  # refused, unreachable (a kind of connect timeout to urllib3)
+    if isinstance(error, NewConnectionError):  # refused, unreachable (a kind of connect timeout to urllib3)
         return _Failed("connection refused or unreachable", never_connected=True)
-    if isinstance(reason, ConnectTimeoutError):
+    if isinstance(error, ConnectTimeoutError):
         return _Failed(f"connection timed out after {TIMEOUT:g} s", never_connected=True)
-    if isinstance(reason, ReadTimeoutError | TimeoutError):
+    if isinstance(error, TimeoutError):
         return _Failed(f"no response within {TIMEOUT:g} s")
-    if isinstance(reason, urllib3.exceptions.SSLError | ssl.SSLError):
-        return _Failed(f"TLS error: {reason}")
-    if isinstance(reason, http1.BadAnswer):  # closed without an answer, or not HTTP/1.x
-        return _Failed(f"connection failed: {reason}")
-    return _Failed(f"connection failed: {type(reason).__name__}")
+    if isinstance(error, urllib3.exceptions.SSLError | ssl.SSLError | CertificateError):
+        return _Failed(f"TLS error: {error}")
+    if isinstance(error, http1.BadAnswer):  # closed without an answer, or not HTTP/1.x
+        return _Failed(f"connection failed: {error}")
+    return _Failed(f"connection failed: {type(error).__name__}")
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -144,8 +135,9 @@ class DeliveryClient:
                 self._pools.move_to_end(key)
                 return pool
             pool = self._pools[key] = urllib3.HTTPSConnectionPool(
-                _url_host(address), target.port, maxsize=self._pool_size, block=False, cert_reqs="CERT_REQUIRED",
-                ssl_context=self._context, server_hostname=target.hostname, assert_hostname=target.hostname)
+                _url_host(address), target.port, timeout=_CONNECT_TIMEOUT, maxsize=self._pool_size, block=False,
+                cert_reqs="CERT_REQUIRED", ssl_context=self._context, server_hostname=target.hostname,
+                assert_hostname=target.hostname)
             if len(self._pools) > MAX_POOLS:
                 _key, oldest = self._pools.popitem(last=False)
                 oldest.close()  # a POST using it now finishes; its connection is then closed
@@ -159,8 +151,7 @@ class DeliveryClient:
         failure = _Failed("no address to connect to", never_connected=True)
         for address in addresses[:MAX_ADDRESSES]:
             try:
-                status, retry_after, excerpt = self._call(self._pool(address, target), target, headers, body,
-                                                     started + TIMEOUT)
+                status, retry_after, excerpt = self._call(self._pool(address, target), target, headers, body)
             except _Failed as failed:
                 failure = failed
                 if failed.never_connected:
@@ -169,26 +160,30 @@ class DeliveryClient:
             return _response(status, retry_after, excerpt, started)
         return Response(None, _elapsed_ms(started), error=failure.text, unreachable=True)
 
-    def _call(self, pool, target: ssrf.Target, headers: dict[str, str], body: bytes,
-              deadline: float) -> tuple[int, str | None, bytes]:
+    def _call(self, pool, target: ssrf.Target, headers: dict[str, str], body: bytes) -> tuple[int, str | None, bytes]:
         """The answer's status, its Retry-After header if any, and its first EXCERPT_BYTES."""
         try:
             connection = pool._get_conn()
         except ClosedPoolError:  # dropped from the pools just now, for many newer endpoints
             raise _Failed("connection failed: too many endpoints at once", never_connected=True) from None
-        if connection.sock is None:
-            # Not open yet, or the receiver closed it while it waited in the pool: urllib3 opens it.
-            pool._put_conn(connection)
-            return self._open_and_call(pool, target, headers, body, deadline)
-        request = http1.request_bytes("POST", target.path, target.host_header, headers, body)
         keep = False
         try:
-            connection.sock.settimeout(TIMEOUT)
-            connection.sock.sendall(request)
-            answer = http1.read_answer(connection.sock, "POST", limit=MAX_RESPONSE_READ, deadline=deadline)
+            if connection.sock is None:
+                # Not open yet, or the receiver closed it while it waited in the pool: urllib3 opens
+                # it to the vetted address, with TLS and the hostname checked.
+                try:
+                    connection.connect()
+                except (HTTPError, OSError, CertificateError) as error:
+                    raise _failure(error) from None
+            request = http1.request_bytes("POST", target.path, target.host_header, headers, body)
+            try:
+                connection.sock.settimeout(TIMEOUT)
+                connection.sock.sendall(request)
+                answer = http1.read_answer(connection.sock, "POST", limit=MAX_RESPONSE_READ,
+                                           deadline=time.monotonic() + TIMEOUT)
+            except (OSError, http1.BadAnswer) as error:  # the request may have arrived: no other address
+                raise _failure(error) from None
             keep = answer.keep
-        except (OSError, http1.BadAnswer) as error:  # the request may have arrived: no other address
-            raise _failure(error) from None
         finally:
             if not keep:
                 connection.close()
@@ -196,37 +191,6 @@ class DeliveryClient:
         retry_after = answer.fields.get(b"retry-after")
         return (answer.status, None if retry_after is None else retry_after.decode("latin-1"),
                 answer.body[:webhooks.EXCERPT_BYTES])
-
-    @staticmethod
-    def _open_and_call(pool, target: ssrf.Target, headers: dict[str, str], body: bytes,
-                       deadline: float) -> tuple[int, str | None, bytes]:
-        try:
-            response = pool.urlopen("POST", target.path, body=body, headers={**headers, "Host": target.host_header},
-                                    redirect=False, assert_same_host=False, retries=_NO_RETRIES,
-                                    timeout=urllib3.Timeout(connect=TIMEOUT, read=TIMEOUT),
-                                    preload_content=False, decode_content=False)
-        except (HTTPError, OSError) as error:
-            raise _failure(error) from None
-        excerpt = bytearray()
-        read = 0
-        whole = False
-        try:
-            for chunk in response.stream(8192, decode_content=False):
-                if len(excerpt) < webhooks.EXCERPT_BYTES:
-                    excerpt += chunk[:webhooks.EXCERPT_BYTES - len(excerpt)]
-                read += len(chunk)
-                # Bounded: a receiver streaming a huge or endless body costs us nothing more.
-                if read >= MAX_RESPONSE_READ or time.monotonic() > deadline:
-                    break
-            else:
-                whole = True
-        except (HTTPError, OSError):
-            pass  # the status line already tells the outcome
-        finally:
-            if not whole:
-                response.close()  # the rest is unread: the connection cannot carry another call
-            response.release_conn()
-        return response.status, response.headers.get("Retry-After"), bytes(excerpt)
 
 
 def _elapsed_ms(started: float) -> int:
