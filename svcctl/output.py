@@ -3,6 +3,7 @@ line on stderr with a non-zero exit."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import re
 import sys
@@ -51,6 +52,17 @@ def styled(*parts: Any) -> Text:
 def fail(message: str, code: int = 1) -> NoReturn:
     err.print(styled(("error:", "red"), " ", message), soft_wrap=True)
     raise typer.Exit(code)
+
+
+def moment_option(name: str, raw: str | None) -> dt.datetime | None:
+    """An option's ISO 8601 date or date-time (UTC when it names no offset), or None when not given."""
+    if raw is None:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        fail(f"{name}: expected an ISO 8601 date or date-time, got {raw!r}")
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 def print_json(data: Any) -> None:

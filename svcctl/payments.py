@@ -3,20 +3,16 @@ and `svcctl cartera payments export`, the ERP's nightly feed."""
 
 from __future__ import annotations
 
-import csv
-import datetime as dt
 import logging
-import os
 import signal
 import sys
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import orjson
 import requests
 import typer
 
-from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
+from svcctl.feeds import AFTER_OPTION, CURSOR_FILE_OPTION, FORMAT_OPTION, SINCE_OPTION, stream_feed
+from svcctl.output import JSON_OPTION, err, fail, moment_option, record, show, styled, table, with_database
 
 app = typer.Typer(help="The payment gateway: credentials, reconciliation, the simulator.", no_args_is_help=True)
 export_app = typer.Typer(help="Payments made in the service, for the ERP.", no_args_is_help=True)
@@ -24,16 +20,6 @@ export_app = typer.Typer(help="Payments made in the service, for the ERP.", no_a
 DEFAULT_SIM_BIND = "127.0.0.1:8091"
 EXPORT_COLUMNS = ("cursor", "tipo", "boty_payment_id", "reverso_id", "motivo", "deuda_external_id", "transaction_id",
                   "monto", "moneda", "metodo", "ocurrido_en", "saldo_pendiente", "monto_sin_asignar", "registrado_en")
-
-
-def moment_option(name: str, raw: str | None) -> dt.datetime | None:
-    if raw is None:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(raw)
-    except ValueError:
-        fail(f"{name}: expected an ISO 8601 date or date-time, got {raw!r}")
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 @app.command("connect")
@@ -115,64 +101,17 @@ def _interrupt(signum, frame):
 
 @export_app.command("export")
 @with_database
-def export(tenant: str = typer.Option(..., "--tenant"),
-           since: str = typer.Option(None, "--since", help="Only what was recorded at or after this ISO time."),
-           after: int = typer.Option(None, "--after", min=0, help="Only what follows this cursor."),
-           cursor_file: Path = typer.Option(None, "--cursor-file",
-                                            help="Read the cursor from this file, and write the last one back "
-                                                 "once everything is out: a nightly job gets exactly what is new."),
-           fmt: str = typer.Option("csv", "--format", help="csv or jsonl")):
+def export(tenant: str = typer.Option(..., "--tenant"), since: str = SINCE_OPTION, after: int = AFTER_OPTION,
+           cursor_file: Path = CURSOR_FILE_OPTION, fmt: str = FORMAT_OPTION):
     """Stream every payment and reversal made in the service (gateway and manual) to stdout."""
     from models.receivables.export import export_rows
     from models.tenancy.tenants import get_tenant
 
-    check_feed_format(fmt)
     start = moment_option("--since", since)
     stream_feed(lambda cursor: export_rows(get_tenant(tenant).id, since=start, after=cursor), EXPORT_COLUMNS, fmt=fmt,
                 after=after, cursor_file=cursor_file, json_value=_exact_amount)
 
 
-def check_feed_format(fmt: str) -> None:
-    if fmt not in ("csv", "jsonl"):
-        fail(f"--format must be csv or jsonl, got {fmt!r}")
-
-
 def _exact_amount(name: str, value):
     # Decimal amounts go out as strings: exact, whatever the reader's JSON numbers are.
     return str(value) if name in ("monto", "saldo_pendiente", "monto_sin_asignar") else value
-
-
-def _plain_cell(value) -> str:
-    return "" if value is None else str(value)
-
-
-def stream_feed(rows_after: Callable[[int], Iterable[dict]], columns: tuple[str, ...], *, fmt: str,
-                after: int | None, cursor_file: Path | None, csv_cell: Callable[[object], str] = _plain_cell,
-                json_value: Callable[[str, object], object] = lambda _name, value: value) -> None:
-    """Write an ERP feed numbered by cursor to stdout, CSV or JSON Lines, from `after` or the
-    cursor in `cursor_file` (whose last cursor is written back once every row is out); the
-    count and the last cursor go to stderr. `rows_after(cursor)` streams the rows after one."""
-    check_feed_format(fmt)
-    cursor = after or 0
-    if cursor_file is not None and after is None and cursor_file.exists():
-        text = cursor_file.read_text().strip()
-        if not text.isdigit():
-            fail(f"{cursor_file} does not hold a cursor")
-        cursor = int(text)
-    writer = csv.writer(sys.stdout, lineterminator="\n") if fmt == "csv" else None
-    if writer is not None:
-        writer.writerow(columns)
-    count, last = 0, cursor
-    for row in rows_after(cursor):
-        if writer is not None:
-            writer.writerow([csv_cell(row[name]) for name in columns])
-        else:
-            sys.stdout.write(orjson.dumps({name: json_value(name, row[name]) for name in columns}).decode() + "\n")
-        count, last = count + 1, row["cursor"]
-    sys.stdout.flush()
-    if cursor_file is not None:
-        # Written whole or not at all, and only after the rows are out.
-        partial = cursor_file.with_name(cursor_file.name + ".tmp")
-        partial.write_text(f"{last}\n")
-        os.replace(partial, cursor_file)
-    err.print(f"{count} row(s); cursor {last}")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from svcctl.output import with_database
-from svcctl.payments import check_feed_format, moment_option, stream_feed
+from svcctl.feeds import AFTER_OPTION, CURSOR_FILE_OPTION, FORMAT_OPTION, SINCE_OPTION, stream_feed
+from svcctl.output import moment_option, with_database
 
 export_app = typer.Typer(help="What debtors said on their page or in WhatsApp, for the ERP.", no_args_is_help=True)
 
@@ -26,18 +26,12 @@ def _cell(value) -> str:
 
 @export_app.command("export")
 @with_database
-def export(tenant: str = typer.Option(..., "--tenant"),
-           since: str = typer.Option(None, "--since", help="Only what was recorded at or after this ISO time."),
-           after: int = typer.Option(None, "--after", min=0, help="Only what follows this cursor."),
-           cursor_file: Path = typer.Option(None, "--cursor-file",
-                                            help="Read the cursor from this file, and write the last one back "
-                                                 "once everything is out: a nightly job gets exactly what is new."),
-           fmt: str = typer.Option("csv", "--format", help="csv or jsonl")):
+def export(tenant: str = typer.Option(..., "--tenant"), since: str = SINCE_OPTION, after: int = AFTER_OPTION,
+           cursor_file: Path = CURSOR_FILE_OPTION, fmt: str = FORMAT_OPTION):
     """Stream every promise, dispute and payment claimed by debtors to stdout, oldest first."""
     from models.receivables.responses import response_rows
     from models.tenancy.tenants import get_tenant
 
-    check_feed_format(fmt)
     start = moment_option("--since", since)
     stream_feed(lambda cursor: response_rows(get_tenant(tenant).id, since=start, after=cursor), COLUMNS, fmt=fmt,
                 after=after, cursor_file=cursor_file, csv_cell=_cell)

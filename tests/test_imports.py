@@ -31,7 +31,7 @@ LAYER_MODULES = {
     "api": {"app", "wsgi", "gunicorn_settings", "auth", "errors", "operation", "openapi", "pagination", "ratelimit",
             "schemas"},
     "jobs": {"queue"},
-    "svcctl": {"main", "lazy", "output", "processes", "sim"},
+    "svcctl": {"main", "lazy", "output", "feeds", "processes", "sim"},
     "portal": {"web", "overview", "signin", "team", "labels"},
 }
 
