@@ -21,12 +21,15 @@ import functools
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from babel import Locale, UnknownLocaleError, localedata
-from babel.messages.mofile import write_mo
-from babel.messages.pofile import read_po
-from babel.support import NullTranslations, Translations
+# Babel takes about 25 ms to import. It is imported where a locale is parsed or a catalog
+# compiled, so that a process that does neither (a command that looks its company up, an ERP
+# import) does not pay for it.
+if TYPE_CHECKING:
+    from babel import Locale
+    from babel.support import NullTranslations
 
 LOCALES_DIR = Path(__file__).with_name("locales")
 DOMAIN = "messages"
@@ -54,6 +57,10 @@ def NC_(context: str, message: str) -> str:
 @functools.cache
 def translations(language: str) -> NullTranslations:
     """The compiled catalog of a language; English is the source and needs none."""
+    from babel.messages.mofile import write_mo
+    from babel.messages.pofile import read_po
+    from babel.support import NullTranslations, Translations
+
     if language == SOURCE_LANGUAGE:
         return NullTranslations()
     with (LOCALES_DIR / language / "LC_MESSAGES" / f"{DOMAIN}.po").open("rb") as source:
@@ -122,6 +129,8 @@ def language_of(tag: str) -> str | None:
 def country_locale(tag: str) -> Locale | None:
     """The locale of a tag that names a country CLDR knows (`es-CL` -> es_CL); None for a bare
     language or a region of several countries (`es-419`), which say nothing about formats."""
+    from babel import Locale, UnknownLocaleError, localedata
+
     try:
         locale = Locale.parse(tag.replace("-", "_"))
     except (ValueError, UnknownLocaleError):
@@ -154,6 +163,8 @@ def choose(chosen: str | None, accept_language: str | None, company: str | None,
     """The locale of a page for a reader (the module's docstring): the user's `chosen` language
     (a key of LANGUAGES, or None to follow the browser), the browser's Accept-Language header, and
     the company's locale and time zone (None before the company is known: the sign-in page)."""
+    from babel import Locale
+
     tags = accepted_tags(accept_language)
     language = chosen if chosen in LANGUAGES else None
     language = language or next((found for tag in tags if (found := language_of(tag))), None)
