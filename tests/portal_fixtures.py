@@ -6,10 +6,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
-from collections.abc import Iterator
 from itertools import count
 from urllib.parse import urlencode
 
@@ -101,19 +99,6 @@ def rows_read(table: str) -> int:
         "SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
         "WHERE relname = %s", (table,)).fetchone()
     return read
-
-
-@contextlib.contextmanager
-def statements_run() -> Iterator[list[str]]:
-    """Every statement SQLite runs on this thread's connection inside the block, values bound
-    (SQLite's own trace, not a wrapper of ours)."""
-    ran: list[str] = []
-    conn = database.db.connection()
-    conn.set_trace_callback(ran.append)
-    try:
-        yield ran
-    finally:
-        conn.set_trace_callback(None)
 
 
 def seconds_left_in_window() -> float:

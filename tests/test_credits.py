@@ -161,7 +161,7 @@ def test_a_key_sees_only_its_own_wallet(client, alice, charlie):
 
 def test_a_balance_read_answers_from_the_process_copy_until_the_wallet_changes(sqlite_storage):
     from models.tenancy.tenants import create_tenant
-    from tests.portal_fixtures import statements_run
+    from tests.statements import statements_run
 
     tenant = create_tenant("Copies Co")
     credits.grant(tenant.id, 100)
@@ -203,7 +203,7 @@ def test_wallet_copy_seconds_is_a_bounded_number_and_zero_keeps_no_copy(sqlite_s
     from config import ConfigError, load_settings
     from models.tenancy.tenants import create_tenant
     from models.tenancy.wallet_copies import WalletCopies
-    from tests.portal_fixtures import statements_run
+    from tests.statements import statements_run
 
     assert load_settings({"SVC_DATA_DIR": str(tmp_path), "SVC_WALLET_COPY_SECONDS": "2.5"}).wallet_copy_seconds == 2.5
     for raw in ("soon", "-1", "61", "nan"):

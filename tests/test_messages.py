@@ -11,6 +11,7 @@ from models.tenancy import credits
 from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import let_write, make_number, wa, wallet
+from tests.statements import ID_LIST, looked_up_by_index, statements_run
 from tests.test_credits import replay_ledger
 
 sqlite_only = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
@@ -331,6 +332,28 @@ def test_only_a_failed_platform_call_counts_against_the_retry_limit(client, alic
     claim_and_answer("t2", RetryablePlatformError("hiccup", code=131000))
     stored = Message.get_by_id(message.id)
     assert stored.attempts == start + 1 and stored.claim_token is None and stored.status == "queued"
+
+
+@sqlite_only
+def test_a_batch_of_messages_is_marked_started_by_key(client, alice, number):
+    from models.sending import messages
+    from models.sending.message_store import MessageStore
+
+    # Stored but not handed to the queue: this test plays the engine. Without statistics SQLite
+    # would walk every queued message by the status index to mark a batch started.
+    created = []
+    for _ in range(6):
+        to = wa()
+        let_write(number, to)
+        created.append(messages.create_message(alice.id, messages.MessageInput.model_validate(text_body(number, to))))
+    store = MessageStore()
+    plans = {plan.account_id: plan for plan in store.plan()}
+    jobs = store.claim({number.id: len(created)}, plans, "t1")
+    with statements_run() as ran:
+        marked = store.start(jobs)
+    assert marked == {message.id for message in created}
+    assert any(sql.startswith('UPDATE "message"') and ID_LIST.search(sql) for sql in ran), ran
+    assert looked_up_by_index(ran) == []
 
 
 def test_a_message_whose_window_closed_while_it_waited_fails_unsent(client, alice, number, sim):

@@ -20,8 +20,9 @@ from models.store.db import atomic
 from models.tenancy import portal
 from portal.web import PER_PAGE
 from tests.portal_fixtures import *  # noqa: F403
-from tests.portal_fixtures import rows_read, signed_in, statements_run
+from tests.portal_fixtures import rows_read, signed_in
 from tests.receivables_fixtures import make_account
+from tests.statements import statements_run
 
 ROWS = 2 * PER_PAGE + 17  # two full pages and a short one
 STATUSES = ("delivered", "failed", "pending")

@@ -19,7 +19,8 @@ from portal.web import PER_PAGE
 from tests.campaigns_fixtures import *  # noqa: F403  (fixtures)
 from tests.campaigns_fixtures import create_for, set_recipients
 from tests.portal_fixtures import *  # noqa: F403
-from tests.portal_fixtures import rows_read, signed_in, statements_run
+from tests.portal_fixtures import rows_read, signed_in
+from tests.statements import statements_run
 
 RECIPIENTS = [f"5215560{n:06d}" for n in range(4 * PER_PAGE + 30)]  # five pages, the last one short
 FAILED = RECIPIENTS[1::2]  # three pages, the last one short

@@ -4,11 +4,11 @@ not grow with its size. On both backends."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import random
 import threading
-from collections.abc import Iterator
+
+import pytest
 
 from messaging.simulator.users import user_id_for
 from messaging.webhooks import PlatformUser as WebhookUser
@@ -23,6 +23,7 @@ from models.store import db as database
 from models.tenancy.tables import LedgerEntry
 from tests.campaigns_fixtures import *  # noqa: F403
 from tests.campaigns_fixtures import make_number, status_update, wa, wallet
+from tests.statements import ID_LIST, looked_up_by_index, statements_run
 from tests.test_credits import replay_ledger
 from tests.test_statuses import claimed_by_a_gone_engine, platform_status, reload, sent_campaign, stored_batch
 
@@ -123,37 +124,18 @@ def test_one_batch_with_duplicates_and_statuses_out_of_order(alice, number, imme
     assert Campaign.get_by_id(queued_campaign.id).status == "completed"
 
 
-@contextlib.contextmanager
-def statements_run() -> Iterator[list[str]]:
-    """Every statement the driver runs on this thread's connection inside the block (SQLite's
-    own trace; on PostgreSQL, each cursor's `execute`)."""
-    ran: list[str] = []
-    conn = database.db.connection()
-    if database.is_postgres():
-        from psycopg2.extensions import cursor
-
-        class Counted(cursor):
-            def execute(self, sql, params=None):
-                ran.append(sql if isinstance(sql, str) else sql.decode())
-                return super().execute(sql, params)
-
-            def executemany(self, sql, params):
-                for row in params:
-                    self.execute(sql, row)
-
-        factory, conn.cursor_factory = conn.cursor_factory, Counted
-        state = database.db.obj._state
-        kept, state.row_cursor = getattr(state, "row_cursor", None), None
-        try:
-            yield ran
-        finally:
-            conn.cursor_factory, state.row_cursor = factory, kept
-    else:
-        conn.set_trace_callback(ran.append)
-        try:
-            yield ran
-        finally:
-            conn.set_trace_callback(None)
+@pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
+def test_a_campaigns_batches_and_their_statuses_find_their_rows_by_key(alice, number, immediate_queue):
+    # Without statistics SQLite would walk every row of a status by its index (every recipient
+    # delivered and never read) for each batch: a batch's cost would grow with the table.
+    with statements_run() as ran:
+        _campaign, rows = sent_campaign(alice, number, 12)
+        apply_status_updates([status_update(number, row.wam_id, "delivered", at=at(1)) for row in rows])
+        apply_status_updates([status_update(number, row.wam_id, "read", at=at(2)) for row in rows])
+    batches_by_id = [sql for sql in ran if ID_LIST.search(sql) and sql.startswith('UPDATE "campaign_recipient"')]
+    assert len(batches_by_id) >= 3, ran  # the claim's mark, the record, and the statuses
+    assert looked_up_by_index(ran) == []
+    assert {reload(row).status for row in rows} == {"read"}
 
 
 def statuses_of(rows, status: str, seconds: int, error_code: int | None = None) -> list[dict]:

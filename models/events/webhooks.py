@@ -49,7 +49,7 @@ from models.events.tables import (
 )
 from models.ids import new_id
 from models.store import secrets
-from models.store.db import atomic, bound_datetime, execute, fetch_one, is_postgres, placeholders
+from models.store.db import atomic, bound_datetime, execute, fetch_one, is_postgres, placeholders, unindexed
 
 # Seconds after the first attempt at which each attempt is due (DECISIONS: webhook retries).
 # Each retry waits the gap from the previous attempt, so a delay (a backlog, a worker restart)
@@ -550,7 +550,7 @@ def _advance(rows: list[tuple]) -> None:
             sets.append(f'"{column}" = ' + (f'COALESCE({value_sql}, "delivered_at")' if column == "delivered_at"
                                             else value_sql))
         execute(f'UPDATE "webhook_delivery" SET {", ".join(sets)}, "claimed_until" = NULL '
-                f"""WHERE "id" IN ({placeholders(len(ids))}) AND "status" IN ('pending', 'failed')""",
+                f"""WHERE "id" IN ({placeholders(len(ids))}) AND {unindexed('"status"')} IN ('pending', 'failed')""",
                 params + ids)
 
 

@@ -48,7 +48,7 @@ from models.sending.fairness import split_evenly
 from models.sending.messenger import Verdict, error_code, error_text, pause_blocked_numbers, template_payload, verdict
 from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.sending.work import BatchResult, Job, NumberPlan, ids_by_claim_token
-from models.store.db import atomic, db, lock_in_order, lock_rows, placeholders, skip_locked
+from models.store.db import atomic, db, lock_in_order, lock_rows, placeholders, skip_locked, unindexed
 from models.tenancy.tables import Wallet
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
@@ -331,7 +331,8 @@ class CampaignStore:
             chunk = ids[start:start + CHUNK]
             rows += run_sql(
                 f'UPDATE "{table}" SET status = ?, claim_token = ?, claimed_at = ?, send_started_at = NULL, '
-                f"attempts = attempts + 1, last_error = NULL WHERE id IN ({placeholders(len(chunk))}) AND status = ? "
+                f"attempts = attempts + 1, last_error = NULL WHERE id IN ({placeholders(len(chunk))}) "
+                f"AND {unindexed('status')} = ? "
                 "RETURNING id, public_id, campaign_id, wa_id, external_contact_id, vars, throttled, retries, buttons",
                 ["queued", claim_token, now, *chunk, "pending"]).fetchall()
         return rows
@@ -354,7 +355,8 @@ class CampaignStore:
                     ids = [job.id for job in group[start:start + CHUNK]]
                     marked |= {row[0] for row in run_sql(
                         f'UPDATE "{table}" SET send_started_at = ? WHERE id IN ({placeholders(len(ids))}) '
-                        "AND status = ? AND claim_token = ? RETURNING id", [now, *ids, "queued", token]).fetchall()}
+                        f"AND {unindexed('status')} = ? AND claim_token = ? RETURNING id",
+                        [now, *ids, "queued", token]).fetchall()}
         return marked
 
     # 4. Outcomes.
@@ -440,7 +442,8 @@ class CampaignStore:
                 # (and charged) is left alone, so nothing is consumed twice.
                 query = (f'UPDATE "{table}" SET status = ?, sent_at = ?, claim_token = NULL, last_error = NULL, '
                          f"error_code = NULL, {wam_sql}, {msg_sql} "
-                         f"WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? RETURNING id")
+                         f"WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? AND claim_token = ? "
+                         "RETURNING id")
                 returned = run_sql(query, ["sent", now, *wam_params, *msg_params, *ids, "queued", token]).fetchall()
                 moved += [by_id[row[0]] for row in returned]
         return moved
@@ -459,7 +462,8 @@ class CampaignStore:
                 code_sql, code_params = case_by_id("error_code", [(j.id, errors[j.id][0]) for j in chunk])
                 text_sql, text_params = case_by_id("last_error", [(j.id, errors[j.id][1]) for j in chunk])
                 query = (f'UPDATE "{table}" SET status = ?, failed_at = ?, claim_token = NULL, {code_sql}, '
-                         f"{text_sql} WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? "
+                         f"{text_sql} WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? "
+                         "AND claim_token = ? "
                          "RETURNING id")
                 returned = run_sql(query, ["failed", now, *code_params, *text_params, *ids, "queued",
                                            token]).fetchall()
@@ -504,7 +508,7 @@ class CampaignStore:
                     changed += [campaign_id for (campaign_id,) in run_sql(
                         f'UPDATE "{table}" SET status = ?, claim_token = NULL, claimed_at = NULL, '
                         f"send_started_at = NULL, {text_sql}{extra} "
-                        f"WHERE id IN ({placeholders(len(ids))}) AND status = ? AND claim_token = ? "
+                        f"WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? AND claim_token = ? "
                         "RETURNING campaign_id", ["pending", *params, *ids, "queued", token]).fetchall()]
         return changed
 

@@ -26,9 +26,12 @@ from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
 from models.sending.tables import Message
 from models.sending.work import BatchResult, Job, NumberPlan, ids_by_claim_token
-from models.store.db import atomic, bound_datetime, execute, is_postgres, lock_rows, placeholders
+from models.store.db import atomic, bound_datetime, execute, is_postgres, lock_rows, placeholders, unindexed
 from models.store.prepared import Prepared
 from models.tenancy import credits
+
+# A batch of claimed messages is looked up by id, never by the status index (`unindexed`).
+_STATUS = unindexed('"status"')
 
 
 class MessageStore:
@@ -132,7 +135,8 @@ class MessageStore:
             for token, ids in ids_by_claim_token([(job.id, job.claim_token) for job in jobs]).items():
                 marked |= {row_id for (row_id,) in execute(
                     f'UPDATE "message" SET "send_started_at" = ? WHERE "id" IN ({placeholders(len(ids))}) '
-                    'AND "status" = ? AND "claim_token" = ? RETURNING "id"', [started_at, *ids, "queued", token])}
+                    f'AND {_STATUS} = ? AND "claim_token" = ? RETURNING "id"',
+                    [started_at, *ids, "queued", token])}
         return marked
 
     # 4. Outcomes.

@@ -57,7 +57,7 @@ from models.sending.campaigns import (
 )
 from models.sending.messages import event_fields
 from models.sending.tables import CampaignRecipient, Message
-from models.store.db import atomic, bound_datetime, db, execute, is_postgres, lock_rows, placeholders
+from models.store.db import atomic, bound_datetime, db, execute, is_postgres, lock_rows, placeholders, unindexed
 from models.tenancy import credits
 
 log = logging.getLogger(__name__)
@@ -365,7 +365,8 @@ def _write(table: _Table, moves: _Moves) -> None:
         by_status: dict[str, list[int]] = defaultdict(list)
         for row_id in chunk:
             by_status[moves.read_as[row_id]].append(row_id)
-        where = " OR ".join(f"(status = ? AND id IN ({placeholders(len(group))}))" for group in by_status.values())
+        where = " OR ".join(f"({unindexed('status')} = ? AND id IN ({placeholders(len(group))}))"
+                            for group in by_status.values())
         for status, group in by_status.items():
             params += [status, *group]
         written = execute(f'UPDATE "{table.name}" SET {", ".join(sets)} WHERE {where}', params).rowcount
