@@ -1,6 +1,6 @@
 """Webhook deliveries per second through the whole pipeline against a bare loop of the same POSTs.
 
-    .venv/bin/python -m bench.webhooks [--events 3000] [--rounds 2]
+    .venv/bin/python -m bench.webhooks [--events 3000] [--rounds 2] [--backlog 0]
 
 A receiver runs in its own process (HTTPS on 127.0.0.1, a trustme certificate, keep-alive;
 it counts requests and distinct event ids). Each round:
@@ -16,8 +16,9 @@ Both use the same client and the same concurrency; the ratio pipeline/bare is th
 bookkeeping, printed by wall clock and by this process's CPU time per delivery (the receiver is
 another process), the steadier figure on a shared machine. The pipeline's CPU is also split by
 thread: the fan-out and the drain's own thread (claims, records) against the senders' threads,
-whose work the bare loop's threads do alone. Storage is a fresh SQLite file unless
-SVC_DATABASE_URL is set.
+whose work the bare loop's threads do alone. `--backlog N` first leaves N deliveries of another
+company's endpoint waiting, as an endpoint that is down leaves its retries: what the drain of a
+healthy one costs beside them. Storage is a fresh SQLite file unless SVC_DATABASE_URL is set.
 """
 
 from __future__ import annotations
@@ -199,10 +200,25 @@ def pipeline(endpoint_id: int) -> tuple[float, float, float, float]:
     fanned, fan_out_cpu = time.perf_counter() - started, time.thread_time() - cpu
     drain(endpoint_id, slice_seconds=3600)
     elapsed, thread_cpu = time.perf_counter() - started, time.thread_time() - cpu
-    open_deliveries = WebhookDelivery.select().where(WebhookDelivery.status != "delivered").count()
+    open_deliveries = WebhookDelivery.select().where((WebhookDelivery.endpoint == endpoint_id)
+                                                     & (WebhookDelivery.status != "delivered")).count()
     if open_deliveries:
         raise SystemExit(f"pipeline: {open_deliveries} deliveries not delivered")
     return elapsed, fanned, fan_out_cpu, thread_cpu
+
+
+def leave_waiting(url: str, count: int) -> None:
+    """`count` deliveries of another company's endpoint, fanned out and never drained here."""
+    from jobs.webhooks import FAN_OUT_BATCH
+    from models.events import webhooks
+    from models.tenancy.tenants import create_tenant
+
+    other = create_tenant("Down Co")
+    webhooks.create_endpoint(other.id, url, ["message.sent"])
+    for start in range(0, count, 5000):
+        write_events(other.id, min(5000, count - start))
+    while webhooks.fan_out(FAN_OUT_BATCH).events:
+        pass
 
 
 def sample(index: int) -> dict:
@@ -215,6 +231,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--backlog", type=int, default=0, help="deliveries of another endpoint left waiting")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cert", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
@@ -236,6 +253,8 @@ def main() -> None:
 
         url = f"https://localhost:{port}/hooks"
         with connection():
+            if args.backlog:
+                leave_waiting(url, args.backlog)
             tenant = create_tenant("Bench Co")
             endpoint, secret = webhooks.create_endpoint(tenant.id, url, ["message.sent"])
             concurrency = ENDPOINT_CONCURRENCY
@@ -275,7 +294,8 @@ def main() -> None:
     bare_rate = args.events / bare_best
     pipeline_rate = args.events / pipeline_best
     engine = "postgresql" if os.environ.get("SVC_DATABASE_URL") else "sqlite"
-    print(f"events per round:  {args.events}  (concurrency {concurrency}, {engine}, best of {args.rounds})")
+    backlog = f", {args.backlog} deliveries of another endpoint waiting" if args.backlog else ""
+    print(f"events per round:  {args.events}  (concurrency {concurrency}, {engine}, best of {args.rounds}{backlog})")
     print(f"bare signed POSTs: {bare_rate:8.0f} /s")
     print(f"pipeline:          {pipeline_rate:8.0f} deliveries/s  (fan-out {fan_out_time * 1000:.0f} ms of "
           f"{pipeline_best * 1000:.0f} ms)")
