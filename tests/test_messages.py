@@ -335,12 +335,12 @@ def test_only_a_failed_platform_call_counts_against_the_retry_limit(client, alic
 
 
 @sqlite_only
-def test_a_batch_of_messages_is_marked_started_by_key(client, alice, number):
+def test_a_batch_of_messages_is_claimed_and_marked_started_by_key(client, alice, number):
     from models.sending import messages
     from models.sending.message_store import MessageStore
 
     # Stored but not handed to the queue: this test plays the engine. Without statistics SQLite
-    # would walk every queued message by the status index to mark a batch started.
+    # would walk every queued message by the status index to claim a batch and to mark it started.
     created = []
     for _ in range(6):
         to = wa()
@@ -348,11 +348,11 @@ def test_a_batch_of_messages_is_marked_started_by_key(client, alice, number):
         created.append(messages.create_message(alice.id, messages.MessageInput.model_validate(text_body(number, to))))
     store = MessageStore()
     plans = {plan.account_id: plan for plan in store.plan()}
-    jobs = store.claim({number.id: len(created)}, plans, "t1")
     with statements_run() as ran:
+        jobs = store.claim({number.id: len(created)}, plans, "t1")
         marked = store.start(jobs)
     assert marked == {message.id for message in created}
-    assert any(sql.startswith('UPDATE "message"') and ID_LIST.search(sql) for sql in ran), ran
+    assert len([sql for sql in ran if sql.startswith('UPDATE "message"') and ID_LIST.search(sql)]) == 2, ran
     assert looked_up_by_index(ran) == []
 
 

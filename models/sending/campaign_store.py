@@ -48,7 +48,7 @@ from models.sending.fairness import split_evenly
 from models.sending.messenger import Verdict, error_code, error_text, pause_blocked_numbers, template_payload, verdict
 from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.sending.work import BatchResult, Job, NumberPlan, ids_by_claim_token
-from models.store.db import atomic, db, lock_in_order, lock_rows, placeholders, skip_locked, unindexed
+from models.store.db import atomic, db, lock_in_order, lock_rows, placeholders, skip_locked, unindexed, unindexed_field
 from models.tenancy.tables import Wallet
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
@@ -552,7 +552,7 @@ class CampaignStore:
                                        .where(R.id.in_(claimed)).tuples())
             lock_rows(R, claimed)
             for token, ids in ids_by_claim_token(claims).items():
-                unstarted = (R.id.in_(ids) & (R.status == "queued") & R.send_started_at.is_null()
+                unstarted = (R.id.in_(ids) & (unindexed_field(R.status) == "queued") & R.send_started_at.is_null()
                              & (R.claim_token.is_null() if token is None else R.claim_token == token))
                 for (campaign_id,) in (R.update(status="pending", claim_token=None, claimed_at=None,
                                                 attempts=R.attempts - 1)
@@ -587,7 +587,7 @@ class CampaignStore:
             for token, ids in ids_by_claim_token(claims).items():
                 query = (R.update(status="failed", failed_at=now, claim_token=None, error_code=code,
                                   last_error=text)
-                         .where(R.id.in_(ids) & (R.status == "queued")
+                         .where(R.id.in_(ids) & (unindexed_field(R.status) == "queued")
                                 & (R.claim_token.is_null() if token is None else R.claim_token == token))
                          .returning(R.id, R.public_id, R.campaign, R.wa_id, R.external_contact_id, R.wam_id))
                 failed += list(query.execute())

@@ -26,11 +26,20 @@ from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
 from models.sending.tables import Message
 from models.sending.work import BatchResult, Job, NumberPlan, ids_by_claim_token
-from models.store.db import atomic, bound_datetime, execute, is_postgres, lock_rows, placeholders, unindexed
+from models.store.db import (
+    atomic,
+    bound_datetime,
+    execute,
+    is_postgres,
+    lock_rows,
+    placeholders,
+    unindexed,
+    unindexed_field,
+)
 from models.store.prepared import Prepared
 from models.tenancy import credits
 
-# A batch of claimed messages is looked up by id, never by the status index (`unindexed`).
+# A batch of messages is looked up by id, never by the status index (`unindexed`).
 _STATUS = unindexed('"status"')
 
 
@@ -92,7 +101,8 @@ class MessageStore:
                 return []
             claimed = list(Message.update(claim_token=claim_token, claimed_at=now, send_started_at=None,
                                           attempts=Message.attempts + 1)
-                           .where(Message.id.in_(ids) & (Message.status == "queued") & Message.claim_token.is_null())
+                           .where(Message.id.in_(ids) & (unindexed_field(Message.status) == "queued")
+                                  & Message.claim_token.is_null())
                            .returning(Message).execute())
         # The rest once the claim has committed, outside the writers' turn: the rows are ours by
         # their claim token, and those that cannot go fail under it.
@@ -202,7 +212,7 @@ class MessageStore:
                 if token is None:
                     continue  # an unclaimed message is due already
                 returned += (Message.update(claim_token=None, claimed_at=None, attempts=Message.attempts - 1)
-                             .where(Message.id.in_(ids) & (Message.status == "queued")
+                             .where(Message.id.in_(ids) & (unindexed_field(Message.status) == "queued")
                                     & Message.send_started_at.is_null() & (Message.claim_token == token))
                              .execute())
             if returned:

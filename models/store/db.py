@@ -277,6 +277,11 @@ def unindexed(column: str) -> str:
     return f"({column} || '')"
 
 
+def unindexed_field(field):
+    """`unindexed` for a query peewee builds: the field as an expression that no index serves."""
+    return field.concat("")
+
+
 def fetch_one(sql: str, params: tuple | list = ()) -> tuple | None:
     """`execute` for a statement read at once: its first row, or None. The statement runs on a
     cursor the thread keeps with its connection rather than one made and dropped per call, which
