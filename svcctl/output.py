@@ -61,7 +61,8 @@ def moment_option(name: str, raw: str | None) -> dt.datetime | None:
     try:
         moment = dt.datetime.fromisoformat(raw)
     except ValueError:
-        fail(f"{name}: expected an ISO 8601 date or date-time, got {raw!r}")
+        fail(f"{name}: expected an ISO 8601 date or date-time, e.g. 2026-11-01 or 2026-11-01T00:00:00-03:00, "
+             f"got {raw!r}")
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 

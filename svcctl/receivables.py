@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import gc
 import sys
 from decimal import Decimal
@@ -26,7 +25,7 @@ from models.tenancy.tenants import get_tenant
 from svcctl.dunning_plans import app as plans_app
 from svcctl.dunning_plans import dispute_app
 from svcctl.lazy import LazyGroup
-from svcctl.output import JSON_OPTION, err, fail, record, show, styled, table, with_database
+from svcctl.output import JSON_OPTION, err, fail, moment_option, record, show, styled, table, with_database
 
 
 class Commands(LazyGroup):
@@ -231,14 +230,9 @@ def resolve(external_id: str, tenant: str = typer.Option(..., "--tenant"),
 
 
 def _moment(raw: str | None, option: str):
-    """A --since/--until value: an ISO 8601 date or date-time (UTC unless it has an offset)."""
-    if raw is None:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(raw)
-    except ValueError:
-        fail(f"{option} must be an ISO 8601 date or date-time, e.g. 2026-11-01 or 2026-11-01T00:00:00-03:00")
-    return to_utc_naive(moment)
+    """A --since/--until value as the report reads it: naive UTC."""
+    moment = moment_option(option, raw)
+    return None if moment is None else to_utc_naive(moment)
 
 
 @app.command("report")
