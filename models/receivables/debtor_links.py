@@ -1,9 +1,11 @@
 """The debtor's page: one link per debtor and company, what the page shows, and paying from it.
 
 The token (`dl_` and 32 URL-safe characters) is an HMAC of the link's random nonce under a key
-derived from the installation's master key: the database holds the nonce and the token's
-SHA-256, never the token, so a copy of the database alone opens no page, while a reminder can
-still send the same token again. A link lives LINK_TTL after the last reminder that carried it
+derived from the installation's master key: the link's row holds the nonce and the token's
+SHA-256, never the token, while a reminder can still send the same token again. The messages
+that carry it keep it as they were sent (a reminder's button parameter, the text answering a
+quick reply), so a copy of the database opens the pages of the debtors those messages reached
+for as long as their links live. A link lives LINK_TTL after the last reminder that carried it
 (each reminder moves its expiry on); once expired, the next reminder draws a new nonce, and the
 old token stays dead. A rotated master key makes new tokens: the old one opens until the next
 reminder stores the new one's hash.
