@@ -1,5 +1,4 @@
-"""The old targets read as the issue of speed reads them: each the median of several runs, with a
-margin over its line.
+"""The three old targets, each read as the median of several runs with a margin over its line.
 
     python -m bench.targets [--runs 5] [--only api|webhooks|import ...]
 
