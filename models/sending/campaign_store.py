@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
@@ -425,50 +426,18 @@ class CampaignStore:
             pause_blocked_numbers(result.blocked)
         return result
 
-    def _record_accepted(self, jobs: list[Job], now: dt.datetime) -> list[Job]:
-        if not jobs:
-            return []
-        by_id = {job.id: job for job in jobs}
-        moved: list[Job] = []
-        table = CampaignRecipient._meta.table_name
-        for token, group in _by_token(jobs).items():
-            for start in range(0, len(group), CHUNK):
-                chunk = group[start:start + CHUNK]
-                ids = [job.id for job in chunk]
-                wam_sql, wam_params = case_by_id("wam_id", [(job.id, job.wam_id) for job in chunk])
-                msg_sql, msg_params = case_by_id("message_id", list(zip(ids, public_ids("msg_", len(ids)),
-                                                                        strict=True)))
-                # Only rows still queued under this claim move: a row a status webhook settled first
-                # (and charged) is left alone, so nothing is consumed twice.
-                query = (f'UPDATE "{table}" SET status = ?, sent_at = ?, claim_token = NULL, last_error = NULL, '
-                         f"error_code = NULL, {wam_sql}, {msg_sql} "
-                         f"WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? AND claim_token = ? "
-                         "RETURNING id")
-                returned = run_sql(query, ["sent", now, *wam_params, *msg_params, *ids, "queued", token]).fetchall()
-                moved += [by_id[row[0]] for row in returned]
-        return moved
+    @staticmethod
+    def _record_accepted(jobs: list[Job], now: dt.datetime) -> list[Job]:
+        message_ids = dict(zip((job.id for job in jobs), public_ids("msg_", len(jobs)), strict=True))
+        return _settle_claimed(jobs, "sent", "sent_at", now, cleared=("last_error", "error_code"),
+                               values={"wam_id": lambda job: job.wam_id, "message_id": lambda job: message_ids[job.id]})
 
-    def _record_failed(self, jobs: list[Job], errors: dict[int, tuple[str, str]], now: dt.datetime) -> list[Job]:
+    @staticmethod
+    def _record_failed(jobs: list[Job], errors: dict[int, tuple[str, str]], now: dt.datetime) -> list[Job]:
         """`errors[job id]`: the code and text each failed recipient keeps."""
-        if not jobs:
-            return []
-        by_id = {job.id: job for job in jobs}
-        moved: list[Job] = []
-        table = CampaignRecipient._meta.table_name
-        for token, group in _by_token(jobs).items():
-            for start in range(0, len(group), CHUNK):
-                chunk = group[start:start + CHUNK]
-                ids = [job.id for job in chunk]
-                code_sql, code_params = case_by_id("error_code", [(j.id, errors[j.id][0]) for j in chunk])
-                text_sql, text_params = case_by_id("last_error", [(j.id, errors[j.id][1]) for j in chunk])
-                query = (f'UPDATE "{table}" SET status = ?, failed_at = ?, claim_token = NULL, {code_sql}, '
-                         f"{text_sql} WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? "
-                         "AND claim_token = ? "
-                         "RETURNING id")
-                returned = run_sql(query, ["failed", now, *code_params, *text_params, *ids, "queued",
-                                           token]).fetchall()
-                moved += [by_id[row[0]] for row in returned]
-        return moved
+        return _settle_claimed(jobs, "failed", "failed_at", now, cleared=(),
+                               values={"error_code": lambda job: errors[job.id][0],
+                                       "last_error": lambda job: errors[job.id][1]})
 
     @staticmethod
     def _record_retry(jobs: list[Job], verdicts: dict[int, Verdict], now: dt.datetime) -> list[int]:
@@ -615,3 +584,31 @@ def _by_token(jobs: list[Job]) -> dict[str, list[Job]]:
     for job in jobs:
         groups[job.claim_token].append(job)
     return groups
+
+
+def _settle_claimed(jobs: list[Job], status: str, moment_column: str, now: dt.datetime, *,
+                    cleared: tuple[str, ...], values: dict[str, Callable[[Job], Any]]) -> list[Job]:
+    """Move the jobs' recipients to `status` at `now` (in `moment_column`), the `cleared` columns
+    emptied and each column of `values` set to its job's value; returns the jobs whose row moved.
+    Only rows still queued under the job's claim move: a row a status webhook settled first (and
+    charged) is left alone, so nothing is consumed twice."""
+    by_id = {job.id: job for job in jobs}
+    moved: list[Job] = []
+    table = CampaignRecipient._meta.table_name
+    emptied = "".join(f", {column} = NULL" for column in cleared)
+    for token, group in _by_token(jobs).items():
+        for start in range(0, len(group), CHUNK):
+            chunk = group[start:start + CHUNK]
+            ids = [job.id for job in chunk]
+            assignments, params = [], []
+            for column, value_of in values.items():
+                assignment, column_params = case_by_id(column, [(job.id, value_of(job)) for job in chunk])
+                assignments.append(assignment)
+                params += column_params
+            returned = run_sql(
+                f'UPDATE "{table}" SET status = ?, {moment_column} = ?, claim_token = NULL{emptied}, '
+                f"{', '.join(assignments)} WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? "
+                "AND claim_token = ? RETURNING id",
+                [status, now, *params, *ids, "queued", token]).fetchall()
+            moved += [by_id[row_id] for (row_id,) in returned]
+    return moved
