@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import orjson
@@ -351,13 +351,12 @@ class CampaignStore:
         with atomic():
             # In the lock order, as every writer of recipient rows: ascending id first.
             lock_rows(CampaignRecipient, [job.id for job in jobs])
-            for token, group in _by_token(jobs).items():
-                for start in range(0, len(group), CHUNK):
-                    ids = [job.id for job in group[start:start + CHUNK]]
-                    marked |= {row[0] for row in run_sql(
-                        f'UPDATE "{table}" SET send_started_at = ? WHERE id IN ({placeholders(len(ids))}) '
-                        f"AND {unindexed('status')} = ? AND claim_token = ? RETURNING id",
-                        [now, *ids, "queued", token]).fetchall()}
+            for token, chunk in _chunks_by_token(jobs):
+                ids = [job.id for job in chunk]
+                marked |= {row[0] for row in run_sql(
+                    f'UPDATE "{table}" SET send_started_at = ? WHERE id IN ({placeholders(len(ids))}) '
+                    f"AND {unindexed('status')} = ? AND claim_token = ? RETURNING id",
+                    [now, *ids, "queued", token]).fetchall()}
         return marked
 
     # 4. Outcomes.
@@ -586,6 +585,13 @@ def _by_token(jobs: list[Job]) -> dict[str, list[Job]]:
     return groups
 
 
+def _chunks_by_token(jobs: list[Job]) -> Iterator[tuple[str, list[Job]]]:
+    """The jobs by claim token, each token's in chunks of at most CHUNK: one statement each."""
+    for token, group in _by_token(jobs).items():
+        for start in range(0, len(group), CHUNK):
+            yield token, group[start:start + CHUNK]
+
+
 def _settle_claimed(jobs: list[Job], status: str, moment_column: str, now: dt.datetime, *,
                     cleared: tuple[str, ...], values: dict[str, Callable[[Job], Any]]) -> list[Job]:
     """Move the jobs' recipients to `status` at `now` (in `moment_column`), the `cleared` columns
@@ -596,19 +602,17 @@ def _settle_claimed(jobs: list[Job], status: str, moment_column: str, now: dt.da
     moved: list[Job] = []
     table = CampaignRecipient._meta.table_name
     emptied = "".join(f", {column} = NULL" for column in cleared)
-    for token, group in _by_token(jobs).items():
-        for start in range(0, len(group), CHUNK):
-            chunk = group[start:start + CHUNK]
-            ids = [job.id for job in chunk]
-            assignments, params = [], []
-            for column, value_of in values.items():
-                assignment, column_params = case_by_id(column, [(job.id, value_of(job)) for job in chunk])
-                assignments.append(assignment)
-                params += column_params
-            returned = run_sql(
-                f'UPDATE "{table}" SET status = ?, {moment_column} = ?, claim_token = NULL{emptied}, '
-                f"{', '.join(assignments)} WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? "
-                "AND claim_token = ? RETURNING id",
-                [status, now, *params, *ids, "queued", token]).fetchall()
-            moved += [by_id[row_id] for (row_id,) in returned]
+    for token, chunk in _chunks_by_token(jobs):
+        ids = [job.id for job in chunk]
+        assignments, params = [], []
+        for column, value_of in values.items():
+            assignment, column_params = case_by_id(column, [(job.id, value_of(job)) for job in chunk])
+            assignments.append(assignment)
+            params += column_params
+        returned = run_sql(
+            f'UPDATE "{table}" SET status = ?, {moment_column} = ?, claim_token = NULL{emptied}, '
+            f"{', '.join(assignments)} WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? "
+            "AND claim_token = ? RETURNING id",
+            [status, now, *params, *ids, "queued", token]).fetchall()
+        moved += [by_id[row_id] for (row_id,) in returned]
     return moved
