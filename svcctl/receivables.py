@@ -22,8 +22,6 @@ from models.receivables.report import AGING_BUCKETS, FUNNEL, report
 from models.receivables.tables import DEBT_STATUSES
 from models.tenancy.tables import Tenant
 from models.tenancy.tenants import get_tenant
-from svcctl.dunning_plans import app as plans_app
-from svcctl.dunning_plans import dispute_app
 from svcctl.lazy import LazyGroup
 from svcctl.output import JSON_OPTION, err, fail, moment_option, record, show, styled, table, with_database
 
@@ -31,15 +29,14 @@ from svcctl.output import JSON_OPTION, err, fail, moment_option, record, show, s
 class Commands(LazyGroup):
     # The gateway's HTTP client and the sending engine are not loaded for an import.
     lazy_commands = {"remind": "svcctl.reminders:remind", "payments": "svcctl.payments:export_app",
-                     "responses": "svcctl.responses:export_app"}
+                     "responses": "svcctl.responses:export_app", "plans": "svcctl.dunning_plans:app",
+                     "dispute": "svcctl.dunning_plans:dispute_app"}
 
 
 app = typer.Typer(help="Receivables: debts synced from the ERP, payments, collection.", no_args_is_help=True,
                   cls=Commands)
 endpoint_app = typer.Typer(help="Where debt.payment_received events are delivered.", no_args_is_help=True)
 app.add_typer(endpoint_app, name="endpoint")
-app.add_typer(plans_app, name="plans")
-app.add_typer(dispute_app, name="dispute")
 
 # Bad rows echoed on stderr; the rest only go to --errors FILE (a big file can have thousands).
 SHOWN_ERRORS = 20
