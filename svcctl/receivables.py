@@ -27,7 +27,8 @@ from svcctl.output import JSON_OPTION, err, fail, moment_option, record, show, s
 
 
 class Commands(LazyGroup):
-    # The gateway's HTTP client and the sending engine are not loaded for an import.
+    # Loaded when asked for, so that an import loads none of them: the gateway's HTTP client, the
+    # sending engine, the dunning plans.
     lazy_commands = {"remind": "svcctl.reminders:remind", "payments": "svcctl.payments:export_app",
                      "responses": "svcctl.responses:export_app", "plans": "svcctl.dunning_plans:app",
                      "dispute": "svcctl.dunning_plans:dispute_app"}
