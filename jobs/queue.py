@@ -62,8 +62,8 @@ class ServiceRedisHuey(_CarriesRequestIds, RedisHuey):
 
 # An idle worker thread waits in a blocking read of the Redis queue, which answers the moment a
 # task is queued: the timeout only sets how often an idle thread wakes to ask again. At huey's
-# 1 s, a consumer's 16 threads made 16 round trips a second with nothing to do, most of its CPU at
-# rest. A graceful stop (SIGINT) waits up to this long for the reads to end; SIGTERM does not.
+# 1 s, a consumer's 16 threads made 16 round trips a second with nothing to do, a third of its CPU
+# at rest. A graceful stop (SIGINT) waits up to this long for the reads to end; SIGTERM does not.
 REDIS_READ_TIMEOUT = 5
 
 
