@@ -442,42 +442,35 @@ class CampaignStore:
     def _record_retry(jobs: list[Job], verdicts: dict[int, Verdict], now: dt.datetime) -> list[int]:
         """Give throttled and transiently failed recipients back to the queue (not failures);
         returns the campaign of each recipient given back."""
-        if not jobs:
-            return []
         table = CampaignRecipient._meta.table_name
-        changed: list[int] = []
-        for token, group in _by_token(jobs).items():
+        kinds = (
             # Throttled, or refused because the number's business account is blocked (it is paused):
-            # the platform was handed these, so the attempt counts.
-            throttled = [j for j in group if verdicts[j.id] in (Verdict.THROTTLED, Verdict.ACCOUNT_BLOCKED)]
-            missed = [j for j in group if verdicts[j.id] is Verdict.SLOT_MISSED]
-            pair = [j for j in group if verdicts[j.id] is Verdict.PAIR_THROTTLED]
-            transient = [j for j in group if verdicts[j.id] is Verdict.RETRY]
-            kinds = (
-                # The whole number is throttled (its schedule is held) or paused: due again, for a new slot.
-                (throttled, "", None),
-                # The send missed its slot and never reached the platform: due again, for a new
-                # slot, and its claim was no attempt (`attempts` counts what the platform was handed).
-                (missed, ", attempts = attempts - 1", None),
-                # Too many messages to this user: only this recipient waits, 4^X seconds.
-                (pair, ", throttled = throttled + 1", lambda j: now + dt.timedelta(seconds=4 ** (j.throttled + 1))),
-                # A platform hiccup: back off 2, 4, 8... seconds, a bounded number of times.
-                (transient, ", retries = retries + 1", lambda j: now + dt.timedelta(seconds=2 ** (j.retries + 1))),
-            )
-            for chosen, extra, not_before in kinds:
-                for start in range(0, len(chosen), CHUNK):
-                    chunk = chosen[start:start + CHUNK]
-                    ids = [j.id for j in chunk]
-                    # Hand-written, as the other outcomes: slots missed under load come back in numbers.
-                    text_sql, params = case_by_id("last_error", [(j.id, error_text(j.error)) for j in chunk])
-                    if not_before is not None:
-                        wait_sql, wait_params = case_by_id("not_before", [(j.id, not_before(j)) for j in chunk])
-                        text_sql, params = f"{text_sql}, {wait_sql}", params + wait_params
-                    changed += [campaign_id for (campaign_id,) in run_sql(
-                        f'UPDATE "{table}" SET status = ?, claim_token = NULL, claimed_at = NULL, '
-                        f"send_started_at = NULL, {text_sql}{extra} "
-                        f"WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? AND claim_token = ? "
-                        "RETURNING campaign_id", ["pending", *params, *ids, "queued", token]).fetchall()]
+            # the platform was handed these, so the attempt counts. The whole number is throttled
+            # (its schedule is held) or paused: due again, for a new slot.
+            ((Verdict.THROTTLED, Verdict.ACCOUNT_BLOCKED), "", None),
+            # The send missed its slot and never reached the platform: due again, for a new
+            # slot, and its claim was no attempt (`attempts` counts what the platform was handed).
+            ((Verdict.SLOT_MISSED,), ", attempts = attempts - 1", None),
+            # Too many messages to this user: only this recipient waits, 4^X seconds.
+            ((Verdict.PAIR_THROTTLED,), ", throttled = throttled + 1",
+             lambda j: now + dt.timedelta(seconds=4 ** (j.throttled + 1))),
+            # A platform hiccup: back off 2, 4, 8... seconds, a bounded number of times.
+            ((Verdict.RETRY,), ", retries = retries + 1", lambda j: now + dt.timedelta(seconds=2 ** (j.retries + 1))),
+        )
+        changed: list[int] = []
+        for chosen, extra, not_before in kinds:
+            for token, chunk in _chunks_by_token([job for job in jobs if verdicts[job.id] in chosen]):
+                ids = [j.id for j in chunk]
+                # Hand-written, as the other outcomes: slots missed under load come back in numbers.
+                text_sql, params = case_by_id("last_error", [(j.id, error_text(j.error)) for j in chunk])
+                if not_before is not None:
+                    wait_sql, wait_params = case_by_id("not_before", [(j.id, not_before(j)) for j in chunk])
+                    text_sql, params = f"{text_sql}, {wait_sql}", params + wait_params
+                changed += [campaign_id for (campaign_id,) in run_sql(
+                    f'UPDATE "{table}" SET status = ?, claim_token = NULL, claimed_at = NULL, '
+                    f"send_started_at = NULL, {text_sql}{extra} "
+                    f"WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? AND claim_token = ? "
+                    "RETURNING campaign_id", ["pending", *params, *ids, "queued", token]).fetchall()]
         return changed
 
     def settle(self, jobs: list[Job], result: BatchResult) -> None:
