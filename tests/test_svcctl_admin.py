@@ -219,3 +219,33 @@ def test_an_erp_job_loads_neither_the_reminders_loop_the_gateways_client_babel_n
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_command_does_not_search_the_installed_packages_for_pydantic_plugins(tmp_path):
+    # A pydantic plugin installed beside the service, as pip would leave it: pydantic finds it by
+    # scanning every distribution's metadata, a scan each process's start no longer pays.
+    (tmp_path / "spy_plugin.py").write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('loaded').write_text('yes')\n"
+        "plugin = object()\n")
+    metadata = tmp_path / "spy_plugin-1.0.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text("Metadata-Version: 2.1\nName: spy-plugin\nVersion: 1.0\n")
+    (metadata / "entry_points.txt").write_text("[pydantic]\nspy = spy_plugin:plugin\n")
+    env = {"PATH": "/usr/bin:/bin", "SVC_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(tmp_path)}
+
+    def plugin_loaded(extra_env: dict[str, str]) -> tuple[bool, subprocess.CompletedProcess]:
+        # The import's help loads its module, whose pydantic models (the debts' input) are built.
+        result = subprocess.run([sys.executable, "-m", "svcctl.main", "cartera", "import", "--help"],
+                                env={**env, **extra_env}, capture_output=True, text=True, timeout=60)
+        loaded = (tmp_path / "loaded").exists()
+        (tmp_path / "loaded").unlink(missing_ok=True)
+        return loaded, result
+
+    loaded, result = plugin_loaded({})
+    assert result.returncode == 0 and "--tenant" in result.stdout, result.stderr
+    assert not loaded
+    # An operator who wants plugins names the ones to leave out instead, and pydantic loads the
+    # rest (this one, which is no real plugin, then breaks the command: proof that it was loaded).
+    loaded, result = plugin_loaded({"PYDANTIC_DISABLE_PLUGINS": "another_plugin"})
+    assert loaded and "new_schema_validator" in result.stderr
