@@ -19,9 +19,10 @@ import time
 
 import falcon
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from api import request_metrics
 from api.errors import ApiError
 from api.operation import Reply, ok, operation
 from api.schemas import Output, Success
@@ -33,21 +34,12 @@ log = logging.getLogger("api")
 
 REQUEST_ID_HEADER = "X-Request-Id"
 METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}
-HTTP_REQUESTS = Counter("svc_http_requests_total", "HTTP requests answered, by route template, method and status",
-                        ["route", "method", "status"])
-HTTP_SECONDS = Histogram("svc_http_request_duration_seconds", "Time to answer an HTTP request",
-                         ["route", "method"],
-                         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-RATE_LIMITED = Counter("svc_http_rate_limited_total", "Requests refused by a rate limit (429)", ["route"])
 
 
 class RequestTelemetry:
     """Falcon middleware: the request id (the client's own when sane, else a new one) on the
-    response and on every log line written while the request runs; counted and timed by route."""
-
-    def __init__(self):
-        # Children are looked up once per label set: labels() costs more than the increment.
-        self._children: dict[tuple, tuple] = {}
+    response and on every log line written while the request runs; counted and timed by route
+    (api/request_metrics.py)."""
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         request_id = logs.sane_request_id(req.env.get("HTTP_X_REQUEST_ID"))
@@ -65,17 +57,8 @@ class RequestTelemetry:
         if started is None:
             return
         method = req.method if req.method in METHODS else "OTHER"
-        key = (req.uri_template, method, resp.status)
-        children = self._children.get(key)
-        if children is None:
-            route, status = req.uri_template or "unmatched", str(resp.status_code)
-            children = (HTTP_REQUESTS.labels(route, method, status), HTTP_SECONDS.labels(route, method),
-                        RATE_LIMITED.labels(route) if status == "429" else None)
-            self._children[key] = children
-        children[0].inc()
-        children[1].observe(time.perf_counter() - started)
-        if children[2] is not None:
-            children[2].inc()
+        request_metrics.tallies.record(req.uri_template or "unmatched", method, resp.status,
+                                       time.perf_counter() - started)
         # For the access log line, written by gunicorn once the response is sent.
         req.env[logs.TENANT_ENVIRON_KEY] = getattr(context, "tenant_id", None)
         request_token, tenant_token = context.log_tokens
@@ -180,6 +163,7 @@ class Metrics:
             raise ApiError(refused.status, refused.code, refused.message)
         from jobs.operations import StateCollector
 
+        request_metrics.tallies.flush()  # this process's requests so far, the scrape's own included
         registry = CollectorRegistry(auto_describe=False)
         if multiprocess_dir():
             _EveryProcess(registry)

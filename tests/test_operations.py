@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyotp
@@ -19,6 +20,7 @@ import pytest
 from cryptography.fernet import Fernet
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
+from api import request_metrics
 from config import ConfigError, load_settings, logs
 from config.access_log import loggable_path
 from models.events.tables import WebhookEndpoint
@@ -118,6 +120,36 @@ def test_requests_and_rate_limit_refusals_are_counted_by_route_template(client, 
     assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
     # The template, never the id the client sent.
     assert "cmp_nope" not in client.simulate_get("/metrics").text
+
+
+def test_requests_counted_from_many_threads_reach_the_scrape_once_each_in_their_buckets(client, storage):
+    # Eight threads count at once while the flusher adds batches: none lost, none counted twice,
+    # each duration in the first bucket whose bound holds it, as `observe` would put it.
+    route = "/api/v1/_tallied"
+    durations = (0.001, 0.005, 0.03, 0.7, 42.0)
+    bounds = ("0.005", "0.01", "0.025", "0.05", "0.5", "1.0", "10.0", "+Inf")
+
+    def figures() -> list[float]:
+        samples = parse(client.simulate_get("/metrics").text)
+        return [total(samples, "svc_http_requests_total", route=route, method="GET", status="200"),
+                total(samples, "svc_http_request_duration_seconds_sum", route=route, method="GET"),
+                *(total(samples, "svc_http_request_duration_seconds_bucket", route=route, method="GET", le=bound)
+                  for bound in bounds)]
+
+    def count() -> None:
+        for _ in range(500):
+            for seconds in durations:
+                request_metrics.tallies.record(route, "GET", "200 OK", seconds)
+
+    before = figures()
+    with ThreadPoolExecutor(8) as pool:
+        for future in [pool.submit(count) for _ in range(8)]:
+            future.result()
+    requests, seconds, *buckets = (after - earlier for after, earlier in zip(figures(), before, strict=True))
+    rounds = 8 * 500
+    assert requests == rounds * len(durations)
+    assert seconds == pytest.approx(rounds * sum(durations))
+    assert buckets == [n * rounds for n in (2, 2, 2, 3, 3, 4, 4, 5)]
 
 
 def test_log_lines_are_json_with_the_ids_they_were_written_under():
