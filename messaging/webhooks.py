@@ -19,28 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from messaging.users import PlatformUser
+
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 STATUSES = frozenset({"sent", "delivered", "read", "failed"})
-
-
-@dataclass(frozen=True, slots=True)
-class PlatformUser:
-    """A WhatsApp user as the platform names them: a business-scoped user id (`user_id`), the
-    phone number (`wa_id`) only when the user shares it, and a username when they chose one."""
-
-    user_id: str | None = None
-    wa_id: str | None = None
-    parent_user_id: str | None = None
-    username: str | None = None
-    profile_name: str | None = None
-
-    @property
-    def key(self) -> str | None:
-        """How the service keys the user: the phone number when known (the contract's `wa_id`),
-        else the business-scoped id."""
-        return self.wa_id or self.user_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from messaging.simulator.users import user_id_for
-from messaging.webhooks import PlatformUser as WebhookUser
+from messaging.users import PlatformUser as WebhookUser
 from models.events.tables import Event
 from models.inbox import batches
 from models.numbers import accounts, platform_users

@@ -205,7 +205,8 @@ def test_a_command_whose_database_does_not_answer_says_so_in_one_line_without_th
     assert "s3cret-pw" not in result.stderr + result.stdout
 
 @pytest.mark.parametrize("command", [["cartera", "import"], ["cartera", "responses", "export"]])
-def test_an_erp_job_loads_neither_the_reminders_loop_the_gateways_client_babel_nor_the_plans(tmp_path, command):
+def test_an_erp_job_loads_neither_the_reminders_loop_the_gateways_client_babel_the_plans_nor_the_webhook_parser(
+        tmp_path, command):
     # An ERP job runs `svcctl cartera import` for a few debts at a time, or takes the night's
     # feed: the start-up is most of it.
     code = ("import sys\n"
@@ -214,7 +215,7 @@ def test_an_erp_job_loads_neither_the_reminders_loop_the_gateways_client_babel_n
             f"result = CliRunner().invoke(app, {command!r} + ['--help'])\n"
             "assert result.exit_code == 0, result.output\n"
             "print(sorted(name for name in ('requests', 'models.receivables.collection', 'models.operations.tables',"
-            " 'svcctl.payments', 'babel', 'svcctl.dunning_plans') if name in sys.modules))\n")
+            " 'svcctl.payments', 'babel', 'svcctl.dunning_plans', 'messaging.webhooks') if name in sys.modules))\n")
     env = {"PATH": "/usr/bin:/bin", "SVC_DATA_DIR": str(tmp_path)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
                             check=True)

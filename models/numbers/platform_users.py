@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 
 from messaging.payloads import USER_ID
-from messaging.webhooks import PlatformUser as WebhookUser
+from messaging.users import PlatformUser as WebhookUser
 from models.clock import utcnow
 from models.numbers import accounts
 from models.numbers.tables import CUSTOMER_WINDOW, ContactWindow, PlatformUser
