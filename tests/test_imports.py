@@ -29,7 +29,7 @@ KERNEL = ("models", "models.ids", "models.errors", "models.clock", "models.input
 # of api/, jobs/, svcctl/ and portal/ is named after the models package it serves or a module of it.
 LAYER_MODULES = {
     "api": {"app", "wsgi", "gunicorn_settings", "auth", "errors", "operation", "openapi", "pagination", "ratelimit",
-            "schemas"},
+            "request_metrics", "schemas"},
     "jobs": {"queue"},
     "svcctl": {"main", "lazy", "output", "feeds", "processes", "sim"},
     "portal": {"web", "overview", "signin", "team", "labels"},
