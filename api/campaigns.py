@@ -11,8 +11,8 @@ from api.operation import Reply, operation
 from api.pagination import page_envelope, page_params, prepared_page
 from api.schemas import PAGE_QUERY, DataOnly, Output, Page
 from jobs.campaigns import enqueue_dispatch
-from models.sending import campaigns, recipient_export
-from models.sending.campaigns import CampaignInput
+from models.sending import campaign_ends, campaign_reads, campaigns, recipient_export
+from models.sending.campaign_inputs import CampaignInput
 from models.sending.tables import CAMPAIGN_STATUSES, RECIPIENT_STATUSES
 
 
@@ -97,7 +97,7 @@ class CampaignsResource:
                            "`insufficient_credits`, `wallet_paused`, `validation_failed`.")
     def on_post(self, req, resp) -> Reply:
         campaign = campaigns.create_campaign(req.context.tenant_id, req.context.body)
-        data = campaigns.campaign_dict(campaign)
+        data = campaign_reads.campaign_dict(campaign)
         enqueue_dispatch(campaign.id, campaign.send_at)
         return Reply(201, {"data": data})
 
@@ -105,32 +105,32 @@ class CampaignsResource:
                responses={200: Page[Campaign]}, errors=(401, 403, 422, 429), query=(STATUS_QUERY, *PAGE_QUERY),
                tags=("campaigns",))
     def on_get(self, req, resp) -> Reply:
-        count, rows, args = campaigns.campaign_list(req.context.tenant_id, _status_param(req, CAMPAIGN_STATUSES))
-        return Reply(200, prepared_page(req, count, rows, args, campaigns.listed_campaign, driver_rows=True))
+        count, rows, args = campaign_reads.campaign_list(req.context.tenant_id, _status_param(req, CAMPAIGN_STATUSES))
+        return Reply(200, prepared_page(req, count, rows, args, campaign_reads.listed_campaign, driver_rows=True))
 
 
 class CampaignResource:
     @operation("Read a campaign with its counters and credits", scope="campaigns:read",
                responses={200: DataOnly[Campaign]}, errors=ERRORS, tags=("campaigns",))
     def on_get(self, req, resp, campaign_id: str) -> Reply:
-        return Reply(200, {"data": campaigns.read_campaign(req.context.tenant_id, campaign_id)})
+        return Reply(200, {"data": campaign_reads.read_campaign(req.context.tenant_id, campaign_id)})
 
 
 class RecipientsResource:
     @operation("List a campaign's recipients", scope="campaigns:read", responses={200: Page[CampaignRecipient]},
                errors=(401, 403, 404, 422, 429), query=RECIPIENT_QUERY, tags=("campaigns",))
     def on_get(self, req, resp, campaign_id: str) -> Reply:
-        found, total = campaigns.campaign_size(req.context.tenant_id, campaign_id)
+        found, total = campaign_reads.campaign_size(req.context.tenant_id, campaign_id)
         status = _status_param(req, RECIPIENT_STATUSES)
         if status is not None:
-            count, rows, args = campaigns.recipients_in(found, status)
-            return Reply(200, prepared_page(req, count, rows, args, campaigns.listed_recipient, max_per_page=200,
+            count, rows, args = campaign_reads.recipients_in(found, status)
+            return Reply(200, prepared_page(req, count, rows, args, campaign_reads.listed_recipient, max_per_page=200,
                                             driver_rows=True))
         # Unfiltered, page N is the positions ((N-1)*per_page, N*per_page]: an index seek whatever
         # the page, and the total is the campaign's own (`recipients_page`).
         page, per_page = page_params(req, max_per_page=200)
         first = (page - 1) * per_page
-        items = campaigns.recipients_at(found, first + 1, first + per_page) if first < total else []
+        items = campaign_reads.recipients_at(found, first + 1, first + per_page) if first < total else []
         return Reply(200, page_envelope(req, page, per_page, total, items))
 
 
@@ -142,7 +142,7 @@ class RecipientsCsvResource:
                            "message_id` (times RFC 3339 UTC). Written while it is read, 1000 rows at a time, "
                            "whatever the campaign's size.")
     def on_get(self, req, resp, campaign_id: str) -> Reply:
-        campaign = campaigns.get_campaign(req.context.tenant_id, campaign_id)
+        campaign = campaign_reads.get_campaign(req.context.tenant_id, campaign_id)
         return Reply(200, None, {"Content-Disposition": f'attachment; filename="{campaign.public_id}-recipients.csv"'},
                      stream=recipient_export.recipients_csv(campaign), media_type="text/csv; charset=utf-8")
 
@@ -153,8 +153,8 @@ class CancelResource:
                description="Only while the campaign is `queued` (nothing sent yet); otherwise 409 "
                            "`campaign_not_cancellable`. The reserved credits are released.")
     def on_post(self, req, resp, campaign_id: str) -> Reply:
-        campaign = campaigns.cancel_campaign(req.context.tenant_id, campaign_id)
-        return Reply(200, {"data": campaigns.campaign_dict(campaign)})
+        campaign = campaign_ends.cancel_campaign(req.context.tenant_id, campaign_id)
+        return Reply(200, {"data": campaign_reads.campaign_dict(campaign)})
 
 
 ROUTES = [

@@ -19,7 +19,7 @@ from openpyxl import Workbook, load_workbook
 
 from models.numbers.tables import Template
 from models.sending import audiences
-from models.sending.campaigns import MAX_RECIPIENTS
+from models.sending.campaign_inputs import MAX_RECIPIENTS
 
 REPEAT = 5
 TEMPLATE = Template(name="order_ready", language="es", status="approved", variable_count=2,

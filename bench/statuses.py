@@ -50,7 +50,8 @@ def sent_campaigns(companies, numbers, per_number: int, round_no: int) -> list[t
     """A campaign per number, every recipient `sent` with a wamid; returns (number, recipient) pairs."""
     from messaging.simulator.users import new_wamid
     from models.clock import utcnow
-    from models.sending.campaigns import count_moved, create_campaign, move_credits_many
+    from models.sending.campaign_counters import count_moved, move_credits_many
+    from models.sending.campaigns import create_campaign
     from models.sending.tables import CampaignRecipient
     from models.store.db import atomic
 

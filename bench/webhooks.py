@@ -178,7 +178,7 @@ def bare_loop(url: str, secret: str, bodies: list[tuple[str, bytes]], concurrenc
 def write_events(tenant_id: int, count: int) -> None:
     """`count` message.sent events committed to the outbox the way the sending engine writes them
     (`emit_many`, one batch): the producer's cost, not the delivery's, so outside the timings."""
-    from models.sending.campaigns import emit_many
+    from models.events.outbox import emit_many
     from models.store.db import atomic
 
     with atomic():

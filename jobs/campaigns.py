@@ -25,7 +25,7 @@ import time
 from jobs.queue import crontab, huey, periodic_task, task
 from jobs.sending import dispatch
 from models.clock import utcnow
-from models.sending.campaigns import scheduled_until
+from models.sending.campaign_reads import scheduled_until
 from models.sending.tables import Campaign
 
 log = logging.getLogger(__name__)

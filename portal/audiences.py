@@ -23,7 +23,8 @@ from jobs.campaigns import enqueue_dispatch
 from models.errors import Invalid
 from models.numbers.tables import MessagingAccount, Template
 from models.sending import audience_drafts, audiences, campaigns
-from models.sending.campaigns import MAX_RECIPIENTS, MAX_SCHEDULE_AHEAD, template_buttons
+from models.sending.campaign_inputs import DYNAMIC_SUFFIX, MAX_RECIPIENTS, MAX_SCHEDULE_AHEAD
+from models.sending.sendable import LOW_QUALITY, template_buttons
 from models.store.db import atomic
 from models.tenancy import credits
 from portal.web import BASE, Refused, audit, ctx, form, locale_of, page, read_upload, redirect, render, say
@@ -145,7 +146,7 @@ def _bubble(template: Template, recipient: dict) -> dict:
     for index, button in enumerate(template_buttons(template)):
         url = str(button.get("url", ""))
         if index in suffixes:
-            url = url[:-len(campaigns.DYNAMIC_SUFFIX)] + suffixes[index]
+            url = url[:-len(DYNAMIC_SUFFIX)] + suffixes[index]
         buttons.append({"type": str(button.get("type", "")).upper(), "text": button.get("text", ""), "url": url})
     return {"wa_id": recipient["wa_id"], "header": header, "footer": footer, "buttons": buttons,
             "body": audiences.fill(template.body_text, recipient["vars"])}
@@ -155,7 +156,7 @@ def _warning(template: Template) -> str | None:
     if template.status == "paused":
         return N_("This template is paused by the platform for its quality: a campaign with it is refused "
                   "until the platform unpauses it.")
-    if (template.quality_score or "").upper() == campaigns.LOW_QUALITY:
+    if (template.quality_score or "").upper() == LOW_QUALITY:
         return N_("This template is rated RED for its quality: a campaign with it is refused until the "
                   "rating recovers.")
     return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import falcon
 import orjson
 
-from models.sending import campaigns, recipient_export
+from models.sending import campaign_ends, campaign_reads, recipient_export
 from models.sending.tables import CAMPAIGN_STATUSES, COUNTERS, RECIPIENT_STATUSES
 from models.store.db import atomic, bound_datetime, execute, fetch_one, is_postgres
 from portal.web import BASE, audit, choice, ctx, page, paginate, paginate_by, redirect, render
@@ -22,8 +22,8 @@ class Campaigns:
     @page()
     def on_get(self, req, resp):
         status = choice(req, "status", CAMPAIGN_STATUSES)
-        listing = paginate(req, campaigns.campaigns_of(ctx(req).tenant_id, status, source=None))
-        listing.items = campaigns.campaign_dicts(listing.items)
+        listing = paginate(req, campaign_reads.campaigns_of(ctx(req).tenant_id, status, source=None))
+        listing.items = campaign_reads.campaign_dicts(listing.items)
         render(req, resp, "campaigns.html", listing=listing, chosen=status, statuses=CAMPAIGN_STATUSES)
 
 
@@ -92,12 +92,12 @@ def sends_chart(campaign_id: int) -> Chart | None:
 class Campaign:
     @page()
     def on_get(self, req, resp, campaign_id: str):
-        campaign = campaigns.get_campaign(ctx(req).tenant_id, campaign_id)
+        campaign = campaign_reads.get_campaign(ctx(req).tenant_id, campaign_id)
         status = choice(req, "status", RECIPIENT_STATUSES)
-        recipients = paginate_by(req, functools.partial(campaigns.recipients_page, campaign, status))
-        render(req, resp, "campaign.html", campaign=campaigns.campaign_dict(campaign), chart=sends_chart(campaign.id),
-               recipients=recipients, chosen=status, statuses=RECIPIENT_STATUSES, chart_width=CHART_WIDTH,
-               chart_height=CHART_HEIGHT)
+        recipients = paginate_by(req, functools.partial(campaign_reads.recipients_page, campaign, status))
+        render(req, resp, "campaign.html", campaign=campaign_reads.campaign_dict(campaign),
+               chart=sends_chart(campaign.id), recipients=recipients, chosen=status, statuses=RECIPIENT_STATUSES,
+               chart_width=CHART_WIDTH, chart_height=CHART_HEIGHT)
 
 
 class CampaignProgress:
@@ -105,7 +105,7 @@ class CampaignProgress:
 
     @page()
     def on_get(self, req, resp, campaign_id: str):
-        data = campaigns.campaign_dict(campaigns.get_campaign(ctx(req).tenant_id, campaign_id))
+        data = campaign_reads.campaign_dict(campaign_reads.get_campaign(ctx(req).tenant_id, campaign_id))
         progress = {name: data[name] for name in ("status", "total_recipients", *COUNTERS)}
         # What the progress bar and the overview's "sent" column show.
         progress["done"] = sum(data[name] for name in ("sent", "delivered", "read", "failed", "cancelled"))
@@ -119,7 +119,7 @@ class CampaignRecipientsCsv:
 
     @page()
     def on_get(self, req, resp, campaign_id: str):
-        campaign = campaigns.get_campaign(ctx(req).tenant_id, campaign_id)
+        campaign = campaign_reads.get_campaign(ctx(req).tenant_id, campaign_id)
         resp.content_type = "text/csv; charset=utf-8"
         resp.downloadable_as = f"{campaign.public_id}-recipients.csv"
         resp.stream = recipient_export.recipients_csv(campaign)
@@ -129,7 +129,7 @@ class CampaignCancel:
     @page(write="campaigns")
     def on_post(self, req, resp, campaign_id: str):
         with atomic():
-            campaign = campaigns.cancel_campaign(ctx(req).tenant_id, campaign_id)
+            campaign = campaign_ends.cancel_campaign(ctx(req).tenant_id, campaign_id)
             audit(req, "campaign.cancelled", campaign.public_id)
         redirect(resp, f"{BASE}/campaigns/{campaign.public_id}", "campaign_cancelled")
 

@@ -9,7 +9,7 @@ from peewee import fn
 from models.clock import utcnow
 from models.events import webhooks
 from models.events.tables import OPEN_STATUSES, WebhookDelivery, WebhookEndpoint
-from models.sending import campaigns
+from models.sending import campaign_reads
 from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient, Message
 from models.tenancy import credits
 from portal.web import ctx, page, render
@@ -53,7 +53,7 @@ class Overview:
     @page()
     def on_get(self, req, resp):
         tenant_id = ctx(req).tenant_id
-        running = campaigns.campaign_dicts(list(
+        running = campaign_reads.campaign_dicts(list(
             Campaign.select().where((Campaign.tenant == tenant_id) & Campaign.status.in_(ACTIVE_STATUSES))
             .order_by(Campaign.id.desc()).limit(10)))
         render(req, resp, "overview.html", wallet=credits.wallet_of(tenant_id), sends=sends_today(tenant_id),

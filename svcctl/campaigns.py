@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from models.sending import campaigns
+from models.sending import campaign_reads
 from models.sending.tables import CAMPAIGN_STATUSES, Campaign
 from models.tenancy.tables import Tenant
 from models.tenancy.tenants import get_tenant
@@ -24,7 +24,7 @@ FINISHED = ("completed", "failed", "cancelled")
 
 def campaign_dict(campaign: Campaign) -> dict:
     """The API's Campaign, plus what only an administrator sees."""
-    return {**campaigns.campaign_dict(campaign), "tenant_id": Tenant.get_by_id(campaign.tenant_id).public_id}
+    return {**campaign_reads.campaign_dict(campaign), "tenant_id": Tenant.get_by_id(campaign.tenant_id).public_id}
 
 
 @app.command("list")
@@ -36,8 +36,8 @@ def list_campaigns(tenant: str = typer.Option(..., "--tenant", help="Tenant id (
     """List a tenant's campaigns, newest first (every source: API and collection reminders)."""
     if status is not None and status not in CAMPAIGN_STATUSES:
         fail(f"--status must be one of {', '.join(CAMPAIGN_STATUSES)}")
-    rows = list(campaigns.campaigns_of(get_tenant(tenant).id, status, source=None).limit(limit))
-    data = campaigns.campaign_dicts(rows)
+    rows = list(campaign_reads.campaigns_of(get_tenant(tenant).id, status, source=None).limit(limit))
+    data = campaign_reads.campaign_dicts(rows)
 
     def render():
         grid = table("campaigns", ("id", "status", "source", "template", "total", "sent", "delivered", "read",
@@ -55,7 +55,7 @@ def list_campaigns(tenant: str = typer.Option(..., "--tenant", help="Tenant id (
 @with_database
 def show_campaign(campaign_id: str, as_json: bool = JSON_OPTION):
     """Show one campaign with its counters and credits."""
-    data = campaign_dict(campaigns.find_campaign(campaign_id))
+    data = campaign_dict(campaign_reads.find_campaign(campaign_id))
     show(data, as_json, lambda: record(data, "campaign"))
 
 
@@ -76,7 +76,7 @@ def _view(data: dict, progress: Progress, task_id, rate: float) -> Group:
 @with_database
 def watch(campaign_id: str, interval: float = typer.Option(0.5, "--interval", min=0.1, help="Seconds between reads.")):
     """Follow a campaign live until it finishes; Ctrl-C stops watching (the campaign goes on)."""
-    campaign = campaigns.find_campaign(campaign_id)
+    campaign = campaign_reads.find_campaign(campaign_id)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err)
     task_id = progress.add_task(campaign.public_id, total=max(1, campaign.total_recipients))

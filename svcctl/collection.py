@@ -21,7 +21,7 @@ from models.receivables.inputs import parse_debt
 from models.receivables.money import format_amount
 from models.receivables.payments import LINK_TEMPLATE, LINK_TEMPLATE_LANGUAGE
 from models.receivables.tables import Debt, DebtPromise, Payment, Reminder
-from models.sending.campaigns import approved_template
+from models.sending.sendable import approved_template
 from models.store.db import connection
 from models.tenancy.tenants import get_tenant
 

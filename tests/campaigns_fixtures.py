@@ -23,7 +23,8 @@ from models.clock import utcnow
 from models.ids import new_id
 from models.numbers.accounts import open_window
 from models.numbers.tables import MessagingAccount, Template
-from models.sending.campaigns import add_to_counters, count_moved, create_campaign
+from models.sending.campaign_counters import add_to_counters, count_moved
+from models.sending.campaigns import create_campaign
 from models.sending.tables import COUNTERS, Campaign, CampaignCounters, CampaignRecipient
 from models.setup import init_db
 from models.store.db import connection, db

@@ -432,7 +432,7 @@ def assert_sent_once_and_paid_for(cluster: LiveService, company: Company, allow_
     the wallet; nothing is left reserved or in flight."""
     from peewee import fn
 
-    from models.sending.campaigns import campaign_credits
+    from models.sending.campaign_counters import campaign_credits
     from models.sending.tables import Campaign, CampaignRecipient, Message
     from models.tenancy import credits
     from models.tenancy.tables import LedgerEntry

@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from models.numbers.tables import Template
-from models.sending import campaigns
+from models.sending import campaign_reads
 from models.sending.tables import Campaign
 from models.tenancy import credits
 from models.tenancy.tenants import update_tenant
@@ -163,7 +163,7 @@ def test_a_developer_sends_a_scheduled_campaign_from_a_file(live_service, browse
     handed = [row for row in rows if row["status"] != "failed"]
     assert all(row["message_id"] and row["sent_at"].endswith("Z") for row in handed)
     assert all(row["error_code"] for row in rows if row["status"] == "failed")
-    counts = campaigns.campaign_dict(done)
+    counts = campaign_reads.campaign_dict(done)
     assert len(handed) == counts["sent"] + counts["delivered"] + counts["read"]
 
     requests.post(f"{live_service.sim_url}/_sim/templates/pause", json={"name": "pedido_listo", "language": "es"},

@@ -13,8 +13,8 @@ import pytest
 from messaging.errors import ThrottledError
 from models.clock import utcnow
 from models.events.tables import Event
+from models.sending.campaign_ends import cancel_campaign, fail_campaign
 from models.sending.campaign_store import CampaignStore
-from models.sending.campaigns import cancel_campaign, fail_campaign
 from models.sending.messenger import SlotMissed
 from models.sending.recovery import recover_stuck
 from models.sending.statuses import apply_status_updates

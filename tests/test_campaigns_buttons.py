@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from models.numbers.templates import sync_templates
-from models.sending.campaigns import MAX_PAYLOAD_BYTES
+from models.sending.campaign_inputs import MAX_PAYLOAD_BYTES
 from models.sending.tables import Campaign, CampaignRecipient
 from tests.campaigns_fixtures import *  # noqa: F403  (sim, app, client)
 from tests.campaigns_fixtures import make_number, wallet

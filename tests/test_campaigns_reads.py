@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.queue import huey
-from models.sending import campaigns as campaigns_module
+from models.sending import campaign_counters, campaign_reads
 from models.sending.campaigns import create_campaign
 from models.sending.tables import COUNTERS, Campaign, CampaignRecipient
 from models.tenancy.tables import LedgerEntry
@@ -69,7 +69,7 @@ def test_counters_follow_the_recipients_statuses(alice, number, queue_only):
     for row, status in zip(rows, ["queued", "sent", "delivered", "delivered", "read", "failed", "pending"],
                            strict=True):
         set_recipients(CampaignRecipient.id == row.id, status=status)
-    data = campaigns_module.campaign_dict(campaign)
+    data = campaign_reads.campaign_dict(campaign)
     assert {k: data[k] for k in ("pending", "queued", "sent", "delivered", "read", "failed", "cancelled")} == {
         "pending": 1, "queued": 1, "sent": 1, "delivered": 2, "read": 1, "failed": 1, "cancelled": 0}
 
@@ -189,7 +189,7 @@ def test_a_campaign_read_is_the_campaign_as_every_other_path_shows_it(client, al
     Campaign.update(status="completed", started_at=plain.created_at, finished_at=plain.created_at).where(
         Campaign.id == plain.id).execute()
     for campaign in (held, plain):
-        expected = campaigns_module.campaign_dict(Campaign.get_by_id(campaign.id))
+        expected = campaign_reads.campaign_dict(Campaign.get_by_id(campaign.id))
         assert {name: expected[name] for name in COUNTERS} == counted(campaign.id)
         answered = client.simulate_get(f"{URL}/{campaign.public_id}", headers=alice.headers)
         assert answered.status_code == 200 and answered.json == {"data": expected}
@@ -218,10 +218,10 @@ def test_the_list_answers_what_campaign_dict_gives_for_each_campaign_in_each_sta
         Campaign.id == done.id).execute()
     # A hold reason is shown only while the campaign is pending.
     Campaign.update(hold_reason="left from a hold").where(Campaign.id == scheduled.id).execute()
-    campaigns_module.move_credits(Campaign.get_by_id(done.id), consume=1)
+    campaign_counters.move_credits(Campaign.get_by_id(done.id), consume=1)
 
     def expected(status: str | None = None) -> list[dict]:
-        return campaigns_module.campaign_dicts(list(campaigns_module.campaigns_of(alice.id, status)))
+        return campaign_reads.campaign_dicts(list(campaign_reads.campaigns_of(alice.id, status)))
 
     for params, items in (({}, expected()), ({"status": "pending"}, expected("pending")),
                           ({"status": "completed"}, expected("completed")), ({"status": "failed"}, [])):
@@ -262,7 +262,7 @@ def test_recipient_pages_answer_what_the_recipients_as_dict_gives_in_each_state(
     for status in (None, "sent", "failed", "skipped", "pending", "delivered"):
         for page, per_page in ((1, 100), (1, 2), (2, 2), (4, 2), (9, 2)):
             params = {"page": page, "per_page": per_page, **({"status": status} if status else {})}
-            found, total = campaigns_module.recipients_page(Campaign.get_by_id(campaign.id), status, page, per_page)
+            found, total = campaign_reads.recipients_page(Campaign.get_by_id(campaign.id), status, page, per_page)
             body = client.simulate_get(path, params=params, headers=alice.headers).json
             assert body["data"] == [row.as_dict() for row in found], params
             assert body["meta"]["total"] == total, params

@@ -23,7 +23,7 @@ from models.receivables.tables import (
     PaymentLink,
     PaymentReversal,
 )
-from models.sending.campaigns import read_campaign
+from models.sending.campaign_reads import read_campaign
 from models.sending.tables import COUNTERS, Message
 from models.store.db import MIGRATIONS_DIR, connection, db, execute, upgrade
 from models.tenancy.tables import PortalUser, Tenant

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from models.receivables.tables import Debt
-from models.sending.campaigns import campaign_credits
+from models.sending.campaign_counters import campaign_credits
 from models.sending.engine import Settings as EngineSettings
 from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy import credits

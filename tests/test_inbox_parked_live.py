@@ -26,8 +26,8 @@ from models.clock import utcnow
 from models.events.tables import Event
 from models.inbox import batches
 from models.numbers.tables import CLAIM_TIMEOUT, MAX_ATTEMPTS, PlatformWebhookBatch
+from models.sending.campaign_counters import campaign_credits
 from models.sending.campaign_store import CampaignStore
-from models.sending.campaigns import campaign_credits
 from models.sending.recovery import DEAD_ENGINE_GRACE, recover_stuck
 from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy.tables import Wallet

@@ -13,7 +13,7 @@ from models.receivables.collection import due_reminders, in_sending_window, send
 from models.receivables.inputs import parse_debt
 from models.receivables.money import format_amount
 from models.receivables.tables import Reminder
-from models.sending.campaigns import campaign_credits
+from models.sending.campaign_counters import campaign_credits
 from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy import credits
 from models.tenancy.tables import Tenant

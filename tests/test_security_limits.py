@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import requests
 
-from models.sending.campaigns import MAX_PAYLOAD_BYTES, MAX_VARIABLES
+from models.sending.campaign_inputs import MAX_PAYLOAD_BYTES, MAX_VARIABLES
 from models.sending.tables import Campaign, CampaignRecipient
 from models.tenancy import credits
 from models.tenancy.tables import Wallet

@@ -25,8 +25,8 @@ from models.numbers.tables import (
     MessagingAccount,
     PlatformWebhookBatch,
 )
+from models.sending.campaign_counters import campaign_credits
 from models.sending.campaign_store import CampaignStore
-from models.sending.campaigns import campaign_credits
 from models.sending.engine import Engine
 from models.sending.fairness import fair_shares
 from models.sending.messenger import GraphMessenger

@@ -17,8 +17,9 @@ import orjson
 
 from models.clock import utcnow
 from models.inbox import batches
+from models.sending.campaign_counters import campaign_credits
+from models.sending.campaign_ends import fail_campaign
 from models.sending.campaign_store import CampaignStore
-from models.sending.campaigns import campaign_credits, fail_campaign
 from models.sending.engine import Engine
 from models.sending.message_store import MessageStore
 from models.sending.messenger import GraphMessenger

@@ -8,8 +8,9 @@ import threading
 import pytest
 
 from models.events.tables import Event
-from models.sending import campaigns as campaigns_module
-from models.sending.campaigns import campaign_credits, create_campaign
+from models.sending import campaign_reads
+from models.sending.campaign_counters import campaign_credits
+from models.sending.campaigns import create_campaign
 from models.sending.statuses import apply_status_updates
 from models.sending.tables import Campaign, CampaignRecipient, Message
 from models.store.db import connection
@@ -72,7 +73,7 @@ def test_duplicates_are_processed_once(alice, number):
     apply_status_updates(updates + updates)
     apply_status_updates(updates)
     assert names(alice.id) == ["message.sent", "message.sent", "message.delivered", "message.delivered"]
-    assert campaigns_module.campaign_dict(campaign)["delivered"] == 2
+    assert campaign_reads.campaign_dict(campaign)["delivered"] == 2
 
 
 def test_concurrent_processors_apply_each_update_once(alice, number, storage):
@@ -96,7 +97,7 @@ def test_concurrent_processors_apply_each_update_once(alice, number, storage):
     assert errors == []
     assert names(alice.id).count("message.read") == 20
     assert names(alice.id).count("message.delivered") <= 20
-    assert campaigns_module.campaign_dict(campaign)["read"] == 20
+    assert campaign_reads.campaign_dict(campaign)["read"] == 20
 
 
 def test_a_late_failure_refunds_the_credit(alice, number):
@@ -286,5 +287,5 @@ def test_status_batches_keep_order_duplicates_and_failures(alice, number, storag
     assert (money.consumed, money.refunded) == (3, 1)
     assert LedgerEntry.select().where((LedgerEntry.tenant == alice.id) & (LedgerEntry.type == "refund")).count() == 1
     assert replay_ledger(alice.id) == (wallet(alice.id).balance, wallet(alice.id).reserved)
-    counted = campaigns_module.campaign_dict(Campaign.get_by_id(campaign.id))
+    counted = campaign_reads.campaign_dict(Campaign.get_by_id(campaign.id))
     assert (counted["delivered"], counted["read"], counted["failed"]) == (1, 1, 1)

@@ -16,7 +16,7 @@ from models.events.tables import Event
 from models.inbox import batches
 from models.numbers import accounts, platform_users
 from models.numbers.tables import BusinessInitiated, PlatformUser
-from models.sending.campaigns import campaign_credits
+from models.sending.campaign_counters import campaign_credits
 from models.sending.statuses import apply_status_updates
 from models.sending.tables import Campaign, CampaignRecipient
 from models.store import db as database

@@ -54,7 +54,8 @@ from models.receivables.tables import (
     Reminder,
 )
 from models.sending import work_arrived
-from models.sending.campaigns import MAX_RECIPIENTS, create_campaign
+from models.sending.campaign_inputs import MAX_RECIPIENTS
+from models.sending.campaigns import create_campaign
 from models.store.db import atomic, fetch_one, is_postgres
 from models.tenancy.tables import Tenant
 

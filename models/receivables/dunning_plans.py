@@ -32,7 +32,7 @@ from models.numbers.tables import MessagingAccount, Template
 from models.receivables.inputs import ExactInput, NonNegativeAmount, error_map, invalid
 from models.receivables.money import MoneyError, amount_json, normalize_currency, to_minor
 from models.receivables.tables import STAGES, DunningPlan
-from models.sending.campaigns import template_buttons
+from models.sending.sendable import template_buttons
 from models.store.db import atomic, execute, fetch_one, lock_rows
 from models.tenancy.tables import Tenant
 

@@ -53,7 +53,8 @@ from models.receivables.tables import (
     PaymentLinkPart,
     PaymentReversal,
 )
-from models.sending.campaigns import ButtonInput, approved_template, button_mismatch, template_buttons
+from models.sending.campaign_inputs import ButtonInput
+from models.sending.sendable import approved_template, button_mismatch, template_buttons
 from models.store import secrets
 from models.store.db import atomic
 from models.tenancy.tables import Tenant

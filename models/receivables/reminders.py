@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from models.clock import utcnow
 from models.receivables.tables import STAGES, Debt, Reminder
-from models.sending.campaigns import finish_after_commit, release_withdrawn
+from models.sending.campaign_counters import release_withdrawn
+from models.sending.campaign_ends import finish_after_commit
 from models.sending.tables import Campaign, CampaignRecipient
 
 

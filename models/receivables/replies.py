@@ -32,8 +32,8 @@ from models.receivables.debts import tenant_today
 from models.receivables.quick_replies import ACTION_OF_TEXT, folded, parse_payload, press_payload
 from models.receivables.responses import export_response
 from models.receivables.tables import OPEN_DEBT, Debt, Debtor, DebtReply
-from models.sending.campaigns import approved_template, template_buttons
 from models.sending.messages import MessageInput, create_message
+from models.sending.sendable import approved_template, template_buttons
 from models.store.db import atomic
 from models.tenancy.tables import Tenant
 

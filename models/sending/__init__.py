@@ -1,8 +1,11 @@
 """The sending core: campaigns and single messages, and the one engine that sends both.
 
 - `tables.py`: the tables: campaigns, their credit counters and recipients, single messages.
-- `campaigns.py`: a campaign created (credits reserved, recipients inserted), cancelled and read;
-  the credit movements and `message.*` / `campaign.*` events its sends record.
+- `campaigns.py`: a campaign created (credits reserved, recipients inserted), from the request as
+  `campaign_inputs.py` checks it; `sendable.py`: the number and template a send may use;
+  `campaign_counters.py`: a campaign's credits and recipients per status, moved with the wallet;
+  `campaign_events.py`: the fields of its `message.*` and `campaign.*` events;
+  `campaign_reads.py`: what a client reads; `campaign_ends.py`: cancelled, completed or failed.
 - `messages.py`: a single message inside the 24-hour customer window, created and read.
 - `statuses.py`: the platform's status updates applied to recipients and messages.
 - `audiences.py`: a campaign's audience read from a CSV or XLSX file and checked against a

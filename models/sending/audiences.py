@@ -21,13 +21,8 @@ from typing import IO, Any
 
 from models.errors import Invalid
 from models.numbers.tables import Template
-from models.sending.campaigns import (
-    DYNAMIC_SUFFIX,
-    MAX_BUTTON_URL,
-    MAX_RECIPIENTS,
-    digits,
-    template_buttons,
-)
+from models.sending.campaign_inputs import DYNAMIC_SUFFIX, MAX_BUTTON_URL, MAX_RECIPIENTS
+from models.sending.sendable import digits, template_buttons
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 MAX_COLUMNS = 50

@@ -25,35 +25,44 @@ import orjson
 from peewee import fn
 
 from models.clock import utcnow
+from models.events.outbox import emit_rows
+from models.ids import new_ids
 from models.numbers import accounts
 from models.numbers.accounts import record_business_sends_many
 from models.numbers.graph import account_token
 from models.numbers.tables import MessagingAccount
 from models.sending import CAMPAIGN_FAILED, CAMPAIGN_FAILED_TEXT, UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
-from models.sending.campaigns import (
-    add_to_counters,
-    case_by_id,
-    count_moved,
-    emit_rows,
-    fail_campaign,
-    finish_after_commit,
-    finish_if_done,
-    lock_still_active,
-    message_event,
-    move_credits_many,
-    public_ids,
-    release_withdrawn,
-    run_sql,
-)
+from models.sending.campaign_counters import add_to_counters, count_moved, move_credits_many, release_withdrawn
+from models.sending.campaign_ends import fail_campaign, finish_after_commit, finish_if_done, lock_still_active
+from models.sending.campaign_events import message_event
 from models.sending.fairness import split_evenly
 from models.sending.messenger import Verdict, error_code, error_text, pause_blocked_numbers, template_payload, verdict
 from models.sending.tables import ACTIVE_STATUSES, Campaign, CampaignRecipient
 from models.sending.work import BatchResult, Job, NumberPlan, ids_by_claim_token
-from models.store.db import atomic, db, lock_in_order, lock_rows, placeholders, skip_locked, unindexed, unindexed_field
+from models.store.db import (
+    atomic,
+    db,
+    execute,
+    lock_in_order,
+    lock_rows,
+    placeholders,
+    skip_locked,
+    unindexed,
+    unindexed_field,
+)
 from models.tenancy.tables import Wallet
 
 CHUNK = 400  # rows per hot statement: a few parameters each, well under SQLite's limit
 _PICK_SQL: dict[type, str] = {}
+
+
+def _case_by_id(column: str, pairs: list[tuple[int, Any]]) -> tuple[str, list]:
+    """`column = CASE id WHEN .. THEN .. END` and its parameters, for `execute`'s SQL: a batch's
+    values in one UPDATE, its text built once (peewee builds a node per value)."""
+    params: list = []
+    for row_id, value in pairs:
+        params += [row_id, value]
+    return f"{column} = CASE id{' WHEN ? THEN ?' * len(pairs)} END", params
 
 
 class _ActiveCampaign(NamedTuple):
@@ -97,7 +106,7 @@ class CampaignStore:
         now = now or utcnow()
         # Hand-written statements: the plan runs every second of every engine. A scheduled
         # campaign is left alone (queued, never held) until its `send_at`.
-        rows = [_ActiveCampaign(*row) for row in run_sql(
+        rows = [_ActiveCampaign(*row) for row in execute(
             "SELECT c.id, c.tenant_id, c.account_id, c.status, c.hold_reason, w.status "
             f'FROM "{Campaign._meta.table_name}" c '
             f'JOIN "{Wallet._meta.table_name}" w ON w.tenant_id = c.tenant_id '
@@ -107,7 +116,7 @@ class CampaignStore:
             self.in_flight = 0
             return []
         ids = [row.id for row in rows]
-        self.in_flight = run_sql(f'SELECT COUNT(*) FROM "{CampaignRecipient._meta.table_name}" '
+        self.in_flight = execute(f'SELECT COUNT(*) FROM "{CampaignRecipient._meta.table_name}" '
                                  f"WHERE campaign_id IN ({placeholders(len(ids))}) AND status = ?",
                                  [*ids, "queued"]).fetchone()[0]
         by_account: dict[int, list] = defaultdict(list)
@@ -154,7 +163,7 @@ class CampaignStore:
     @staticmethod
     def _due(rows: list, now: dt.datetime) -> dict[int, int]:
         ids = [row.id for row in rows]
-        return dict(run_sql(
+        return dict(execute(
             f'SELECT campaign_id, COUNT(id) FROM "{CampaignRecipient._meta.table_name}" '
             f"WHERE campaign_id IN ({placeholders(len(ids))}) AND status = ? "
             "AND (not_before IS NULL OR not_before <= ?) GROUP BY campaign_id", [*ids, "pending", now]).fetchall())
@@ -262,13 +271,13 @@ class CampaignStore:
     @staticmethod
     def _statuses(campaign_ids: list[int]) -> dict[int, str]:
         # Hand-written, as the other statements every claim makes.
-        return dict(run_sql(f'SELECT id, status FROM "{Campaign._meta.table_name}" '
+        return dict(execute(f'SELECT id, status FROM "{Campaign._meta.table_name}" '
                             f"WHERE id IN ({placeholders(len(campaign_ids))})", campaign_ids).fetchall())
 
     @staticmethod
     def _numbers(account_ids: list[int]) -> dict[int, _Number]:
         """What a job needs of each number, read in every claim (a token may have been rotated)."""
-        rows = run_sql(f'SELECT id, public_id, phone_id, access_token FROM "{MessagingAccount._meta.table_name}" '
+        rows = execute(f'SELECT id, public_id, phone_id, access_token FROM "{MessagingAccount._meta.table_name}" '
                        f"WHERE id IN ({placeholders(len(account_ids))})", account_ids).fetchall()
         return {row[0]: _Number(*row) for row in rows}
 
@@ -301,7 +310,7 @@ class CampaignStore:
         for index, (campaign_id, take) in enumerate(takes):
             parts.append(f"SELECT c{index}.id FROM ({template}) AS c{index}")
             params += [campaign_id, "pending", now, take]
-        return [row[0] for row in run_sql(" UNION ALL ".join(parts), params).fetchall()]
+        return [row[0] for row in execute(" UNION ALL ".join(parts), params).fetchall()]
 
     @staticmethod
     def _pick_limited(campaign_id: int, take: int, plan: NumberPlan, account_id: int,
@@ -330,7 +339,7 @@ class CampaignStore:
         rows: list[tuple] = []
         for start in range(0, len(ids), CHUNK):
             chunk = ids[start:start + CHUNK]
-            rows += run_sql(
+            rows += execute(
                 f'UPDATE "{table}" SET status = ?, claim_token = ?, claimed_at = ?, send_started_at = NULL, '
                 f"attempts = attempts + 1, last_error = NULL WHERE id IN ({placeholders(len(chunk))}) "
                 f"AND {unindexed('status')} = ? "
@@ -353,7 +362,7 @@ class CampaignStore:
             lock_rows(CampaignRecipient, [job.id for job in jobs])
             for token, chunk in _chunks_by_token(jobs):
                 ids = [job.id for job in chunk]
-                marked |= {row[0] for row in run_sql(
+                marked |= {row[0] for row in execute(
                     f'UPDATE "{table}" SET send_started_at = ? WHERE id IN ({placeholders(len(ids))}) '
                     f"AND {unindexed('status')} = ? AND claim_token = ? RETURNING id",
                     [now, *ids, "queued", token]).fetchall()}
@@ -427,7 +436,7 @@ class CampaignStore:
 
     @staticmethod
     def _record_accepted(jobs: list[Job], now: dt.datetime) -> list[Job]:
-        message_ids = dict(zip((job.id for job in jobs), public_ids("msg_", len(jobs)), strict=True))
+        message_ids = dict(zip((job.id for job in jobs), new_ids("msg_", len(jobs)), strict=True))
         return _settle_claimed(jobs, "sent", "sent_at", now, cleared=("last_error", "error_code"),
                                values={"wam_id": lambda job: job.wam_id, "message_id": lambda job: message_ids[job.id]})
 
@@ -462,11 +471,11 @@ class CampaignStore:
             for token, chunk in _chunks_by_token([job for job in jobs if verdicts[job.id] in chosen]):
                 ids = [j.id for j in chunk]
                 # Hand-written, as the other outcomes: slots missed under load come back in numbers.
-                text_sql, params = case_by_id("last_error", [(j.id, error_text(j.error)) for j in chunk])
+                text_sql, params = _case_by_id("last_error", [(j.id, error_text(j.error)) for j in chunk])
                 if not_before is not None:
-                    wait_sql, wait_params = case_by_id("not_before", [(j.id, not_before(j)) for j in chunk])
+                    wait_sql, wait_params = _case_by_id("not_before", [(j.id, not_before(j)) for j in chunk])
                     text_sql, params = f"{text_sql}, {wait_sql}", params + wait_params
-                changed += [campaign_id for (campaign_id,) in run_sql(
+                changed += [campaign_id for (campaign_id,) in execute(
                     f'UPDATE "{table}" SET status = ?, claim_token = NULL, claimed_at = NULL, '
                     f"send_started_at = NULL, {text_sql}{extra} "
                     f"WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? AND claim_token = ? "
@@ -599,10 +608,10 @@ def _settle_claimed(jobs: list[Job], status: str, moment_column: str, now: dt.da
         ids = [job.id for job in chunk]
         assignments, params = [], []
         for column, value_of in values.items():
-            assignment, column_params = case_by_id(column, [(job.id, value_of(job)) for job in chunk])
+            assignment, column_params = _case_by_id(column, [(job.id, value_of(job)) for job in chunk])
             assignments.append(assignment)
             params += column_params
-        returned = run_sql(
+        returned = execute(
             f'UPDATE "{table}" SET status = ?, {moment_column} = ?, claim_token = NULL{emptied}, '
             f"{', '.join(assignments)} WHERE id IN ({placeholders(len(ids))}) AND {unindexed('status')} = ? "
             "AND claim_token = ? RETURNING id",

@@ -16,12 +16,12 @@ from collections import defaultdict
 from typing import Any
 
 from models.clock import utcnow
+from models.events.outbox import emit_rows
 from models.numbers import accounts, platform_users
 from models.numbers.accounts import record_business_sends_many
 from models.numbers.graph import account_token
 from models.numbers.tables import MessagingAccount
 from models.sending import UNCONFIRMED, UNCONFIRMED_TEXT, work_arrived
-from models.sending.campaigns import emit_rows
 from models.sending.messages import event_fields
 from models.sending.messenger import Verdict, error_text, message_payload, pause_blocked_numbers, verdict
 from models.sending.tables import Message

@@ -36,7 +36,7 @@ from models.inputs import text as limited  # a field below is called `text`
 from models.numbers import accounts, platform_users
 from models.numbers.graph import graph_client
 from models.numbers.tables import ContactWindow, MessagingAccount
-from models.sending.campaigns import digits, sendable_account
+from models.sending.sendable import digits, sendable_account
 from models.sending.tables import MESSAGE_TYPES, PUBLIC_STATUS, Message
 from models.store.db import atomic
 from models.store.prepared import Prepared

@@ -44,17 +44,13 @@ from typing import Any, NamedTuple
 
 from messaging.webhooks import StatusUpdate
 from models.clock import to_utc_naive, utcnow
+from models.events.outbox import emit_named_rows
+from models.ids import new_ids
 from models.numbers.accounts import record_business_sends_many
 from models.sending import UNCONFIRMED
-from models.sending.campaigns import (
-    add_to_counters,
-    count_moved,
-    emit_named_rows,
-    finish_after_commit,
-    ledger_moves,
-    message_event,
-    public_ids,
-)
+from models.sending.campaign_counters import add_to_counters, count_moved, ledger_moves
+from models.sending.campaign_ends import finish_after_commit
+from models.sending.campaign_events import message_event
 from models.sending.messages import event_fields
 from models.sending.tables import CampaignRecipient, Message
 from models.store.db import atomic, bound_datetime, db, execute, is_postgres, lock_rows, placeholders, unindexed
@@ -344,7 +340,7 @@ def _plan(table: _Table, targets: dict[int, _Target], affordable: set[tuple[str,
             moves.columns[row_id] = columns
             moves.read_as[row_id] = row.status
     if table is _RECIPIENTS and accepted:
-        for row_id, message_id in zip(accepted, public_ids("msg_", len(accepted)), strict=True):
+        for row_id, message_id in zip(accepted, new_ids("msg_", len(accepted)), strict=True):
             moves.columns[row_id]["message_id"] = message_id
     return moves
 

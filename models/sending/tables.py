@@ -11,7 +11,7 @@ from models.store.base import BaseModel, JSONField
 from models.store.prepared import Prepared
 from models.tenancy.tables import Tenant
 
-# Campaigns (campaigns.py).
+# Campaigns (campaigns.py and its campaign_*.py siblings).
 
 CAMPAIGN_STATUSES = ("queued", "pending", "processing", "completed", "failed", "cancelled")
 ACTIVE_STATUSES = ("queued", "pending", "processing")
