@@ -13,8 +13,8 @@ import pytest
 from openapi_spec_validator.validation.validators import OpenAPIV31SpecValidator
 
 from models.events import outbox as events
-from models.events.tables import ALL_EVENTS, CORE_EVENTS, PAYMENT_EVENT, PING_EVENT
-from models.events.types import EVENT_TYPES, WebhookPing, event_name
+from models.events.tables import ALL_EVENTS, CORE_EVENTS, ENVELOPED_EVENTS, PAYMENT_EVENT, PING_EVENT
+from models.events.types import EVENT_TYPES, Enveloped, WebhookPing, event_name
 from tests.openapi_fixtures import event_errors, webhook_post
 
 pytestmark = pytest.mark.parametrize("storage", ["sqlite"], indirect=True)
@@ -63,9 +63,12 @@ def test_every_posted_event_is_a_webhook_with_its_body_and_signature_headers(doc
         assert set(post["responses"]) == {"2XX", "default"}
 
 
-def test_the_event_list_has_one_source(document):
-    """The outbox, the subscription list and the document all read models/events/types.py."""
+def test_the_event_names_and_the_event_models_agree(document):
+    """The outbox and the subscription list read the names of models/events/tables.py, the document
+    reads the models of models/events/types.py: the same events, in the same order, each enveloped
+    where its model is."""
     assert tuple(event_name(body) for body in EVENT_TYPES) == ALL_EVENTS
+    assert {event_name(body) for body in EVENT_TYPES if issubclass(body, Enveloped)} == ENVELOPED_EVENTS
     assert event_name(WebhookPing) == PING_EVENT and PING_EVENT not in ALL_EVENTS
     endpoint_input = document["components"]["schemas"]["EndpointInput"]
     assert endpoint_input["properties"]["events"]["items"]["enum"] == list(CORE_EVENTS)

@@ -208,8 +208,9 @@ def test_a_command_whose_database_does_not_answer_says_so_in_one_line_without_th
 def test_an_erp_job_loads_none_of_the_parts_it_does_not_use(tmp_path, command):
     # An ERP job runs `svcctl cartera import` for a few debts at a time, or takes the night's
     # feed: the start-up is most of it. Not loaded: the reminders' loop, the gateway's client,
-    # Babel, the dunning plans, the platform's webhook parser, and a campaign's creation (an
-    # import only withdraws reminders: their credits and their campaign's end).
+    # Babel, the dunning plans, the platform's webhook parser, a campaign's creation (an import
+    # only withdraws reminders: their credits and their campaign's end), and the models of the
+    # event bodies (the outbox needs their names only).
     code = ("import sys\n"
             "from typer.testing import CliRunner\n"
             "from svcctl.main import app\n"
@@ -217,7 +218,7 @@ def test_an_erp_job_loads_none_of_the_parts_it_does_not_use(tmp_path, command):
             "assert result.exit_code == 0, result.output\n"
             "print(sorted(name for name in ('requests', 'models.receivables.collection', 'models.operations.tables',"
             " 'svcctl.payments', 'babel', 'svcctl.dunning_plans', 'messaging.webhooks', 'models.sending.campaigns',"
-            " 'models.numbers.platform_users') if name in sys.modules))\n")
+            " 'models.numbers.platform_users', 'models.events.types') if name in sys.modules))\n")
     env = {"PATH": "/usr/bin:/bin", "SVC_DATA_DIR": str(tmp_path)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
                             check=True)

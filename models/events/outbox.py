@@ -18,8 +18,7 @@ from typing import Any
 import orjson
 
 from models.clock import isoformat, utcnow
-from models.events.tables import BODIES, Event
-from models.events.types import Enveloped
+from models.events.tables import ALL_EVENTS, ENVELOPED_EVENTS, Event
 from models.ids import new_id, new_ids
 from models.store.db import after_commit, bound_datetime, execute, placeholders
 
@@ -63,12 +62,11 @@ def emit(tenant_id: int, name: str, fields: dict[str, Any]) -> Event:
     `debt.payment_received` are enveloped (`{"id", "event", "created_at", "data": fields}`) as the
     contract shows. The body each event carries is described in models/events/types.py.
     """
-    body = BODIES.get(name)
-    if body is None:
+    if name not in ALL_EVENTS:
         raise ValueError(f"unknown event {name!r}")
     public_id = new_id("evt_")
     now = utcnow()
-    if issubclass(body, Enveloped):
+    if name in ENVELOPED_EVENTS:
         payload = {"id": public_id, "event": name, "created_at": isoformat(now), "data": fields}
     else:
         payload = {"event": name, **fields}

@@ -6,7 +6,6 @@ from __future__ import annotations
 from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, SmallIntegerField, TextField
 
 from models.clock import isoformat, utcnow
-from models.events.types import EVENT_TYPES, DebtPaymentReceived, WebhookPing, event_name
 from models.store import secrets
 from models.store.base import BaseModel, JSONField
 from models.store.secrets import EncryptedText
@@ -14,16 +13,28 @@ from models.tenancy.tables import Tenant
 
 # The outbox (outbox.py).
 
-# Every event the service posts, by name, with the model of its body (types.py).
-BODIES = {event_name(body): body for body in EVENT_TYPES}
-ALL_EVENTS = tuple(BODIES)
-# Chosen in POST /webhooks/endpoints (the contract's nine, `account.paused`, and what debtors say:
-# `debt.promise_made`, `debt.disputed`).
-CORE_EVENTS = tuple(name for name, body in BODIES.items() if body.subscribable)
-# Delivered to the company's payment endpoint (webhooks.py), set by an administrator, and
-# enveloped differently.
-PAYMENT_EVENT = event_name(DebtPaymentReceived)
-PING_EVENT = event_name(WebhookPing)
+# Every event the service posts, by name, in the order they are listed to companies. Each body is
+# described by a model in types.py (the API document, the tests), which a running process never
+# needs: the names are written out here so that none builds those models to start
+# (tests/test_openapi_document.py checks that the two lists agree).
+ALL_EVENTS = (
+    "account.connected", "account.paused", "template.status_changed", "campaign.created", "campaign.completed",
+    "message.sent", "message.delivered", "message.read", "message.failed", "message.inbound.created",
+    "message.echo.created", "debt.payment_received", "debt.promise_made", "debt.disputed", "debt.promise_broken",
+    "debt.escalated",
+)
+# The receivables events, whose fields go in `data` beside the event's id and time (as the contract
+# shows for `debt.payment_received`); the others are flat, `{"event": name, ...fields}`.
+ENVELOPED_EVENTS = frozenset(name for name in ALL_EVENTS if name.startswith("debt."))
+# Delivered to the company's payment endpoint (webhooks.py), set by an administrator.
+PAYMENT_EVENT = "debt.payment_received"
+# Chosen in POST /webhooks/endpoints (the contract's nine, `account.paused`, and the other
+# receivables events: what debtors say and what their plans do).
+CORE_EVENTS = tuple(name for name in ALL_EVENTS if name != PAYMENT_EVENT)
+PING_EVENT = "webhook.ping"
+# The payment methods a payment may name (DECISIONS, `metodo`): its event's body and the inputs
+# that take a payment read them from here, so the two can never disagree.
+PAYMENT_METHODS = ("cash", "transfer", "card", "deposit", "check", "gateway", "other")
 
 
 class Event(BaseModel):

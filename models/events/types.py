@@ -2,10 +2,11 @@
 
 A body model names its event in `event` (a one-value Literal) and lists exactly the fields the
 producers write (`additionalProperties: false`): a field the payload carries only where it
-applies is `absent_or_set()`, not required (and null only where its type says so). The outbox (models/events.py) accepts
-the events listed in EVENT_TYPES and nothing else, POST /webhooks/endpoints offers the
-subscribable ones, and the API document's `webhooks` section describes each from its model, so a
-new event is one model here, added to EVENT_TYPES.
+applies is `absent_or_set()`, not required (and null only where its type says so). The API
+document's `webhooks` section describes each event from its model. The running service knows
+the events by name alone (tables.py: which the outbox accepts, which are enveloped, which POST
+/webhooks/endpoints offers), so a new event is one model here, added to EVENT_TYPES, and its name
+in tables.ALL_EVENTS; tests/test_openapi_document.py checks that the two lists agree.
 
 Core events are flat objects with `event` first; receivables events (`debt.*`) are enveloped,
 `{id, event, created_at, data}`, as the contract shows for `debt.payment_received`.
@@ -14,13 +15,11 @@ Core events are flat objects with `event` first; receivables events (`debt.*`) a
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# The payment methods a payment may name (DECISIONS, `metodo`): the inputs that take a payment read
-# them from here, so the event and the input can never disagree.
-PAYMENT_METHODS = ("cash", "transfer", "card", "deposit", "check", "gateway", "other")
+from models.events.tables import PAYMENT_METHODS
 
 
 def _without_default(schema: dict[str, Any]) -> None:
@@ -34,8 +33,8 @@ def absent_or_set(**options: Any) -> Any:
 
 
 # The models describe the bodies (the API document, the tests); nothing validates a payload with
-# them as the service runs. Built when first used, they cost no process its start: an ERP
-# import, a consumer or a command never builds them (about 20 ms of each one's start otherwise).
+# them as the service runs, and only the API's document imports this module. Their schemas are
+# built when the document is first asked for, not at each API worker's start (about 20 ms).
 DESCRIBED_ONLY = ConfigDict(extra="forbid", defer_build=True)
 
 
@@ -43,10 +42,6 @@ class EventBody(BaseModel):
     """The JSON body of a delivery: exactly these fields."""
 
     model_config = DESCRIBED_ONLY
-    # Offered by POST /webhooks/endpoints; the others go to the endpoint their area configures
-    # (debt.payment_received: the company's payment endpoint).
-    subscribable: ClassVar[bool] = True
-
     event: str
 
 
@@ -56,8 +51,6 @@ class EventData(BaseModel):
 
 class Enveloped(EventBody):
     """The receivables events' shape: the fields in `data`, beside the event's id and time."""
-
-    subscribable: ClassVar[bool] = False
 
     id: str = Field(description="the event's `evt_` id (also in X-Service-Event-Id)")
     created_at: dt.datetime
@@ -303,8 +296,6 @@ class DebtPromiseMade(Enveloped):
 
     Collection leaves the debt alone until that day has passed; a later promise replaces it."""
 
-    subscribable: ClassVar[bool] = True
-
     event: Literal["debt.promise_made"]
     data: PromiseMadeData
 
@@ -319,8 +310,6 @@ class DebtDisputed(Enveloped):
     """A debtor disputed a debt, on their page or with a reminder's quick reply.
 
     Collection sends the debt no reminder while the dispute is open."""
-
-    subscribable: ClassVar[bool] = True
 
     event: Literal["debt.disputed"]
     data: DisputedData
@@ -340,8 +329,6 @@ class DebtPromiseBroken(Enveloped):
     Sent once per promise, on the company's day after the promised date; the debt's dunning plan
     then reminds it again."""
 
-    subscribable: ClassVar[bool] = True
-
     event: Literal["debt.promise_broken"]
     data: PromiseBrokenData
 
@@ -360,8 +347,6 @@ class DebtEscalated(Enveloped):
 
     Sent once per debt, on the company's day after its plan's last step was sent, when the plan
     escalates (`escalar`)."""
-
-    subscribable: ClassVar[bool] = True
 
     event: Literal["debt.escalated"]
     data: EscalatedData

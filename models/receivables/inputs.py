@@ -40,7 +40,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from models.clock import to_utc_naive
 from models.errors import Invalid
-from models.events.types import PAYMENT_METHODS
+from models.events.tables import PAYMENT_METHODS
 from models.receivables.money import (
     ACTIVE_CODES,
     MAX_MINOR,
