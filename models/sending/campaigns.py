@@ -42,6 +42,7 @@ INSERT_CHUNK = 500  # rows per INSERT: well under SQLite's bound-parameter limit
 MARKETING_OPT_OUT = "marketing_opt_out"
 MEDIA_HEADERS = ("image", "video", "document")
 
+
 def scheduled_start(send_at: dt.datetime | None, now: dt.datetime) -> dt.datetime | None:
     """When a campaign asked to start at `send_at` starts (naive UTC), or a 422 naming `send_at`."""
     if send_at is None:
