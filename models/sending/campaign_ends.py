@@ -1,7 +1,7 @@
 """How a campaign ends: cancelled while still queued, completed once nothing is left to send, or
 failed when it cannot go on. Each is a conditional UPDATE of the campaign row (only one writer
-wins), with the credits still reserved released and `campaign.completed` written in the same
-transaction.
+wins) that releases, in the same transaction, the credits still reserved; a completed or failed
+campaign also writes `campaign.completed` there.
 """
 
 from __future__ import annotations
