@@ -75,6 +75,10 @@ def test_the_event_names_and_the_event_models_agree(document):
     assert PAYMENT_EVENT in ALL_EVENTS and PAYMENT_EVENT not in CORE_EVENTS
     with pytest.raises(ValueError, match="unknown event"):
         events.emit(1, "debt.not_an_event", {})
+    # The batch writers write flat bodies: an enveloped event, or none at all, is refused.
+    for name in (PAYMENT_EVENT, "message.not_an_event"):
+        with pytest.raises(ValueError, match="not core events"):
+            events.emit_many(1, name, [{}])
 
 
 def test_a_body_that_strays_from_its_event_schema_is_caught(document):

@@ -23,6 +23,7 @@ from models.ids import new_id, new_ids
 from models.store.db import after_commit, bound_datetime, execute, placeholders
 
 _ROWS_PER_INSERT = 500  # well under SQLite's bound-parameter limit
+_FLAT_EVENTS = frozenset(ALL_EVENTS) - ENVELOPED_EVENTS
 
 _listeners: list[Callable[[], None]] = []
 
@@ -90,6 +91,9 @@ def emit_named_rows(items: list[tuple[str, int, dict[str, Any]]], at: dt.datetim
     numbered) in the order given."""
     if not items:
         return 0
+    not_flat = {name for name, _tenant_id, _fields in items if name not in _FLAT_EVENTS}
+    if not_flat:
+        raise ValueError(f"not core events: {sorted(not_flat)}")
     now = bound_datetime(at or utcnow())
     table = Event._meta.table_name
     ids = new_ids("evt_", len(items))
