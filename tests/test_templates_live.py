@@ -1,8 +1,9 @@
 """End to end, on the live service (gunicorn, a huey consumer and the platform simulator as
-processes, everything over real HTTP): a template created through the API is pending, then the
-simulator's review approves it and `template.status_changed` reaches the company's endpoint,
-signed; a utility template that reads like marketing is rejected with its reason; the platform
-pauses a template for quality, unpauses it and recategorises it, each change an event."""
+processes, everything over real HTTP): a template created through the API is pending, and not
+sendable until it is approved; the simulator's review approves it and `template.status_changed`
+reaches the company's endpoint, signed; a utility template that reads like marketing is rejected
+with its reason; the platform pauses a template for quality, unpauses it and recategorises it,
+each change an event."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.webhooks_fixtures import verify
 pytestmark = pytest.mark.parametrize("storage", ["sqlite", "postgres+redis"], indirect=True)
 
 REVIEW_DELAY = 1.0
+HELD = 600.0  # a review that cannot come during the test
 
 
 @pytest.fixture
@@ -42,8 +44,10 @@ def test_templates_are_reviewed_and_every_change_reaches_the_company(live, make_
                              json={"url": receiver.url(), "events": ["template.status_changed"]})
     assert endpoint.status_code == 201, endpoint.text
     secret = endpoint.json()["data"]["signing_secret"]
-    requests.post(f"{live.sim_url}/_sim/config", json={"review_delay": REVIEW_DELAY}, timeout=5).raise_for_status()
     templates_url = f"{live.api_url}/api/v1/accounts/{account.public_id}/templates"
+
+    def review_after(seconds: float) -> None:
+        requests.post(f"{live.sim_url}/_sim/config", json={"review_delay": seconds}, timeout=5).raise_for_status()
 
     def events(name: str) -> list[dict]:
         for request in list(receiver.requests):
@@ -60,11 +64,23 @@ def test_templates_are_reviewed_and_every_change_reaches_the_company(live, make_
         assert response.status_code == 200, response.text
         return [item["name"] for item in response.json()["data"]]
 
-    # Created: pending, and not yet sendable.
+    # Pending, a template is not sendable: with its review held back, it is listed only once the
+    # platform approves it (here through the simulator's control endpoint; its review, when it
+    # comes, finds it decided and leaves it be).
+    review_after(HELD)
+    held = requests.post(templates_url, headers=company.headers, json=valid_template(name="order_held"), timeout=10)
+    assert held.status_code == 201 and held.json()["data"]["status"] == "pending", held.text
+    assert "order_held" not in listed()
+    requests.post(f"{live.sim_url}/_sim/templates", json={"name": "order_held", "language": "es",
+                                                          "status": "APPROVED"}, timeout=5).raise_for_status()
+    saw("order_held", change="status", status="approved", previous_status="pending")
+    assert "order_held" in listed()
+
+    # Created: pending, then reviewed.
+    review_after(REVIEW_DELAY)
     created = requests.post(templates_url, headers=company.headers, json=valid_template(), timeout=10)
     assert created.status_code == 201, created.text
     assert created.json()["data"]["status"] == "pending"
-    assert "order_ready" not in listed()
     saw("order_ready", change="submitted", status="pending")
     # The simulator's review approves it; the company hears of it and may send it.
     approved = saw("order_ready", change="status", status="approved")
